@@ -1,0 +1,74 @@
+// Device helpers shared by the CUDA kernels: scalar conversion, dispatch over the index and
+// float types, warp reductions, launch checks. Only CUDA headers and our own light headers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernel_types.h"
+
+namespace fastgnn {
+namespace cuda {
+
+constexpr int kWarp = 32;
+
+template <typename T> struct Scalar;
+template <> struct Scalar<float> {
+  using acc = float;
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <> struct Scalar<double> {
+  using acc = double;
+  __device__ static double load(double v) { return v; }
+  __device__ static double store(double v) { return v; }
+};
+template <> struct Scalar<__half> {
+  using acc = float;
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half(v); }
+};
+template <> struct Scalar<__nv_bfloat16> {
+  using acc = float;
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16(v); }
+};
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+inline void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Calls f.template operator()<scalar_t>() for the runtime float type.
+template <typename F>
+void dispatch_float(FloatType type, F&& f) {
+  switch (type) {
+    case FloatType::kHalf: f(__half{}); break;
+    case FloatType::kBFloat16: f(__nv_bfloat16{}); break;
+    case FloatType::kFloat: f(float{}); break;
+    case FloatType::kDouble: f(double{}); break;
+  }
+}
+
+template <typename F>
+void dispatch_index(bool index64, F&& f) {
+  if (index64) f(int64_t{}); else f(int32_t{});
+}
+
+}  // namespace cuda
+}  // namespace fastgnn

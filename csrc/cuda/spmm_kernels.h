@@ -1,0 +1,27 @@
+// Launchers of the SpMM-family CUDA kernels (raw pointers, sizes, stream; no torch types).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernel_types.h"
+
+namespace fastgnn {
+namespace cuda {
+
+// out[i] = sum_e value[vidx(e)] * x[col[e]] over row i of csr; vidx(e) = value_perm[e] when
+// value_perm is set (a transposed CSR walking forward-order values), else e. value may be null
+// (all ones); it is float, or double for double features.
+void spmm_csr(FloatType type, CsrView csr, const void* value, const void* value_perm,
+              const void* x, void* out, int64_t width, cudaStream_t stream);
+
+// acc[col[e]] += value[e] * x[row(e)] with atomics into a float/double accumulator of
+// [num_out, width]: A^T x without a transposed CSR (non-deterministic summation order).
+void spmm_csr_transposed_atomic(FloatType type, CsrView csr, const void* value, const void* x,
+                                void* acc, int64_t width, cudaStream_t stream);
+
+// out[e] = <a[row(e)], b[col(e)]> (float, or double for double inputs).
+void sddmm_csr(FloatType type, CsrView csr, const void* a, const void* b, void* out,
+               int64_t width, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace fastgnn

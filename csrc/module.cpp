@@ -1,0 +1,50 @@
+// The Python module fastgnn._C. Importing it runs the static TORCH_LIBRARY registrations of
+// every op; its only Python function reports how the extension was built.
+#include <Python.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef FASTGNN_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+PyObject* build_info(PyObject*, PyObject*) {
+  PyObject* info = PyDict_New();
+  auto put = [&](const char* key, PyObject* value) {
+    PyDict_SetItemString(info, key, value);
+    Py_DECREF(value);
+  };
+#ifdef FASTGNN_WITH_CUDA
+  put("cuda", Py_NewRef(Py_True));
+  put("cuda_runtime_version", PyLong_FromLong(CUDART_VERSION));
+  put("cuda_archs", PyUnicode_FromString(FASTGNN_CUDA_ARCHS));
+#else
+  put("cuda", Py_NewRef(Py_False));
+  put("cuda_runtime_version", Py_NewRef(Py_None));
+  put("cuda_archs", PyUnicode_FromString(""));
+#endif
+#ifdef _OPENMP
+  put("openmp", Py_NewRef(Py_True));
+  put("openmp_max_threads", PyLong_FromLong(omp_get_max_threads()));
+#else
+  put("openmp", Py_NewRef(Py_False));
+  put("openmp_max_threads", PyLong_FromLong(1));
+#endif
+  put("compiler", PyUnicode_FromString(__VERSION__));
+  return info;
+}
+
+PyMethodDef methods[] = {
+    {"build_info", build_info, METH_NOARGS, "How this extension was built."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "fastgnn compiled ops", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C() { return PyModule_Create(&module); }

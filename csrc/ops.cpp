@@ -1,0 +1,23 @@
+// Every fastgnn op schema, in one place. Implementations register per device in
+// csrc/cpu/<family>.cpp and csrc/cuda/<family>.cpp; autograd and fake kernels are registered
+// from Python (fastgnn/ops/<family>.py).
+//
+// Conventions: a graph arrives as destination-major CSR (rowptr [T+1], col [E], both int32 or
+// both int64); rows are destinations, col holds sources. Optional per-edge values are float32
+// in CSR order. Launch choices picked by the tuner arrive as plain ints.
+#include <torch/library.h>
+
+TORCH_LIBRARY(fastgnn, m) {
+  // ---- SpMM family -------------------------------------------------------------------------
+  // out = A x with A[i, col[e]] = value[e] for e in row i (value 1 when absent), or, with
+  // transpose=true, out = A^T x. The optional t_* tensors are the cached transpose of the same
+  // structure (t_perm maps a transposed edge to its CSR position); without them a transposed
+  // product uses the device's fallback. num_out is the number of output rows. graph_key names
+  // the owning fastgnn.Graph for per-graph device caches (0: none); algo is the tuner's pick.
+  m.def("spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor? t_rowptr, "
+        "Tensor? t_col, Tensor? t_perm, int num_out, bool transpose, int graph_key, int algo) "
+        "-> Tensor");
+  // out[e] = <a[row(e)], b[col(e)]> in float32: the edge-weight gradient of spmm, without an
+  // E x D intermediate.
+  m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor b) -> Tensor");
+}

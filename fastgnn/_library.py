@@ -1,0 +1,54 @@
+"""Autograd and fake-kernel registration for the C++ ops, across torch versions.
+
+On torch >= 2.4 autograd and fake kernels are registered on the op itself
+(``torch.library.register_autograd`` / ``register_fake``), so ``torch.compile`` traces
+through and ``torch.library.opcheck`` passes. On older torch (2.2, the DGL environment) the
+fake kernel goes through ``impl_abstract`` and autograd through an ``autograd.Function``
+wrapper around the op.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+HAS_OP_AUTOGRAD = hasattr(torch.library, "register_autograd")
+
+
+def op(name: str):
+    """The OpOverloadPacket ``torch.ops.fastgnn.<name>``."""
+    return getattr(torch.ops.fastgnn, name)
+
+
+def register_fake(name: str, fn: Callable) -> None:
+    qualname = f"fastgnn::{name}"
+    if hasattr(torch.library, "register_fake"):
+        torch.library.register_fake(qualname, fn)
+    else:  # torch < 2.4
+        torch.library.impl_abstract(qualname)(fn)
+
+
+def register_autograd(name: str, backward: Callable, setup_context: Callable) -> Callable:
+    """Registers the backward of op ``name``; returns the callable that runs it with autograd.
+
+    ``setup_context(ctx, inputs, output)`` and ``backward(ctx, *grads)`` follow
+    ``torch.library.register_autograd``; backward returns one gradient (or None) per input.
+    """
+    fn = op(name)
+    if HAS_OP_AUTOGRAD:
+        torch.library.register_autograd(f"fastgnn::{name}", backward, setup_context=setup_context)
+        return fn
+
+    class _Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            output = fn(*inputs)
+            setup_context(ctx, inputs, output)
+            return output
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return backward(ctx, *grads)
+
+    _Function.__name__ = f"{name}_autograd"
+    return _Function.apply

@@ -1,0 +1,107 @@
+"""Backend registry and selection.
+
+Each op registers its implementations under a backend name with the device types they run
+on and a priority; ``auto`` picks the highest-priority implementation available for the
+op and the input's device. The active backend comes from, in order: the innermost
+``with fastgnn.backend(name)`` block, ``fastgnn.set_backend(name)``, ``FASTGNN_BACKEND``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Implementation:
+    backend: str
+    devices: Tuple[str, ...]
+    fn: Callable
+    priority: int
+
+
+_registry: Dict[str, List[Implementation]] = {}
+_global_backend: Optional[str] = None
+_local = threading.local()
+
+
+def register(op: str, backend: str, devices, fn: Callable, priority: int = 0) -> None:
+    """Registers ``fn`` as ``op``'s implementation under ``backend`` for the device types."""
+    impls = _registry.setdefault(op, [])
+    impls[:] = [i for i in impls if i.backend != backend]
+    impls.append(Implementation(backend, tuple(devices), fn, priority))
+    impls.sort(key=lambda i: -i.priority)
+
+
+def names() -> List[str]:
+    """Every backend name some op implements, plus ``auto``."""
+    found = {i.backend for impls in _registry.values() for i in impls}
+    return [AUTO] + sorted(found)
+
+
+def available(op: str, device_type: Optional[str] = None) -> List[str]:
+    """Backends implementing ``op`` (on ``device_type`` when given), best first."""
+    return [i.backend for i in _registry.get(op, ())
+            if device_type is None or device_type in i.devices]
+
+
+def ops() -> List[str]:
+    return sorted(_registry)
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"backend name must be a str, got {type(name).__name__}")
+    known = names()
+    if name not in known:
+        raise ValueError(f"unknown fastgnn backend {name!r}; available: {', '.join(known)}")
+    return name
+
+
+def set_backend(name: Optional[str]) -> None:
+    """Sets the process-wide backend (``None`` returns to ``FASTGNN_BACKEND`` or ``auto``)."""
+    global _global_backend
+    _global_backend = None if name is None else _check_name(name)
+
+
+def get_backend() -> str:
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1]
+    if _global_backend is not None:
+        return _global_backend
+    env = os.environ.get("FASTGNN_BACKEND")
+    return _check_name(env) if env else AUTO
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[None]:
+    """``with fastgnn.backend("reference"): ...`` uses that backend inside the block."""
+    _check_name(name)
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(name)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def select(op: str, device: torch.device, name: Optional[str] = None) -> Implementation:
+    """The implementation of ``op`` to run on ``device`` under the active (or given) backend."""
+    name = get_backend() if name is None else _check_name(name)
+    device_type = torch.device(device).type
+    for impl in _registry.get(op, ()):
+        if device_type in impl.devices and (name == AUTO or impl.backend == name):
+            return impl
+    have = available(op, device_type)
+    raise RuntimeError(
+        f"fastgnn op {op!r} has no {name!r} implementation on {device_type}; available there: "
+        f"{', '.join(have) if have else 'none'}")

@@ -1,0 +1,71 @@
+"""Module swapping: ``fastgnn.enable(model)`` replaces supported layer instances with their
+fastgnn subclasses; ``fastgnn.disable(model)`` puts the stock classes back.
+
+A swap makes a new instance of the other class that shares the old one's ``__dict__``
+contents (the same parameter and buffer tensors, hooks and submodules), so optimizer state
+and ``state_dict`` keys stay valid. Nothing in the stock libraries is modified: adapters
+register (stock class, fastgnn class) pairs here.
+"""
+from __future__ import annotations
+
+from typing import Dict, Type
+
+import torch
+
+from fastgnn import backends
+
+_to_fast: Dict[type, type] = {}
+_to_stock: Dict[type, type] = {}
+
+
+def register_swap(stock_cls: Type[torch.nn.Module], fast_cls: Type[torch.nn.Module]) -> None:
+    """Declares ``fast_cls`` (a subclass of ``stock_cls``) as its fastgnn counterpart."""
+    if not issubclass(fast_cls, stock_cls):
+        raise TypeError(f"{fast_cls.__name__} must subclass {stock_cls.__name__}")
+    _to_fast[stock_cls] = fast_cls
+    _to_stock[fast_cls] = stock_cls
+
+
+def supported_layers() -> Dict[type, type]:
+    return dict(_to_fast)
+
+
+def _swap(module: torch.nn.Module, cls: type) -> torch.nn.Module:
+    swapped = cls.__new__(cls)
+    swapped.__dict__.update(module.__dict__)
+    return swapped
+
+
+def _walk(module: torch.nn.Module, table: Dict[type, type], backend_name) -> torch.nn.Module:
+    for name, child in list(module._modules.items()):
+        if child is not None:
+            module._modules[name] = _walk(child, table, backend_name)
+    cls = table.get(type(module))
+    if cls is None:
+        if backend_name is not None and type(module) in _to_stock:
+            module._fastgnn_backend = backend_name  # already enabled: only the backend changes
+        return module
+    swapped = _swap(module, cls)
+    if backend_name is not None:
+        swapped._fastgnn_backend = backend_name
+    else:
+        swapped.__dict__.pop("_fastgnn_backend", None)
+    return swapped
+
+
+def enable(model: torch.nn.Module, backend: str = "auto") -> torch.nn.Module:
+    """Swaps every supported layer in ``model`` (or ``model`` itself) for its fastgnn subclass
+    running on ``backend``; returns the model (the new object when ``model`` was a layer)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if backend not in backends.names():
+        raise ValueError(f"unknown fastgnn backend {backend!r}; available: "
+                         f"{', '.join(backends.names())}")
+    return _walk(model, _to_fast, backend)
+
+
+def disable(model: torch.nn.Module) -> torch.nn.Module:
+    """Restores the stock classes swapped by :func:`enable`; returns the model."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return _walk(model, _to_stock, None)

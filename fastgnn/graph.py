@@ -1,0 +1,320 @@
+"""fastgnn.Graph: one graph structure and everything derived from it.
+
+The graph is stored destination-major (CSR over destinations, column = source), the layout
+every kernel reads. Derived formats (transpose, degrees, normalised edge values, degree
+buckets) are built lazily, cached on the instance and freed with it. Per-device native caches
+(cuSPARSE descriptors, workspaces) are keyed by ``Graph.key``, a number never reused within a
+process, and released by a finaliser when the Graph is collected.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from fastgnn import _validate
+
+_INT32_MAX = 2**31 - 1
+_keys = itertools.count(1)
+_release_hooks: list = []  # called with a graph key when that graph is collected
+_release_lock = threading.Lock()
+
+NORMS = ("none", "left", "right", "both")
+
+
+def add_release_hook(hook: Callable[[int], None]) -> None:
+    """Registers ``hook(key)``, called when a Graph is freed (native caches drop its entries)."""
+    with _release_lock:
+        _release_hooks.append(hook)
+
+
+def _release(key: int) -> None:
+    with _release_lock:
+        hooks = list(_release_hooks)
+    for hook in hooks:
+        hook(key)
+
+
+def _index_dtype(num_edges: int, num_nodes: int) -> torch.dtype:
+    return torch.int32 if max(num_edges, num_nodes) <= _INT32_MAX else torch.int64
+
+
+class Graph:
+    """An immutable graph on ``num_src_nodes`` sources and ``num_dst_nodes`` destinations.
+
+    Build it with :meth:`from_edge_index`, :meth:`from_csr` or :meth:`from_dgl`. Messages flow
+    from ``edge_index[0]`` (source) to ``edge_index[1]`` (destination).
+
+    ``cache_transpose=False`` keeps the transposed CSR out of memory: backward passes then use
+    the transposed operation of the forward structure (slower, less memory).
+    """
+
+    def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, num_src_nodes: int,
+                 edge_perm: Optional[torch.Tensor] = None, *, cache_transpose: bool = True,
+                 _trusted: bool = False):
+        if not _trusted:
+            _validate.csr(rowptr, col, num_src_nodes)
+        self._rowptr = rowptr
+        self._col = col
+        self._num_src = int(num_src_nodes)
+        self._num_dst = int(rowptr.numel() - 1)
+        # edge_perm[p] = position in the user's edge order of CSR edge p (None: identity)
+        self._edge_perm = edge_perm
+        self.cache_transpose = bool(cache_transpose)
+        self.key = next(_keys)
+        self._derived: Dict[object, object] = {}
+        self._finalizer = weakref.finalize(self, _release, self.key)
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_edge_index(cls, edge_index: torch.Tensor, num_nodes: Optional[int] = None, *,
+                        num_src_nodes: Optional[int] = None, num_dst_nodes: Optional[int] = None,
+                        cache_transpose: bool = True) -> "Graph":
+        """From a ``[2, E]`` integer tensor (row 0 sources, row 1 destinations).
+
+        Give ``num_nodes`` for a homogeneous graph (default: largest index + 1), or
+        ``num_src_nodes`` and ``num_dst_nodes`` for a bipartite block.
+        """
+        _validate.edge_index(edge_index)
+        num_src, num_dst = _validate.node_counts(edge_index, num_nodes, num_src_nodes,
+                                                 num_dst_nodes)
+        src, dst = edge_index[0], edge_index[1]
+        num_edges = src.numel()
+        index_dtype = _index_dtype(num_edges, max(num_src, num_dst))
+        # One sort on the (destination, source) key gives a canonical CSR: neighbours in
+        # ascending source order, which the deterministic tie rules of min/max rely on.
+        key = dst.to(torch.int64) * max(num_src, 1) + src.to(torch.int64)
+        sorted_key, perm = torch.sort(key, stable=True)
+        col = (sorted_key % max(num_src, 1)).to(index_dtype)
+        counts = torch.bincount(dst.to(torch.int64), minlength=num_dst) if num_edges else \
+            torch.zeros(num_dst, dtype=torch.int64, device=src.device)
+        rowptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=src.device)
+        torch.cumsum(counts, 0, out=rowptr[1:])
+        identity = torch.arange(num_edges, device=src.device)
+        edge_perm = None if torch.equal(perm, identity) else perm
+        return cls(rowptr.to(index_dtype), col, num_src, edge_perm,
+                   cache_transpose=cache_transpose, _trusted=True)
+
+    @classmethod
+    def from_csr(cls, indptr: torch.Tensor, indices: torch.Tensor,
+                 num_src_nodes: Optional[int] = None, *, cache_transpose: bool = True) -> "Graph":
+        """From destination-major CSR: the sources of destination ``i`` are
+        ``indices[indptr[i]:indptr[i+1]]``. Edge order (for edge weights) is ``indices`` order.
+        """
+        _validate.csr(indptr, indices, num_src_nodes)
+        num_dst = indptr.numel() - 1
+        if num_src_nodes is None:
+            num_src_nodes = max(num_dst, int(indices.max()) + 1 if indices.numel() else 0)
+        dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device),
+                                      indptr[1:].to(torch.int64) - indptr[:-1].to(torch.int64))
+        return cls.from_edge_index(torch.stack([indices.to(torch.int64), dst]),
+                                   num_src_nodes=num_src_nodes, num_dst_nodes=num_dst,
+                                   cache_transpose=cache_transpose)
+
+    @classmethod
+    def from_dgl(cls, dgl_graph, *, cache_transpose: bool = True) -> "Graph":
+        """From a homogeneous DGLGraph or a block (edge ids follow DGL's edge order)."""
+        src, dst = dgl_graph.edges(order="eid")
+        return cls.from_edge_index(torch.stack([src, dst]),
+                                   num_src_nodes=dgl_graph.num_src_nodes(),
+                                   num_dst_nodes=dgl_graph.num_dst_nodes(),
+                                   cache_transpose=cache_transpose)
+
+    # ---- sizes and raw structure ------------------------------------------------------------
+    @property
+    def num_src_nodes(self) -> int:
+        return self._num_src
+
+    @property
+    def num_dst_nodes(self) -> int:
+        return self._num_dst
+
+    @property
+    def num_edges(self) -> int:
+        return self._col.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self._col.device
+
+    @property
+    def index_dtype(self) -> torch.dtype:
+        return self._col.dtype
+
+    @property
+    def rowptr(self) -> torch.Tensor:
+        """Destination-major CSR row pointers, ``[num_dst_nodes + 1]``."""
+        return self._rowptr
+
+    @property
+    def col(self) -> torch.Tensor:
+        """Source of each CSR edge, ``[num_edges]``."""
+        return self._col
+
+    @property
+    def edge_perm(self) -> Optional[torch.Tensor]:
+        """For each CSR edge, its position in the input edge order; None when they agree."""
+        return self._edge_perm
+
+    @property
+    def is_bipartite(self) -> bool:
+        return self._num_src != self._num_dst
+
+    def _cached(self, key, build):
+        value = self._derived.get(key)
+        if value is None:
+            value = build()
+            self._derived[key] = value
+        return value
+
+    @property
+    def row(self) -> torch.Tensor:
+        """Destination of each CSR edge (the expanded row pointers)."""
+        return self._cached("row", lambda: torch.repeat_interleave(
+            torch.arange(self._num_dst, device=self.device, dtype=self.index_dtype),
+            self.in_degree.to(torch.int64), output_size=self.num_edges))
+
+    def edge_index(self) -> torch.Tensor:
+        """``[2, E]`` int64 edge index in CSR order (sources, destinations)."""
+        return torch.stack([self._col.to(torch.int64), self.row.to(torch.int64)])
+
+    # ---- degrees, flags, buckets ------------------------------------------------------------
+    @property
+    def in_degree(self) -> torch.Tensor:
+        """In-degree of each destination (int64)."""
+        return self._cached("in_degree", lambda: (self._rowptr[1:] - self._rowptr[:-1]).to(torch.int64))
+
+    @property
+    def out_degree(self) -> torch.Tensor:
+        """Out-degree of each source (int64)."""
+        return self._cached("out_degree", lambda: torch.bincount(
+            self._col.to(torch.int64), minlength=self._num_src))
+
+    @property
+    def max_in_degree(self) -> int:
+        return self._cached("max_in_degree", lambda: int(self.in_degree.max()) if self._num_dst else 0)
+
+    @property
+    def has_self_loops(self) -> bool:
+        return self._cached("has_self_loops", lambda: bool((self._col == self.row).any()))
+
+    @property
+    def is_symmetric(self) -> bool:
+        """True when every edge j->i has its reverse i->j with the same multiplicity."""
+        def build():
+            if self.is_bipartite:
+                return False
+            t_rowptr, t_col, _ = self.transpose()
+            return bool(torch.equal(t_rowptr, self._rowptr) and torch.equal(t_col, self._col))
+        return self._cached("is_symmetric", build)
+
+    def degree_buckets(self, quantile: float = 0.99) -> Tuple[int, torch.Tensor, torch.Tensor]:
+        """Splits destinations by in-degree at the given quantile.
+
+        Returns ``(threshold, light_rows, heavy_rows)``: rows with degree <= threshold are
+        light. Row lists have the index dtype and are cached per quantile.
+        """
+        def build():
+            deg = self.in_degree
+            if deg.numel() == 0:
+                empty = torch.empty(0, dtype=self.index_dtype, device=self.device)
+                return 0, empty, empty
+            threshold = int(torch.quantile(deg.double(), quantile).ceil())
+            heavy = deg > threshold
+            rows = torch.arange(self._num_dst, device=self.device, dtype=self.index_dtype)
+            return threshold, rows[~heavy], rows[heavy]
+        return self._cached(("buckets", float(quantile)), build)
+
+    def signature(self) -> Tuple:
+        """A short description of the structure for tuning keys: sizes and degree shape."""
+        def build():
+            deg = self.in_degree.double()
+            if deg.numel() == 0:
+                return (self._num_src, self._num_dst, self.num_edges, 0, 0)
+            q = torch.quantile(deg, torch.tensor([0.5, 0.99], dtype=torch.float64,
+                                                  device=deg.device)).tolist()
+            return (self._num_src, self._num_dst, self.num_edges, int(q[0]), int(q[1]),
+                    self.max_in_degree)
+        return self._cached("signature", build)
+
+    # ---- transpose and normalised values ----------------------------------------------------
+    def transpose(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Source-major CSR: ``(rowptr_t, col_t, perm_t)`` with ``col_t`` the destinations and
+        ``perm_t[p]`` the CSR position of transposed edge ``p``. Cached unless
+        ``cache_transpose`` is False, in which case it is rebuilt on each call.
+        """
+        def build():
+            key = self._col.to(torch.int64) * max(self._num_dst, 1) + self.row.to(torch.int64)
+            sorted_key, perm = torch.sort(key, stable=True)
+            col_t = (sorted_key % max(self._num_dst, 1)).to(self.index_dtype)
+            rowptr_t = torch.zeros(self._num_src + 1, dtype=torch.int64, device=self.device)
+            torch.cumsum(self.out_degree, 0, out=rowptr_t[1:])
+            return rowptr_t.to(self.index_dtype), col_t, perm.to(self.index_dtype)
+        if not self.cache_transpose:
+            return build()
+        return self._cached("transpose", build)
+
+    def norm_values(self, norm: str, reduce: str = "sum",
+                    dtype: torch.dtype = torch.float32) -> Optional[torch.Tensor]:
+        """Per-edge coefficients ``c_ij`` in CSR order for a norm mode (DGL GraphConv's
+        definitions, zero degrees clamped to 1), times ``1/in_deg(i)`` for ``reduce="mean"``.
+        None when every coefficient is 1.
+        """
+        _validate.choice("norm", norm, NORMS)
+        _validate.choice("reduce", reduce, ("sum", "mean"))
+        if norm == "none" and reduce == "sum":
+            return None
+
+        def build():
+            in_deg = self.in_degree.clamp(min=1).to(torch.float64)
+            out_deg = self.out_degree.clamp(min=1).to(torch.float64)
+            row, col = self.row.to(torch.int64), self._col.to(torch.int64)
+            coef = torch.ones(self.num_edges, dtype=torch.float64, device=self.device)
+            if norm == "left":
+                coef = coef / out_deg[col]
+            elif norm == "right":
+                coef = coef / in_deg[row]
+            elif norm == "both":
+                coef = coef * torch.rsqrt(out_deg[col] * in_deg[row])
+            if reduce == "mean":
+                coef = coef / in_deg[row]
+            return coef.to(dtype)
+        return self._cached(("norm", norm, reduce, dtype), build)
+
+    def edge_values_to_csr(self, values: torch.Tensor) -> torch.Tensor:
+        """Reorders per-edge values given in input edge order into CSR order."""
+        return values if self._edge_perm is None else values[self._edge_perm]
+
+    # ---- devices ----------------------------------------------------------------------------
+    def to(self, device, non_blocking: bool = False) -> "Graph":
+        """A Graph on ``device`` (self when already there). Derived caches are rebuilt there."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Graph(move(self._rowptr), move(self._col), self._num_src, move(self._edge_perm),
+                     cache_transpose=self.cache_transpose, _trusted=True)
+
+    def cuda(self, device=None) -> "Graph":
+        return self.to(device if device is not None else "cuda")
+
+    def cpu(self) -> "Graph":
+        return self.to("cpu")
+
+    def pin_memory(self) -> "Graph":
+        """A CPU Graph whose structure lives in page-locked memory (fast async copies)."""
+        pin = lambda t: None if t is None else t.pin_memory()  # noqa: E731
+        return Graph(pin(self._rowptr), pin(self._col), self._num_src, pin(self._edge_perm),
+                     cache_transpose=self.cache_transpose, _trusted=True)
+
+    def is_pinned(self) -> bool:
+        return self._col.is_pinned()
+
+    def __repr__(self) -> str:
+        kind = "bipartite " if self.is_bipartite else ""
+        return (f"fastgnn.Graph({kind}num_src_nodes={self._num_src}, "
+                f"num_dst_nodes={self._num_dst}, num_edges={self.num_edges}, "
+                f"index_dtype={self.index_dtype}, device={self.device})")

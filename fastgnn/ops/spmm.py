@@ -1,0 +1,119 @@
+"""SpMM convolutions: ``out[i] = sum_j c_ij * w_ij * x[j]`` (GCN, SAGE-mean, GIN-sum).
+
+The native op ``torch.ops.fastgnn.spmm`` multiplies by the CSR or its transpose; its backward
+is the same op with the transpose flag flipped (``dX = A^T dY``) and, for edge values, the
+fused ``torch.ops.fastgnn.sddmm`` (``dw_e = <dY[i], x[j]>``): no E x D tensor either way.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from fastgnn import _library, _native, _validate, backends, reference
+from fastgnn.graph import NORMS, Graph
+from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
+
+REDUCES = ("sum", "mean")
+_NO_GRAD_AFTER_VALUE = (None,) * 7  # t_rowptr, t_col, t_perm, num_out, transpose, key, algo
+
+
+def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
+         reduce: str = "sum", *, edge_values: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Sparse-dense product over the graph's edges (messages flow source -> destination).
+
+    ``x``: ``[num_src_nodes, *]`` features (float16/bfloat16/float32/float64). ``norm`` picks
+    ``c_ij`` as DGL's GraphConv does: "none" (1), "left" (1/out_deg(j)), "right"
+    (1/in_deg(i)), "both" (1/sqrt(out_deg(j) in_deg(i))), zero degrees clamped to 1;
+    ``reduce="mean"`` further divides by in_deg(i). ``edge_weight`` ([E], input edge order)
+    multiplies each message and gets a gradient. ``edge_values`` ([E]) are precomputed
+    coefficients used as they are (no norm applied), e.g. PyG's gcn_norm output.
+    Returns ``[num_dst_nodes, *]``; destinations without in-edges get zeros.
+    """
+    check_graph(g)
+    _validate.choice("norm", norm, NORMS)
+    _validate.choice("reduce", reduce, REDUCES)
+    _validate.node_features("x", x, g.num_src_nodes, g.device, "num_src_nodes")
+    for name, values in (("edge_weight", edge_weight), ("edge_values", edge_values)):
+        if values is not None:
+            _validate.edge_values(name, values, g.num_edges, g.device)
+    if edge_values is not None and (edge_weight is not None or norm != "none" or reduce != "sum"):
+        raise ValueError("edge_values replaces norm, reduce and edge_weight: pass it alone")
+    impl = backends.select("spmm", x.device)
+    return impl.fn(g, x, norm=norm, edge_weight=edge_weight, reduce=reduce,
+                   edge_values=edge_values)
+
+
+def csr_values(g: Graph, dtype: torch.dtype, norm: str, reduce: str,
+               edge_weight: Optional[torch.Tensor],
+               edge_values: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """Per-edge values in CSR order (None: all ones); differentiable in the edge inputs."""
+    acc = acc_dtype(dtype)
+    if edge_values is not None:
+        return g.edge_values_to_csr(edge_values.to(acc))
+    value = g.norm_values(norm, reduce, dtype=acc)
+    if edge_weight is not None:
+        weight = g.edge_values_to_csr(edge_weight.to(acc))
+        value = weight if value is None else value * weight
+    return value
+
+
+def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
+                 edge_values) -> torch.Tensor:
+    value = csr_values(g, x.dtype, norm, reduce, edge_weight, edge_values)
+    flat = x.reshape(x.shape[0], -1)
+    transposed = g.transpose() if wants_grad(x) and g.cache_transpose else (None, None, None)
+    out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key, 0)
+    return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
+
+
+# ---- autograd and fake kernels of the native ops ----------------------------------------------
+def _spmm_setup(ctx, inputs, output):
+    rowptr, col, value, x, t_rowptr, t_col, t_perm, num_out, transpose, key, algo = inputs
+    ctx.save_for_backward(rowptr, col, value, x, t_rowptr, t_col, t_perm)
+    ctx.transpose, ctx.key, ctx.algo = transpose, key, algo
+
+
+def _spmm_backward(ctx, grad):
+    rowptr, col, value, x, t_rowptr, t_col, t_perm = ctx.saved_tensors
+    grad_x = grad_value = None
+    if ctx.needs_input_grad[3]:
+        grad_x = _spmm(rowptr, col, value, grad.contiguous(), t_rowptr, t_col, t_perm, x.shape[0],
+                       not ctx.transpose, ctx.key, ctx.algo)
+    if value is not None and ctx.needs_input_grad[2]:
+        dst_side, src_side = (x, grad) if ctx.transpose else (grad, x)
+        grad_value = _sddmm(rowptr, col, dst_side.contiguous(), src_side)
+    return (None, None, grad_value, grad_x) + _NO_GRAD_AFTER_VALUE
+
+
+def _spmm_fake(rowptr, col, value, x, t_rowptr, t_col, t_perm, num_out, transpose, key, algo):
+    return x.new_empty((num_out, x.shape[1]))
+
+
+def _sddmm_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _sddmm_backward(ctx, grad):
+    rowptr, col, a, b = ctx.saved_tensors
+    grad_a = grad_b = None
+    grad = grad.to(acc_dtype(a.dtype))
+    if ctx.needs_input_grad[2]:
+        grad_a = _spmm(rowptr, col, grad, b, None, None, None, a.shape[0], False, 0, 0)
+    if ctx.needs_input_grad[3]:
+        grad_b = _spmm(rowptr, col, grad, a, None, None, None, b.shape[0], True, 0, 0)
+    return None, None, grad_a, grad_b
+
+
+def _sddmm_fake(rowptr, col, a, b):
+    return a.new_empty((col.shape[0],), dtype=acc_dtype(a.dtype))
+
+
+if _native.has_op("spmm"):
+    _library.register_fake("spmm", _spmm_fake)
+    _library.register_fake("sddmm", _sddmm_fake)
+    _spmm = _library.register_autograd("spmm", _spmm_backward, _spmm_setup)
+    _sddmm = _library.register_autograd("sddmm", _sddmm_backward, _sddmm_setup)
+    backends.register("spmm", "native", _native.devices(), _native_spmm, priority=10)
+
+backends.register("spmm", "reference", ("cpu", "cuda"), reference.spmm, priority=-10)

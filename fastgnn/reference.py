@@ -1,0 +1,162 @@
+"""Pure-PyTorch implementations of every fastgnn op: the test oracle and the ``reference``
+backend. They favour clarity over speed and materialise edge-sized tensors freely.
+
+Edge-indexed inputs (``edge_weight``, ``edge_term``, ``dropout_mask``) follow the user's edge
+order, the order of the ``edge_index`` the Graph was built from.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from fastgnn.graph import Graph
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _csr_edges(g: Graph) -> Tuple[torch.Tensor, torch.Tensor]:
+    return g.col.to(torch.int64), g.row.to(torch.int64)
+
+
+def _user_to_csr(g: Graph, values: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if values is None else g.edge_values_to_csr(values)
+
+
+def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
+         reduce: str = "sum", edge_values: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``out[i] = sum_j c_ij * w_ij * x[j]`` over edges j->i.
+
+    ``c_ij`` follows ``norm`` and ``reduce`` (see ``Graph.norm_values``); ``w`` is
+    ``edge_weight`` (1 when None). ``edge_values`` (input edge order) replaces ``c * w``
+    entirely: precomputed coefficients, used without renormalising.
+    """
+    src, dst = _csr_edges(g)
+    acc = _acc_dtype(x.dtype)
+    if edge_values is not None:
+        coef = _user_to_csr(g, edge_values).to(acc)
+    else:
+        coef = g.norm_values(norm, reduce, dtype=acc)
+        if edge_weight is not None:
+            w = _user_to_csr(g, edge_weight).to(acc)
+            coef = w if coef is None else coef * w
+    msg = x.to(acc)[src]
+    if coef is not None:
+        msg = msg * coef.view(-1, *([1] * (x.dim() - 1)))
+    out = torch.zeros((g.num_dst_nodes,) + tuple(x.shape[1:]), dtype=acc, device=x.device)
+    return out.index_add_(0, dst, msg).to(x.dtype)
+
+
+def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
+    """Sum, mean, min or max of in-neighbour features; isolated destinations get zeros."""
+    if reduce in ("sum", "mean"):
+        return spmm(g, x, reduce=reduce)
+    return aggregate_with_arg(g, x, reduce)[0]
+
+
+def aggregate_with_arg(g: Graph, x: torch.Tensor, reduce: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Min or max aggregation and, per output entry, the winning source index.
+
+    Ties go to the smallest source index; NaN wins (and propagates) like
+    ``torch.scatter_reduce(..., "amin"/"amax")``. Isolated destinations: value 0, index -1.
+    """
+    if reduce not in ("min", "max"):
+        raise ValueError(f"reduce must be 'min' or 'max', got {reduce!r}")
+    src, dst = _csr_edges(g)
+    width = x.shape[1:]
+    msg = x[src]
+    index = dst.view(-1, *([1] * len(width))).expand_as(msg)
+    out = torch.zeros((g.num_dst_nodes,) + tuple(width), dtype=x.dtype, device=x.device)
+    out = out.scatter_reduce(0, index, msg, "amax" if reduce == "max" else "amin",
+                             include_self=False)
+    # Winner: smallest source whose value equals the result (NaN matches NaN).
+    won = (msg == out[dst]) | (msg.isnan() & out[dst].isnan())
+    big = torch.iinfo(torch.int64).max
+    cand = torch.where(won, src.view(-1, *([1] * len(width))).expand_as(msg),
+                       torch.full_like(msg, big, dtype=torch.int64))
+    arg = torch.full(out.shape, big, dtype=torch.int64, device=x.device)
+    arg = arg.scatter_reduce(0, index, cand, "amin", include_self=True)
+    arg = torch.where(arg == big, torch.full_like(arg, -1), arg)
+    return out, arg
+
+
+def _segment_softmax(logits: torch.Tensor, dst: torch.Tensor, num_dst: int) -> torch.Tensor:
+    """Softmax of [E, H] logits over the edges of each destination."""
+    heads = logits.shape[1]
+    index = dst.view(-1, 1).expand(-1, heads)
+    peak = torch.full((num_dst, heads), float("-inf"), dtype=logits.dtype, device=logits.device)
+    peak = peak.scatter_reduce(0, index, logits, "amax", include_self=True)
+    weights = torch.exp(logits - peak[dst])
+    total = torch.zeros((num_dst, heads), dtype=logits.dtype, device=logits.device)
+    total = total.index_add_(0, dst, weights)
+    return weights / total[dst]
+
+
+def _attend(g: Graph, logits: torch.Tensor, values: torch.Tensor, dropout: float,
+            dropout_mask: Optional[torch.Tensor], out_dtype: torch.dtype) -> torch.Tensor:
+    """Softmax the [E, H] logits per destination, drop, and sum the [E, H, D] values."""
+    _, dst = _csr_edges(g)
+    alpha = _segment_softmax(logits, dst, g.num_dst_nodes)
+    if dropout_mask is not None:
+        alpha = alpha * _user_to_csr(g, dropout_mask).to(alpha.dtype) / (1.0 - dropout)
+    elif dropout > 0:
+        alpha = torch.nn.functional.dropout(alpha, p=dropout, training=True)
+    out = torch.zeros((g.num_dst_nodes,) + tuple(values.shape[1:]), dtype=values.dtype,
+                      device=values.device)
+    return out.index_add_(0, dst, alpha.unsqueeze(-1) * values).to(out_dtype)
+
+
+def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: torch.Tensor,
+                    negative_slope: float = 0.2, dropout: float = 0.0,
+                    edge_term: Optional[torch.Tensor] = None,
+                    dropout_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """GATv2 attention (PyG's GATv2Conv): ``e_ij = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge))``,
+    softmax over the in-edges of i, ``out[i] = sum_j alpha_ij x_src[j]``.
+
+    Shapes: ``x_dst [T, H, D]``, ``x_src [S, H, D]``, ``att [H, D]``, ``edge_term [E, H, D]``.
+    ``dropout_mask [E, H]`` (0/1, input edge order) replaces random attention dropout.
+    """
+    src, dst = _csr_edges(g)
+    acc = _acc_dtype(x_src.dtype)
+    xs = x_src.to(acc)
+    hidden = x_dst.to(acc)[dst] + xs[src]
+    if edge_term is not None:
+        hidden = hidden + _user_to_csr(g, edge_term).to(acc)
+    hidden = torch.nn.functional.leaky_relu(hidden, negative_slope)
+    logits = (hidden * att.to(acc).unsqueeze(0)).sum(-1)
+    return _attend(g, logits, xs[src], dropout, dropout_mask, x_src.dtype)
+
+
+def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    scale: Optional[float] = None, dropout: float = 0.0,
+                    edge_term: Optional[torch.Tensor] = None,
+                    dropout_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Dot-product graph attention (PyG's TransformerConv): ``e_ij = scale * q[i] . k[j]``,
+    softmax over the in-edges of i, ``out[i] = sum_j alpha_ij v[j]``. ``edge_term [E, H, D]``
+    is added to keys and values. ``scale`` defaults to ``1/sqrt(D)``.
+    """
+    src, dst = _csr_edges(g)
+    acc = _acc_dtype(v.dtype)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    keys, values = k.to(acc)[src], v.to(acc)[src]
+    if edge_term is not None:
+        term = _user_to_csr(g, edge_term).to(acc)
+        keys, values = keys + term, values + term
+    logits = (q.to(acc)[dst] * keys).sum(-1) * scale
+    return _attend(g, logits, values, dropout, dropout_mask, v.dtype)
+
+
+def maxk(x: torch.Tensor, k: int) -> torch.Tensor:
+    """MaxK nonlinearity: keeps the ``k`` largest entries of each row, zeroes the rest."""
+    if not 1 <= k <= x.shape[-1]:
+        raise ValueError(f"k must be in [1, {x.shape[-1]}], got {k}")
+    values, index = torch.topk(x, k, dim=-1)
+    return torch.zeros_like(x).scatter(-1, index, values)
+
+
+def maxk_spmm(g: Graph, x: torch.Tensor, k: int, norm: str = "none",
+              edge_weight: Optional[torch.Tensor] = None, reduce: str = "sum") -> torch.Tensor:
+    """SpMM over MaxK-sparsified features: ``spmm(g, maxk(x, k), ...)``."""
+    return spmm(g, maxk(x, k), norm=norm, edge_weight=edge_weight, reduce=reduce)

@@ -1,0 +1,146 @@
+"""Timed choice of launch parameters, shared by every kernel.
+
+``choose(op, graph, width, dtype, device, candidates, default)`` times each candidate once per
+key (op, graph signature, feature width, dtype, device name), keeps the fastest in memory and,
+unless disabled, in a JSON file under the cache directory. ``FASTGNN_TUNE=0`` always returns
+the default; ``FASTGNN_TUNE_CACHE=0`` keeps choices in memory only; ``FASTGNN_CACHE_DIR``
+moves the file (default ``~/.cache/fastgnn``). No tuning happens while ``torch.compile``
+traces or a CUDA graph is being captured: the cached choice, or the default, is used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Callable, Dict, Mapping, Optional
+
+import torch
+
+_memory: Dict[str, str] = {}
+_loaded_disk = False
+_lock = threading.Lock()
+WARMUP, REPEATS = 1, 3
+
+
+def enabled() -> bool:
+    return os.environ.get("FASTGNN_TUNE", "1") != "0"
+
+
+def cache_path() -> Optional[str]:
+    if os.environ.get("FASTGNN_TUNE_CACHE", "1") == "0":
+        return None
+    root = os.environ.get("FASTGNN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "fastgnn")
+    return os.path.join(root, "tuning.json")
+
+
+def _load_disk() -> None:
+    global _loaded_disk
+    _loaded_disk = True
+    path = cache_path()
+    if path and os.path.exists(path):
+        try:
+            with open(path) as f:
+                stored = json.load(f)
+            _memory.update({k: v for k, v in stored.items() if k not in _memory})
+        except (OSError, ValueError):
+            pass  # a damaged cache only costs a re-tune
+
+
+def _store_disk() -> None:
+    path = cache_path()
+    if not path:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(_memory, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # read-only home: keep the choice in memory
+
+
+def device_name(device: torch.device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device).replace(" ", "_")
+    return f"cpu{torch.get_num_threads()}"
+
+
+def make_key(op: str, graph, width: int, dtype: torch.dtype, device) -> str:
+    signature = "x".join(str(v) for v in graph.signature())
+    return f"{op}|{signature}|{width}|{str(dtype).replace('torch.', '')}|{device_name(device)}"
+
+
+def _cannot_time(device: torch.device) -> bool:
+    compiling = getattr(torch.compiler, "is_compiling", None)
+    if compiling is not None and compiling():
+        return True
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def time_once(fn: Callable[[], object], device: torch.device) -> float:
+    """Milliseconds of one run of ``fn`` (device time on CUDA)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def measure(fn: Callable[[], object], device: torch.device, warmup: int = WARMUP,
+            repeats: int = REPEATS) -> float:
+    """Median milliseconds of ``fn`` over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = sorted(time_once(fn, device) for _ in range(repeats))
+    return times[len(times) // 2]
+
+
+def choose(op: str, graph, width: int, dtype: torch.dtype, device,
+           candidates: Mapping[str, Callable[[], object]], default: str) -> str:
+    """The name of the fastest candidate for this key (timed on first use)."""
+    if default not in candidates:
+        raise ValueError(f"default {default!r} is not among the candidates {list(candidates)}")
+    if not enabled() or len(candidates) == 1:
+        return default
+    device = torch.device(device)
+    key = make_key(op, graph, width, dtype, device)
+    with _lock:
+        if not _loaded_disk:
+            _load_disk()
+        cached = _memory.get(key)
+    if cached in candidates:
+        return cached
+    if _cannot_time(device):
+        return default
+    timings = {}
+    for name, fn in candidates.items():
+        try:
+            timings[name] = measure(fn, device)
+        except (RuntimeError, ValueError):
+            continue  # a candidate that cannot run this shape is simply not chosen
+    best = min(timings, key=timings.get) if timings else default
+    with _lock:
+        _memory[key] = best
+        _store_disk()
+    return best
+
+
+def clear(memory: bool = True, disk: bool = False) -> None:
+    """Forgets tuned choices (for tests and after hardware changes)."""
+    global _loaded_disk
+    with _lock:
+        if memory:
+            _memory.clear()
+            _loaded_disk = False
+        path = cache_path()
+        if disk and path and os.path.exists(path):
+            os.remove(path)

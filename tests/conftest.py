@@ -1,0 +1,72 @@
+"""Shared fixtures: devices, random graphs with the awkward cases, real datasets."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastgnn
+from fastgnn import datasets
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def devices():
+    """CPU always; CUDA (marked gpu) when present."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def random_edge_index(num_src: int, num_dst: int, num_edges: int, *, seed: int = 0,
+                      hub: bool = True, self_loops: bool = True, duplicates: bool = True,
+                      isolated: bool = True, device="cpu") -> torch.Tensor:
+    """Random edges with the cases kernels get wrong: a hub destination, self-loops,
+    duplicate edges, and destinations/sources with no edges at all."""
+    gen = torch.Generator().manual_seed(seed)
+    hi_src = max(1, num_src - 2) if isolated else num_src  # last sources never send
+    hi_dst = max(1, num_dst - 3) if isolated else num_dst  # last destinations never receive
+    src = torch.randint(0, hi_src, (num_edges,), generator=gen)
+    dst = torch.randint(0, hi_dst, (num_edges,), generator=gen)
+    parts_src, parts_dst = [src], [dst]
+    if hub:  # destination 0 receives from many sources
+        k = max(1, min(num_src, num_edges // 3))
+        parts_src.append(torch.randint(0, hi_src, (k,), generator=gen))
+        parts_dst.append(torch.zeros(k, dtype=torch.long))
+    if self_loops and num_src == num_dst:
+        loops = torch.arange(0, min(hi_src, hi_dst), 3)
+        parts_src.append(loops)
+        parts_dst.append(loops)
+    if duplicates:
+        parts_src.append(src[: num_edges // 10])
+        parts_dst.append(dst[: num_edges // 10])
+    src, dst = torch.cat(parts_src), torch.cat(parts_dst)
+    perm = torch.randperm(src.numel(), generator=gen)
+    return torch.stack([src[perm], dst[perm]]).to(device)
+
+
+def random_graph(num_nodes=60, num_edges=300, *, num_dst=None, seed=0, device="cpu", **kw):
+    num_dst = num_nodes if num_dst is None else num_dst
+    ei = random_edge_index(num_nodes, num_dst, num_edges, seed=seed, device=device, **kw)
+    if num_dst == num_nodes:
+        return fastgnn.Graph.from_edge_index(ei, num_nodes=num_nodes), ei
+    return fastgnn.Graph.from_edge_index(ei, num_src_nodes=num_nodes, num_dst_nodes=num_dst), ei
+
+
+@pytest.fixture(params=["homogeneous", "bipartite"])
+def graph_case(request):
+    """(graph, edge_index) on CPU: homogeneous with every awkward case, or a bipartite block."""
+    if request.param == "homogeneous":
+        return random_graph(60, 400, seed=1)
+    return random_graph(50, 400, num_dst=30, seed=2)
+
+
+def load_dataset(name: str) -> datasets.GraphData:
+    try:
+        return datasets.load(name)
+    except datasets.DatasetUnavailable as exc:
+        pytest.skip(f"dataset {name} unavailable: {exc}")
