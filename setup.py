@@ -39,7 +39,7 @@ def _extension():
     with_cuda = _want_cuda()
     sources = _sources("csrc/*.cpp") + _sources("csrc/cpu/*.cpp")
     openmp = ["-fopenmp"] if sys.platform != "darwin" else []
-    cxx_flags = ["-O3", "-std=c++17"] + openmp
+    cxx_flags = ["-O3"] + openmp  # the C++ standard comes from torch.utils.cpp_extension
     define_macros = []
     kwargs = {}
     if with_cuda:
@@ -48,7 +48,7 @@ def _extension():
         define_macros += [("FASTGNN_WITH_CUDA", None), ("FASTGNN_CUDA_ARCHS", f'"{archs or "auto"}"')]
         kwargs["extra_compile_args"] = {
             "cxx": cxx_flags,
-            "nvcc": ["-O3", "-std=c++17", "--use_fast_math", "-lineinfo", "--expt-relaxed-constexpr"],
+            "nvcc": ["-O3", "--use_fast_math", "-lineinfo", "--expt-relaxed-constexpr"],
         }
         kwargs["libraries"] = ["cusparse"]
         make = CUDAExtension
