@@ -1,0 +1,44 @@
+"""Every op in torch.ops.fastgnn has a CPU kernel, a fake kernel and (torch >= 2.4) autograd,
+so that torch.compile and opcheck work for each of them."""
+import pytest
+import torch
+
+import fastgnn  # noqa: F401  (registers fake kernels and autograd)
+from fastgnn import _native
+
+pytestmark = pytest.mark.skipif(not _native.available, reason="native extension not built")
+
+# Ops that take no tensors (cache management) have nothing to fake or differentiate.
+TENSORLESS = {"release_graph_cache", "graph_cache_size"}
+
+
+def fastgnn_ops():
+    return sorted(name for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("fastgnn::") and name.split("::")[1] not in TENSORLESS)
+
+
+def test_there_are_ops():
+    assert "fastgnn::spmm" in fastgnn_ops()
+
+
+@pytest.mark.parametrize("qualname", fastgnn_ops())
+def test_op_has_cpu_kernel(qualname):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CPU")
+
+
+@pytest.mark.parametrize("qualname", fastgnn_ops())
+def test_op_has_cuda_kernel_when_built_with_cuda(qualname):
+    if not _native.cuda_built:
+        pytest.skip("CPU-only build")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CUDA")
+
+
+@pytest.mark.parametrize("qualname", fastgnn_ops())
+def test_op_has_fake_and_autograd(qualname):
+    registry = pytest.importorskip("torch._library.simple_registry")
+    entry = registry.singleton.find(qualname)
+    assert entry.fake_impl.kernel is not None, f"{qualname} has no fake kernel"
+    if hasattr(torch.library, "register_autograd"):
+        has_autograd = torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Autograd") or \
+            torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "AutogradCPU")
+        assert has_autograd, f"{qualname} has no autograd registration"

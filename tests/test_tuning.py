@@ -1,0 +1,85 @@
+"""The shared tuner: picks the fastest candidate once per key, caches in memory and on disk."""
+import json
+import time
+
+import pytest
+import torch
+
+import fastgnn
+from fastgnn import tuning
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTGNN_CACHE_DIR", str(tmp_path))
+    tuning.clear()
+    yield tmp_path
+    tuning.clear()
+
+
+@pytest.fixture
+def graph():
+    return fastgnn.Graph.from_edge_index(torch.randint(0, 50, (2, 300)), num_nodes=50)
+
+
+def candidates(calls):
+    def slow():
+        calls.append("slow")
+        time.sleep(0.004)
+
+    def fast():
+        calls.append("fast")
+
+    return {"slow": slow, "fast": fast}
+
+
+def test_picks_fastest_and_remembers(fresh_cache, graph):
+    calls = []
+    cpu = torch.device("cpu")
+    assert tuning.choose("op", graph, 64, torch.float32, cpu, candidates(calls), "slow") == "fast"
+    timed = len(calls)
+    assert timed > 0
+    assert tuning.choose("op", graph, 64, torch.float32, cpu, candidates(calls), "slow") == "fast"
+    assert len(calls) == timed  # no second timing
+    stored = json.loads((fresh_cache / "tuning.json").read_text())
+    assert list(stored.values()) == ["fast"]
+    tuning.clear()  # memory gone, disk stays
+    assert tuning.choose("op", graph, 64, torch.float32, cpu, candidates(calls), "slow") == "fast"
+    assert len(calls) == timed
+
+
+def test_keys_separate_width_dtype_and_op(fresh_cache, graph):
+    cpu = torch.device("cpu")
+    keys = {tuning.make_key("op", graph, 64, torch.float32, cpu),
+            tuning.make_key("op", graph, 32, torch.float32, cpu),
+            tuning.make_key("op", graph, 64, torch.float16, cpu),
+            tuning.make_key("op2", graph, 64, torch.float32, cpu)}
+    assert len(keys) == 4
+
+
+def test_disabled_tuning_returns_default(fresh_cache, graph, monkeypatch):
+    monkeypatch.setenv("FASTGNN_TUNE", "0")
+    calls = []
+    assert tuning.choose("op", graph, 8, torch.float32, "cpu", candidates(calls), "slow") == "slow"
+    assert calls == []
+
+
+def test_memory_only_cache(fresh_cache, graph, monkeypatch):
+    monkeypatch.setenv("FASTGNN_TUNE_CACHE", "0")
+    tuning.choose("op", graph, 8, torch.float32, "cpu", candidates([]), "slow")
+    assert not (fresh_cache / "tuning.json").exists()
+
+
+def test_failing_candidate_is_skipped(fresh_cache, graph):
+    def broken():
+        raise RuntimeError("cannot run this shape")
+
+    choice = tuning.choose("op", graph, 8, torch.float32, "cpu",
+                           {"broken": broken, "ok": lambda: None}, "broken")
+    assert choice == "ok"
+    with pytest.raises(ValueError, match="default"):
+        tuning.choose("op", graph, 8, torch.float32, "cpu", {"ok": lambda: None}, "missing")
+
+
+def test_measure_returns_median_ms():
+    assert tuning.measure(lambda: time.sleep(0.002), torch.device("cpu"), repeats=3) >= 1.5
