@@ -34,7 +34,7 @@ step() {  # step NAME LOGFILE COMMAND...: runs, times and records one step
   echo "# fastgnn GPU check"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "- commit: ${FASTGNN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   echo "- python: $(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)')"
   echo "- nvcc: $(nvcc --version | tail -1)"
