@@ -193,3 +193,27 @@ def test_from_csr_rejects_bad_input():
                                                                      device="meta"))
     with pytest.raises(TypeError, match="indptr must have an integer dtype"):
         fastgnn.Graph.from_csr(torch.tensor([0.0, 2.0]), indices)
+
+
+class FakeDGLBlock:
+    """The part of DGLGraph's API that Graph.from_dgl uses (DGL is tested in its own env)."""
+
+    def __init__(self, src, dst, num_src, num_dst):
+        self._src, self._dst, self._num_src, self._num_dst = src, dst, num_src, num_dst
+
+    def edges(self, order="eid"):
+        assert order == "eid"
+        return self._src, self._dst
+
+    def num_src_nodes(self):
+        return self._num_src
+
+    def num_dst_nodes(self):
+        return self._num_dst
+
+
+def test_from_dgl_keeps_dgl_edge_order():
+    src, dst = torch.tensor([3, 0, 1]), torch.tensor([1, 0, 1])
+    g = fastgnn.Graph.from_dgl(FakeDGLBlock(src, dst, 4, 2))
+    assert g.num_src_nodes == 4 and g.num_dst_nodes == 2
+    assert torch.equal(g.col.long(), src[g.edge_perm]) and torch.equal(g.row.long(), dst[g.edge_perm])
