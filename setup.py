@@ -6,6 +6,8 @@ TORCH_CUDA_ARCH_LIST and MAX_JOBS are honoured by torch.utils.cpp_extension.
 """
 import glob
 import os
+import re
+import subprocess
 import sys
 
 from setuptools import setup
@@ -20,15 +22,36 @@ except ImportError:  # pragma: no cover - the message is the point
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+def _nvcc_major():
+    try:
+        out = subprocess.run([os.path.join(CUDA_HOME, "bin", "nvcc"), "--version"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError, TypeError):
+        return None
+    found = re.search(r"release (\d+)\.", out)
+    return int(found.group(1)) if found else None
+
+
 def _want_cuda() -> bool:
     flag = os.environ.get("FASTGNN_CUDA", "").strip()
-    available = torch.version.cuda is not None and CUDA_HOME is not None
     if flag == "0":
         return False
-    if flag == "1" and not available:
-        sys.exit(f"FASTGNN_CUDA=1 but no CUDA toolchain: torch.version.cuda={torch.version.cuda}, "
-                 f"CUDA_HOME={CUDA_HOME}")
-    return available
+    nvcc = _nvcc_major() if CUDA_HOME else None
+    torch_major = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    problem = None
+    if torch_major is None:
+        problem = f"torch {torch.__version__} has no CUDA"
+    elif nvcc is None:
+        problem = f"no nvcc found (CUDA_HOME={CUDA_HOME})"
+    elif nvcc != torch_major:
+        problem = f"nvcc is CUDA {nvcc} but torch was built with CUDA {torch.version.cuda}"
+    if problem is None:
+        return True
+    if flag == "1":
+        sys.exit(f"FASTGNN_CUDA=1 but the CUDA toolchain is unusable: {problem}")
+    if torch_major is not None:
+        print(f"fastgnn: building CPU-only because {problem}", file=sys.stderr)
+    return False
 
 
 def _sources(pattern: str) -> list:
