@@ -7,6 +7,8 @@
 
 #include <torch/library.h>
 
+#include <vector>
+
 namespace fastgnn {
 namespace cpu {
 namespace {
@@ -70,21 +72,44 @@ FASTGNN_ALWAYS_INLINE void gather_tail(const Gather<scalar_t, index_t>& g, index
   for (int64_t k = 0; k < count; ++k) out_row[f0 + k] = scalar_t(acc[k]);
 }
 
+// One output row, edges [begin, end) of g, tile by tile.
+template <Weights kWeights, typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void gather_row(const Gather<scalar_t, index_t>& g, index_t begin,
+                                      index_t end, scalar_t* out_row) {
+  constexpr int64_t kLanes = AccVec<scalar_t>::kLanes;
+  const int64_t width = g.width;
+  int64_t f = 0;
+  for (; f + 8 * kLanes <= width; f += 8 * kLanes)
+    gather_tile<8, kWeights>(g, begin, end, f, out_row);
+  if (width - f >= 4 * kLanes) { gather_tile<4, kWeights>(g, begin, end, f, out_row); f += 4 * kLanes; }
+  if (width - f >= 2 * kLanes) { gather_tile<2, kWeights>(g, begin, end, f, out_row); f += 2 * kLanes; }
+  if (width - f >= kLanes) { gather_tile<1, kWeights>(g, begin, end, f, out_row); f += kLanes; }
+  if (f < width) gather_tail<kWeights>(g, begin, end, f, width - f, out_row);
+}
+
 template <Weights kWeights, typename scalar_t, typename index_t>
 FASTGNN_ALWAYS_INLINE void gather_rows(const Gather<scalar_t, index_t>& g, int64_t row_begin,
                                        int64_t row_end) {
-  constexpr int64_t kLanes = AccVec<scalar_t>::kLanes;
-  const int64_t width = g.width;
+  using acc_t = acc_type<scalar_t>;
+  constexpr int64_t kTileWidth = 8 * AccVec<scalar_t>::kLanes;
   for (int64_t i = row_begin; i < row_end; ++i) {
     const index_t begin = g.rowptr[i], end = g.rowptr[i + 1];
-    scalar_t* out_row = g.out + i * width;
-    int64_t f = 0;
-    for (; f + 8 * kLanes <= width; f += 8 * kLanes)
-      gather_tile<8, kWeights>(g, begin, end, f, out_row);
-    if (width - f >= 4 * kLanes) { gather_tile<4, kWeights>(g, begin, end, f, out_row); f += 4 * kLanes; }
-    if (width - f >= 2 * kLanes) { gather_tile<2, kWeights>(g, begin, end, f, out_row); f += 2 * kLanes; }
-    if (width - f >= kLanes) { gather_tile<1, kWeights>(g, begin, end, f, out_row); f += kLanes; }
-    if (f < width) gather_tail<kWeights>(g, begin, end, f, width - f, out_row);
+    scalar_t* out_row = g.out + i * g.width;
+    if constexpr (kWeights == Weights::kPermuted) {
+      if (g.width > kTileWidth) {
+        // Several tiles would each fetch value[perm[e]] at random: fetch the row's weights
+        // once into a per-thread buffer and walk the row with direct weights.
+        static thread_local std::vector<acc_t> row_weights;
+        const int64_t degree = int64_t(end - begin);
+        if (int64_t(row_weights.size()) < degree) row_weights.resize(degree);
+        for (index_t e = begin; e < end; ++e) row_weights[e - begin] = g.value[g.value_perm[e]];
+        const Gather<scalar_t, index_t> row{nullptr, g.col + begin, row_weights.data(),
+                                            nullptr, g.x, g.out, g.width};
+        gather_row<Weights::kDirect>(row, index_t(0), index_t(degree), out_row);
+        continue;
+      }
+    }
+    gather_row<kWeights>(g, begin, end, out_row);
   }
 }
 
@@ -204,17 +229,10 @@ at::Tensor spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       Gather<scalar_t, index_t> g{rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), vptr,
                                   nullptr, xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
                                   width};
-      at::Tensor t_value;
       if (use_cached_t) {
         g.rowptr = t_rowptr->data_ptr<index_t>();
         g.col = t_col->data_ptr<index_t>();
-        if (vptr && width > 8 * AccVec<scalar_t>::kLanes) {
-          // Several feature tiles would each re-read value[perm[e]] at random: permute once.
-          t_value = vc.index_select(0, *t_perm);
-          g.value = t_value.data_ptr<acc_t>();
-        } else if (vptr) {
-          g.value_perm = t_perm->data_ptr<index_t>();
-        }
+        g.value_perm = vptr ? t_perm->data_ptr<index_t>() : nullptr;
       }
       run_gather(g, num_out);
     });
