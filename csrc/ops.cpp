@@ -7,6 +7,8 @@
 // in CSR order. Launch choices picked by the tuner arrive as plain ints.
 #include <torch/library.h>
 
+#include "graph_cache.h"
+
 TORCH_LIBRARY(fastgnn, m) {
   // ---- SpMM family -------------------------------------------------------------------------
   // out = A x with A[i, col[e]] = value[e] for e in row i (value 1 when absent), or, with
@@ -14,10 +16,18 @@ TORCH_LIBRARY(fastgnn, m) {
   // structure (t_perm maps a transposed edge to its CSR position); without them a transposed
   // product uses the device's fallback. num_out is the number of output rows. graph_key names
   // the owning fastgnn.Graph for per-graph device caches (0: none); algo is the tuner's pick.
+  // algo: bits 0-7 pick this call's kernel (0-3 ours, 16-19 cuSPARSE; see
+  // fastgnn/ops/spmm.py ALGOS), bits 8-15 carry the backward's pick for the autograd formula.
   m.def("spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor? t_rowptr, "
         "Tensor? t_col, Tensor? t_perm, int num_out, bool transpose, int graph_key, int algo) "
         "-> Tensor");
   // out[e] = <a[row(e)], b[col(e)]> in float32: the edge-weight gradient of spmm, without an
   // E x D intermediate.
   m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor b) -> Tensor");
+
+  // ---- per-graph native caches (catch-all kernels, no tensors) ---------------------------------
+  // Frees every cached entry (descriptors, workspaces) of a graph; called when a Graph is freed.
+  m.def("release_graph_cache(int graph_key) -> ()", &fastgnn::release_graph_cache);
+  // Number of live cache entries over all graphs (for tests and diagnostics).
+  m.def("graph_cache_size() -> int", &fastgnn::graph_cache_size);
 }

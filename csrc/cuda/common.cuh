@@ -46,6 +46,37 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+// N consecutive scalars moved as one aligned vector access (callers check the alignment).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Packet {
+  T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void load_packet(const T* p, typename Scalar<T>::acc (&out)[N]) {
+  const Packet<T, N> packet = *reinterpret_cast<const Packet<T, N>*>(p);
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = Scalar<T>::load(packet.v[k]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_packet(T* p, const typename Scalar<T>::acc (&in)[N]) {
+  Packet<T, N> packet;
+#pragma unroll
+  for (int k = 0; k < N; ++k) packet.v[k] = Scalar<T>::store(in[k]);
+  *reinterpret_cast<Packet<T, N>*>(p) = packet;
+}
+
+// The widest packet (4, 2 or 1 scalars) that divides the width and keeps every row of both
+// buffers aligned.
+inline int packet_size(int64_t width, int64_t scalar_bytes, const void* a, const void* b) {
+  for (int n : {4, 2}) {
+    const auto bytes = uintptr_t(n * scalar_bytes);
+    if (width % n == 0 && uintptr_t(a) % bytes == 0 && uintptr_t(b) % bytes == 0) return n;
+  }
+  return 1;
+}
+
 inline void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)

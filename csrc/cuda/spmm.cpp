@@ -1,12 +1,18 @@
-// Torch-facing glue of the CUDA SpMM family: checks, stream, allocation, kernel choice.
+// Torch-facing glue of the CUDA SpMM family: checks, stream, allocation, and the dispatch of
+// the tuner's algo (ours: 0-3, cuSPARSE: 16-19) to a kernel.
 #include <torch/library.h>
 
 #include "cuda/glue.h"
+#include "cuda/spmm_cusparse.h"
 #include "cuda/spmm_kernels.h"
 
 namespace fastgnn {
 namespace cuda {
 namespace {
+
+constexpr int64_t kFirstCusparseAlgo = 16;
+constexpr int64_t kLastCusparseAlgo = 19;
+constexpr int64_t kOwnAlgoMask = 0xff;  // higher bits carry the backward's choice
 
 const void* optional_ptr(const c10::optional<at::Tensor>& t) {
   return t.has_value() ? t->data_ptr() : nullptr;
@@ -17,29 +23,53 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const c10::optional<at::Tensor>& t_rowptr,
                      const c10::optional<at::Tensor>& t_col,
                      const c10::optional<at::Tensor>& t_perm, int64_t num_out, bool transpose,
-                     int64_t /*graph_key*/, int64_t /*algo*/) {
+                     int64_t graph_key, int64_t algo_bits) {
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "spmm");
-  TORCH_CHECK(x.dim() == 2, "spmm: x must be 2-D");
+  TORCH_CHECK(x.dim() == 2, "spmm: x must be 2-D, got ", x.dim(), " dims");
+  TORCH_CHECK(x.is_cuda() && x.device() == col.device(), "spmm: x must be on the graph's GPU");
+  TORCH_CHECK(!transpose || x.size(0) == csr.rows, "spmm: the transposed product needs x with ",
+              csr.rows, " rows, got ", x.size(0));
+  TORCH_CHECK(transpose || num_out == csr.rows, "spmm: num_out must equal the CSR rows");
   if (value.has_value())
     TORCH_CHECK(value->scalar_type() == acc_type(x) && value->numel() == csr.nnz &&
-                    value->is_contiguous() && value->is_cuda(),
-                "spmm: value must be a contiguous float32 (float64 for float64 x) GPU tensor "
-                "with one entry per edge");
+                    value->is_contiguous() && value->device() == x.device(),
+                "spmm: value must be a contiguous float32 (float64 for float64 x) tensor on "
+                "the graph's GPU with one entry per edge");
+  const bool cached_t = transpose && t_rowptr.has_value() && t_col.has_value() &&
+                        t_perm.has_value();
+  const int64_t algo = algo_bits & kOwnAlgoMask;
+  const bool use_cusparse = algo >= kFirstCusparseAlgo && algo <= kLastCusparseAlgo;
+  TORCH_CHECK(use_cusparse || algo <= int64_t(CsrKernel::kBlock), "spmm: unknown algo ", algo);
   auto xc = x.contiguous();
   const int64_t width = x.size(1);
-  if (!transpose) {
-    auto out = at::empty({num_out, width}, x.options());
-    spmm_csr(float_type(x), csr, optional_ptr(value), nullptr, xc.data_ptr(), out.data_ptr(),
-             width, stream());
+  auto out = at::empty({num_out, width}, x.options());
+  if (num_out == 0 || width == 0) return out;
+  if (csr.nnz == 0 || x.size(0) == 0) return out.zero_();
+
+  if (use_cusparse) {
+    const int cusparse_algo = int(algo - kFirstCusparseAlgo);
+    const at::Tensor values = value.has_value() ? *value : at::Tensor();
+    if (!transpose) {
+      cusparse_spmm(rowptr, col, values, xc, out, x.size(0), SparseOperand::kForward, graph_key,
+                    cusparse_algo);
+    } else if (cached_t) {
+      const at::Tensor t_values = values.defined() ? values.index_select(0, *t_perm) : values;
+      cusparse_spmm(*t_rowptr, *t_col, t_values, xc, out, x.size(0),
+                    SparseOperand::kCachedTranspose, graph_key, cusparse_algo);
+    } else {
+      cusparse_spmm(rowptr, col, values, xc, out, num_out, SparseOperand::kForwardTransposed,
+                    graph_key, cusparse_algo);
+    }
     return out;
   }
-  TORCH_CHECK(x.size(0) == csr.rows, "spmm: x rows mismatch for the transposed product");
-  if (t_rowptr.has_value() && t_col.has_value() && t_perm.has_value()) {
-    const CsrView t_csr = csr_view(*t_rowptr, *t_col, "spmm");
-    auto out = at::empty({num_out, width}, x.options());
-    spmm_csr(float_type(x), t_csr, optional_ptr(value), t_perm->data_ptr(), xc.data_ptr(),
-             out.data_ptr(), width, stream());
+
+  const auto kernel = static_cast<CsrKernel>(algo);
+  if (!transpose || cached_t) {
+    const CsrView walk = cached_t ? csr_view(*t_rowptr, *t_col, "spmm") : csr;
+    TORCH_CHECK(walk.rows == num_out, "spmm: the cached transpose does not match num_out");
+    spmm_csr(float_type(x), walk, optional_ptr(value), cached_t ? t_perm->data_ptr() : nullptr,
+             xc.data_ptr(), out.data_ptr(), width, kernel, stream());
     return out;
   }
   at::globalContext().alertNotDeterministic(
@@ -47,7 +77,7 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   auto acc = at::zeros({num_out, width}, x.options().dtype(acc_type(x)));
   spmm_csr_transposed_atomic(float_type(x), csr, optional_ptr(value), xc.data_ptr(),
                              acc.data_ptr(), width, stream());
-  return acc.to(x.scalar_type());
+  return acc.scalar_type() == x.scalar_type() ? acc : acc.to(x.scalar_type());
 }
 
 at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& a,

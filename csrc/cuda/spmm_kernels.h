@@ -8,11 +8,19 @@
 namespace fastgnn {
 namespace cuda {
 
+// Our CSR kernels (the low values of the op's algo int; cuSPARSE takes the others).
+enum class CsrKernel : int {
+  kAuto = 0,     // rows per warp picked from the feature width
+  kWarp = 1,     // one warp per row, lanes over the features with vector loads
+  kSubWarp = 2,  // a group of 4-16 lanes per row, several rows per warp (narrow features)
+  kBlock = 3,    // one block per row, its warps split the edges (very heavy rows)
+};
+
 // out[i] = sum_e value[vidx(e)] * x[col[e]] over row i of csr; vidx(e) = value_perm[e] when
 // value_perm is set (a transposed CSR walking forward-order values), else e. value may be null
-// (all ones); it is float, or double for double features.
+// (all ones); it is float, or double for double features. Deterministic for every kernel.
 void spmm_csr(FloatType type, CsrView csr, const void* value, const void* value_perm,
-              const void* x, void* out, int64_t width, cudaStream_t stream);
+              const void* x, void* out, int64_t width, CsrKernel kernel, cudaStream_t stream);
 
 // acc[col[e]] += value[e] * x[row(e)] with atomics into a float/double accumulator of
 // [num_out, width]: A^T x without a transposed CSR (non-deterministic summation order).

@@ -10,8 +10,8 @@ from typing import Optional
 
 import torch
 
-from fastgnn import _library, _native, _validate, backends, reference
-from fastgnn.graph import NORMS, Graph
+from fastgnn import _library, _native, _validate, backends, reference, tuning
+from fastgnn.graph import NORMS, Graph, add_release_hook
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
 REDUCES = ("sum", "mean")
@@ -58,12 +58,71 @@ def csr_values(g: Graph, dtype: torch.dtype, norm: str, reduce: str,
     return value
 
 
+# ---- CUDA algorithm choice ---------------------------------------------------------------------
+# The op's ``algo`` int: bits 0-7 pick the kernel of this call, bits 8-15 the kernel of its
+# backward (read by the autograd formula below). CPU ignores it (one kernel).
+ALGOS = {
+    "csr_auto": 0,          # our CSR kernel, variant picked from the feature width
+    "csr_warp": 1,          # one warp per row, vector loads over the features
+    "csr_subwarp": 2,       # several rows per warp (narrow features)
+    "csr_block": 3,         # one block per row, edges split across its warps (heavy rows)
+    "cusparse_default": 16,  # cusparseSpMM, CUSPARSE_SPMM_ALG_DEFAULT
+    "cusparse_alg1": 17,    # CUSPARSE_SPMM_CSR_ALG1
+    "cusparse_alg2": 18,    # CUSPARSE_SPMM_CSR_ALG2
+    "cusparse_alg3": 19,    # CUSPARSE_SPMM_CSR_ALG3
+}
+_BACKWARD_SHIFT = 8
+_CUSPARSE_MIN_WIDTH = 32  # below it our kernels are the untuned default
+
+
+def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
+    """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key."""
+    width = x.shape[1]
+    default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH else "csr_auto"
+    candidates = {name: (lambda code=code: run(code)) for name, code in ALGOS.items()}
+    with torch.no_grad():
+        name = tuning.choose(op, g, width, x.dtype, x.device, candidates, default)
+    return ALGOS[name]
+
+
+def _cuda_algos(g: Graph, value, flat: torch.Tensor, transposed, backward: bool) -> int:
+    spmm_op = torch.ops.fastgnn.spmm
+    rowptr, col, key = g.rowptr, g.col, g.key
+    forward = _choose_algo("spmm_fwd", g, flat, lambda algo: spmm_op(
+        rowptr, col, value, flat, None, None, None, g.num_dst_nodes, False, key, algo))
+    if not backward:
+        return forward
+    probe = flat.new_ones((g.num_dst_nodes, flat.shape[1]))
+    op = "spmm_bwd" if transposed[0] is not None else "spmm_bwd_optranspose"
+    grad_algo = _choose_algo(op, g, flat, lambda algo: spmm_op(
+        rowptr, col, value, probe, *transposed, g.num_src_nodes, True, key, algo))
+    return forward | grad_algo << _BACKWARD_SHIFT
+
+
+def _transpose_for_backward(g: Graph, x: torch.Tensor):
+    """The transposed CSR the backward walks, or Nones for the device's transposed product.
+
+    Without a cached transpose CUDA uses cuSPARSE's transposed operation, which may sum in a
+    varying order; under ``torch.use_deterministic_algorithms(True)`` the transpose is built
+    for the call instead.
+    """
+    if not wants_grad(x):
+        return None, None, None
+    if g.cache_transpose or (x.is_cuda and torch.are_deterministic_algorithms_enabled()):
+        return g.transpose()
+    return None, None, None
+
+
 def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
                  edge_values) -> torch.Tensor:
     value = csr_values(g, x.dtype, norm, reduce, edge_weight, edge_values)
     flat = x.reshape(x.shape[0], -1)
-    transposed = g.transpose() if wants_grad(x) and g.cache_transpose else (None, None, None)
-    out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key, 0)
+    transposed = _transpose_for_backward(g, x)
+    algo = 0
+    if flat.is_cuda:
+        detached = None if value is None else value.detach()
+        algo = _cuda_algos(g, detached, flat.detach(), transposed, wants_grad(x))
+    out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key, algo)
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
@@ -79,7 +138,7 @@ def _spmm_backward(ctx, grad):
     grad_x = grad_value = None
     if ctx.needs_input_grad[3]:
         grad_x = _spmm(rowptr, col, value, grad.contiguous(), t_rowptr, t_col, t_perm, x.shape[0],
-                       not ctx.transpose, ctx.key, ctx.algo)
+                       not ctx.transpose, ctx.key, ctx.algo >> _BACKWARD_SHIFT)
     if value is not None and ctx.needs_input_grad[2]:
         dst_side, src_side = (x, grad) if ctx.transpose else (grad, x)
         grad_value = _sddmm(rowptr, col, dst_side.contiguous(), src_side)
@@ -115,5 +174,8 @@ if _native.has_op("spmm"):
     _spmm = _library.register_autograd("spmm", _spmm_backward, _spmm_setup)
     _sddmm = _library.register_autograd("sddmm", _sddmm_backward, _sddmm_setup)
     backends.register("spmm", "native", _native.devices(), _native_spmm, priority=10)
+
+if _native.has_op("release_graph_cache"):
+    add_release_hook(torch.ops.fastgnn.release_graph_cache)  # a freed Graph frees its cuSPARSE state
 
 backends.register("spmm", "reference", ("cpu", "cuda"), reference.spmm, priority=-10)
