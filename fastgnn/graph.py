@@ -72,18 +72,26 @@ class Graph:
     @classmethod
     def from_edge_index(cls, edge_index: torch.Tensor, num_nodes: Optional[int] = None, *,
                         num_src_nodes: Optional[int] = None, num_dst_nodes: Optional[int] = None,
-                        cache_transpose: bool = True) -> "Graph":
+                        cache_transpose: bool = True,
+                        index_dtype: Optional[torch.dtype] = None) -> "Graph":
         """From a ``[2, E]`` integer tensor (row 0 sources, row 1 destinations).
 
         Give ``num_nodes`` for a homogeneous graph (default: largest index + 1), or
-        ``num_src_nodes`` and ``num_dst_nodes`` for a bipartite block.
+        ``num_src_nodes`` and ``num_dst_nodes`` for a bipartite block. ``index_dtype``
+        (int32 or int64) overrides the narrowest dtype that fits, e.g. to test int64 kernels.
         """
         _validate.edge_index(edge_index)
         num_src, num_dst = _validate.node_counts(edge_index, num_nodes, num_src_nodes,
                                                  num_dst_nodes)
         src, dst = edge_index[0], edge_index[1]
         num_edges = src.numel()
-        index_dtype = _index_dtype(num_edges, max(num_src, num_dst))
+        needed = _index_dtype(num_edges, max(num_src, num_dst))
+        if index_dtype is None:
+            index_dtype = needed
+        elif index_dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"index_dtype must be torch.int32 or torch.int64, got {index_dtype}")
+        elif index_dtype == torch.int32 and needed == torch.int64:
+            raise ValueError("index_dtype=torch.int32 cannot index this many nodes or edges")
         # One sort on the (destination, source) key gives a canonical CSR: neighbours in
         # ascending source order, which the deterministic tie rules of min/max rely on.
         key = dst.to(torch.int64) * max(num_src, 1) + src.to(torch.int64)
