@@ -54,20 +54,30 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
   const bool split = heavy_rows.has_value() && heavy_rows->numel() > 0 &&
                      type != FloatType::kDouble &&
                      x.size(0) <= std::numeric_limits<int32_t>::max();
+  if (split) {
+    // The packed scratch borrows out's memory when it fits (it is dead before the light
+    // kernel writes out), so the forward needs no memory beyond its outputs.
+    check_rows(*heavy_rows, col, "heavy_rows");
+    const int64_t num_heavy = heavy_rows->numel();
+    const int64_t scratch_bytes = num_heavy * width * int64_t(sizeof(unsigned long long));
+    at::Tensor own_scratch;
+    void* scratch = out.data_ptr();
+    if (out.nbytes() < size_t(scratch_bytes)) {
+      own_scratch = at::empty({num_heavy, width}, x.options().dtype(at::kLong));
+      scratch = own_scratch.data_ptr();
+    }
+    minmax_heavy_args(type, csr, heavy_rows->data_ptr(), num_heavy, max_degree, xc.data_ptr(),
+                      arg.data_ptr(), static_cast<unsigned long long*>(scratch), width, is_max,
+                      launch.warps, launch.edges_per_block, stream());
+  }
   const at::Tensor* light = split && light_rows.has_value() ? &*light_rows : nullptr;
   if (light) check_rows(*light, col, "light_rows");
   minmax_light(type, csr, light ? light->data_ptr() : nullptr, light ? light->numel() : csr.rows,
                xc.data_ptr(), out.data_ptr(), arg.data_ptr(), width, is_max, launch.warps,
                stream());
-  if (split) {
-    check_rows(*heavy_rows, col, "heavy_rows");
-    const int64_t num_heavy = heavy_rows->numel();
-    auto packed = at::empty({num_heavy, width}, x.options().dtype(at::kLong));
-    minmax_heavy(type, csr, heavy_rows->data_ptr(), num_heavy, max_degree, xc.data_ptr(),
-                 out.data_ptr(), arg.data_ptr(),
-                 reinterpret_cast<unsigned long long*>(packed.data_ptr()), width, is_max,
-                 launch.warps, launch.edges_per_block, stream());
-  }
+  if (split)
+    minmax_heavy_values(type, csr.index64, heavy_rows->data_ptr(), heavy_rows->numel(),
+                        xc.data_ptr(), arg.data_ptr(), out.data_ptr(), width, stream());
   return {out, arg};
 }
 

@@ -180,27 +180,35 @@ __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
   }
 }
 
-// Coalesced unpack of the heavy rows: arg from the packed word, out re-read from x so the
-// exact input value (sign of zero, NaN payload) comes back.
-template <typename scalar_t, typename index_t, bool kMax>
+// Coalesced unpack of the heavy rows' sources (-1 where a row had no edges).
+template <typename index_t, bool kMax>
 __global__ void minmax_unpack_kernel(const index_t* __restrict__ heavy_rows, int64_t num_heavy,
                                      const unsigned long long* __restrict__ packed,
-                                     const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
                                      index_t* __restrict__ arg, int64_t width) {
   const int64_t total = num_heavy * width;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
        k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = k / width, f = k - h * width;
-    const int64_t at = int64_t(heavy_rows[h]) * width + f;
     const unsigned long long word = packed[k];
-    if (word == packed_identity<kMax>()) {  // a row without edges
-      out[at] = Scalar<scalar_t>::store(0.f);
-      arg[at] = index_t(-1);
-    } else {
-      const int64_t j = packed_source<kMax>(word);
-      out[at] = x[j * width + f];
-      arg[at] = index_t(j);
-    }
+    arg[int64_t(heavy_rows[h]) * width + f] =
+        word == packed_identity<kMax>() ? index_t(-1) : index_t(packed_source<kMax>(word));
+  }
+}
+
+// out of the heavy rows, re-read from x at the winning source: the exact input value (sign
+// of zero, NaN payload), 0 where there is none.
+template <typename scalar_t, typename index_t>
+__global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int64_t num_heavy,
+                                     const index_t* __restrict__ arg,
+                                     const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
+                                     int64_t width) {
+  const int64_t total = num_heavy * width;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = k / width, f = k - h * width;
+    const int64_t at = int64_t(heavy_rows[h]) * width + f;
+    const int64_t j = arg[at];
+    out[at] = j >= 0 ? x[j * width + f] : Scalar<scalar_t>::store(0.f);
   }
 }
 
@@ -287,20 +295,19 @@ void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
   check_launch("minmax_light");
 }
 
-void minmax_heavy(FloatType type, CsrView csr, const void* heavy_rows, int64_t num_heavy,
-                  int64_t max_degree, const void* x, void* out, void* arg,
-                  unsigned long long* packed, int64_t width, bool is_max, int warps,
-                  int edges_per_block, cudaStream_t stream) {
+void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int64_t num_heavy,
+                       int64_t max_degree, const void* x, void* arg,
+                       unsigned long long* packed, int64_t width, bool is_max, int warps,
+                       int edges_per_block, cudaStream_t stream) {
   if (num_heavy == 0 || width == 0) return;
   if (type == FloatType::kDouble)
-    throw std::runtime_error("minmax_heavy: float64 takes the light path");
+    throw std::runtime_error("minmax_heavy_args: float64 takes the light path");
   const int threads = warps * kWarp;
   const int lanes_log2 = log2_lanes(width, threads);
   const int lanes = 1 << lanes_log2;
   const size_t shared = threads > lanes ? lanes * sizeof(unsigned long long) : 0;
   const int64_t chunks = ceil_div(max_degree > 0 ? max_degree : 1, edges_per_block);
   const dim3 grid(unsigned(num_heavy), unsigned(chunks < 65535 ? chunks : 65535));
-  const unsigned unpack_blocks = grid_for(num_heavy * width, 256);
   cudaMemsetAsync(packed, is_max ? 0x00 : 0xff, num_heavy * width * sizeof(unsigned long long),
                   stream);
   dispatch_float(type, [&](auto s) {
@@ -314,14 +321,30 @@ void minmax_heavy(FloatType type, CsrView csr, const void* heavy_rows, int64_t n
           minmax_heavy_kernel<scalar_t, index_t, kMax><<<grid, threads, shared, stream>>>(
               static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col), rows,
               static_cast<const scalar_t*>(x), packed, width, edges_per_block, lanes_log2);
-          minmax_unpack_kernel<scalar_t, index_t, kMax><<<unpack_blocks, 256, 0, stream>>>(
-              rows, num_heavy, packed, static_cast<const scalar_t*>(x),
-              static_cast<scalar_t*>(out), static_cast<index_t*>(arg), width);
+          minmax_unpack_kernel<index_t, kMax>
+              <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+                  rows, num_heavy, packed, static_cast<index_t*>(arg), width);
         });
       });
     }
   });
-  check_launch("minmax_heavy");
+  check_launch("minmax_heavy_args");
+}
+
+void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
+                         int64_t num_heavy, const void* x, const void* arg, void* out,
+                         int64_t width, cudaStream_t stream) {
+  if (num_heavy == 0 || width == 0) return;
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    dispatch_index(index64, [&](auto i) {
+      using index_t = decltype(i);
+      minmax_gather_kernel<scalar_t, index_t><<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+          static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
+          static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), width);
+    });
+  });
+  check_launch("minmax_heavy_values");
 }
 
 void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const void* grad_out,
