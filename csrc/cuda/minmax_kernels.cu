@@ -107,21 +107,42 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
       value[u] = Scalar<scalar_t>::store(acc_t(0));
       source[u] = index_t(-1);
     }
-    for (index_t e = begin; e < end; ++e) {
-      const index_t j = col[e];
-      const scalar_t* xj = x + int64_t(j) * width;
+    // Edges in pairs: both rows' loads are issued before either is compared (more loads in
+    // flight), and the comparisons still run in edge order.
+    auto consider = [&](int u, index_t j, scalar_t v) {
+      const key_t k = order_key<kMax>(Scalar<scalar_t>::load(v));
+      if (better<kMax>(k, key[u])) {
+        key[u] = k;
+        value[u] = v;
+        source[u] = j;
+      }
+    };
+    index_t e = begin;
+    for (; e + 1 < end; e += 2) {
+      const index_t j0 = col[e], j1 = col[e + 1];
+      scalar_t v0[kLightPerLane], v1[kLightPerLane];
 #pragma unroll
       for (int u = 0; u < kLightPerLane; ++u) {
         const int64_t f = f0 + u * lanes;
         if (f < width) {
-          const scalar_t v = xj[f];
-          const key_t k = order_key<kMax>(Scalar<scalar_t>::load(v));
-          if (better<kMax>(k, key[u])) {
-            key[u] = k;
-            value[u] = v;
-            source[u] = j;
-          }
+          v0[u] = x[int64_t(j0) * width + f];
+          v1[u] = x[int64_t(j1) * width + f];
         }
+      }
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u) {
+        if (f0 + u * lanes < width) {
+          consider(u, j0, v0[u]);
+          consider(u, j1, v1[u]);
+        }
+      }
+    }
+    if (e < end) {
+      const index_t j = col[e];
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u) {
+        const int64_t f = f0 + u * lanes;
+        if (f < width) consider(u, j, x[int64_t(j) * width + f]);
       }
     }
 #pragma unroll
