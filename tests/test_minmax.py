@@ -136,6 +136,7 @@ def test_gpu_float64_and_deterministic_backward():
         _check(g, x, reduce)
     x32 = x.float()
     grads = []
+    g.transpose()  # built (and cached) first: Graph.out_degree's bincount alerts on CUDA
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
