@@ -30,4 +30,21 @@ TORCH_LIBRARY(fastgnn, m) {
   m.def("release_graph_cache(int graph_key) -> ()", &fastgnn::release_graph_cache);
   // Number of live cache entries over all graphs (for tests and diagnostics).
   m.def("graph_cache_size() -> int", &fastgnn::graph_cache_size);
+
+  // ---- Min/max aggregation -------------------------------------------------------------------
+  // out[i, f] = min (is_max: max) of x[j, f] over the sources j of row i, with arg[i, f] the
+  // winning source: ties go to the smallest source (col must be ascending within each row),
+  // NaN wins (the first NaN source), rows without edges get out 0 and arg -1. arg has col's
+  // dtype. GPU only: light_rows/heavy_rows split the rows by degree (both absent: every row
+  // takes the light path), max_degree bounds the heavy rows' degree, config packs the tuner's
+  // launch choice (warps per block in bits 0-7, edges per heavy block above; 0: defaults).
+  // t_rowptr/t_col (the transposed CSR) are not read here: they are passed through so that
+  // autograd keeps them for a deterministic GPU backward.
+  m.def("minmax_aggregate(Tensor rowptr, Tensor col, Tensor x, bool is_max, Tensor? light_rows, "
+        "Tensor? heavy_rows, int max_degree, int config, Tensor? t_rowptr, Tensor? t_col) "
+        "-> (Tensor, Tensor)");
+  // grad_x[arg[i, f], f] += grad_out[i, f] (arg -1: nothing), grad_x with num_src rows. With
+  // the transposed CSR the GPU pulls per source (deterministic); without it, it uses atomics.
+  m.def("minmax_aggregate_backward(Tensor arg, Tensor grad_out, int num_src, Tensor? t_rowptr, "
+        "Tensor? t_col) -> Tensor");
 }

@@ -78,7 +78,7 @@ class Graph:
 
         Give ``num_nodes`` for a homogeneous graph (default: largest index + 1), or
         ``num_src_nodes`` and ``num_dst_nodes`` for a bipartite block. ``index_dtype``
-        (torch.int32 or torch.int64) forces the CSR index type; by default int32 while it fits.
+        (int32 or int64) overrides the narrowest dtype that fits, e.g. to test int64 kernels.
         """
         _validate.edge_index(edge_index)
         num_src, num_dst = _validate.node_counts(edge_index, num_nodes, num_src_nodes,
@@ -88,10 +88,10 @@ class Graph:
         needed = _index_dtype(num_edges, max(num_src, num_dst))
         if index_dtype is None:
             index_dtype = needed
-        elif index_dtype not in (torch.int32, torch.int64) or (
-                index_dtype == torch.int32 and needed == torch.int64):
-            raise ValueError(f"index_dtype must be torch.int32 or torch.int64 and hold the "
-                             f"sizes (needs {needed}), got {index_dtype}")
+        elif index_dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"index_dtype must be torch.int32 or torch.int64, got {index_dtype}")
+        elif index_dtype == torch.int32 and needed == torch.int64:
+            raise ValueError("index_dtype=torch.int32 cannot index this many nodes or edges")
         # One sort on the (destination, source) key gives a canonical CSR: neighbours in
         # ascending source order, which the deterministic tie rules of min/max rely on.
         key = dst.to(torch.int64) * max(num_src, 1) + src.to(torch.int64)

@@ -5,6 +5,7 @@ import torch
 
 from fastgnn import _validate, backends, reference
 from fastgnn.graph import Graph
+from fastgnn.ops import minmax
 from fastgnn.ops._common import check_graph
 from fastgnn.ops.spmm import spmm
 
@@ -23,9 +24,8 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     if reduce in ("sum", "mean"):
         return spmm(g, x, reduce=reduce)
     _validate.node_features("x", x, g.num_src_nodes, g.device, "num_src_nodes")
-    impl = backends.select("aggregate_minmax", x.device)
+    impl = backends.select(minmax.OP, x.device)
     return impl.fn(g, x, reduce)
 
 
-backends.register("aggregate_minmax", "reference", ("cpu", "cuda"), reference.aggregate,
-                  priority=-10)
+backends.register(minmax.OP, "reference", ("cpu", "cuda"), reference.aggregate, priority=-10)

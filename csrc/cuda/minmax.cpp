@@ -1,0 +1,124 @@
+// Torch-facing glue of the CUDA min/max aggregation: checks, stream, allocation, path choice.
+#include <torch/library.h>
+
+#include <limits>
+
+#include "cuda/glue.h"
+#include "cuda/minmax_kernels.h"
+
+namespace fastgnn {
+namespace cuda {
+namespace {
+
+constexpr int kDefaultWarps = 4;
+constexpr int kDefaultEdgesPerBlock = 128;
+
+// The tuner's config int: warps per block in bits 0-7, edges per heavy block above.
+struct LaunchConfig {
+  int warps;
+  int edges_per_block;
+};
+
+LaunchConfig decode(int64_t config) {
+  TORCH_CHECK(config >= 0, "minmax_aggregate: config must be non-negative, got ", config);
+  const int64_t warps = config & 0xff, edges = config >> 8;
+  TORCH_CHECK(warps <= 32 && edges <= std::numeric_limits<int>::max(),
+              "minmax_aggregate: config asks for ", warps, " warps and ", edges,
+              " edges per block (at most 32 warps)");
+  return {warps ? int(warps) : kDefaultWarps, edges ? int(edges) : kDefaultEdgesPerBlock};
+}
+
+void check_rows(const at::Tensor& rows, const at::Tensor& col, const char* name) {
+  TORCH_CHECK(rows.is_cuda() && rows.dim() == 1 && rows.is_contiguous() &&
+                  rows.scalar_type() == col.scalar_type(),
+              "minmax_aggregate: ", name, " must be a contiguous 1-D GPU tensor of col's dtype");
+}
+
+std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, bool is_max,
+    const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
+    int64_t max_degree, int64_t config, const c10::optional<at::Tensor>& /*t_rowptr*/,
+    const c10::optional<at::Tensor>& /*t_col*/) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const CsrView csr = csr_view(rowptr, col, "minmax_aggregate");
+  TORCH_CHECK(x.dim() == 2 && x.is_cuda(),
+              "minmax_aggregate: x must be a 2-D [num_src, F] GPU tensor, got ", x.sizes());
+  const LaunchConfig launch = decode(config);
+  const int64_t width = x.size(1);
+  auto xc = x.contiguous();
+  auto out = at::empty({csr.rows, width}, x.options());
+  auto arg = at::empty({csr.rows, width}, x.options().dtype(col.scalar_type()));
+  if (csr.rows == 0 || width == 0) return {out, arg};
+  const FloatType type = float_type(x);
+  // Packed words hold a float32 key and a 32-bit source: other inputs take the light path.
+  const bool split = heavy_rows.has_value() && heavy_rows->numel() > 0 &&
+                     type != FloatType::kDouble &&
+                     x.size(0) <= std::numeric_limits<int32_t>::max();
+  if (split) {
+    // The packed scratch borrows out's memory when it fits (it is dead before the light
+    // kernel writes out), so the forward needs no memory beyond its outputs.
+    check_rows(*heavy_rows, col, "heavy_rows");
+    const int64_t num_heavy = heavy_rows->numel();
+    const int64_t scratch_bytes = num_heavy * width * int64_t(sizeof(unsigned long long));
+    at::Tensor own_scratch;
+    void* scratch = out.data_ptr();
+    if (out.nbytes() < size_t(scratch_bytes)) {
+      own_scratch = at::empty({num_heavy, width}, x.options().dtype(at::kLong));
+      scratch = own_scratch.data_ptr();
+    }
+    minmax_heavy_args(type, csr, heavy_rows->data_ptr(), num_heavy, max_degree, xc.data_ptr(),
+                      arg.data_ptr(), static_cast<unsigned long long*>(scratch), width, is_max,
+                      launch.warps, launch.edges_per_block, stream());
+  }
+  const at::Tensor* light = split && light_rows.has_value() ? &*light_rows : nullptr;
+  if (light) check_rows(*light, col, "light_rows");
+  minmax_light(type, csr, light ? light->data_ptr() : nullptr, light ? light->numel() : csr.rows,
+               xc.data_ptr(), out.data_ptr(), arg.data_ptr(), width, is_max, launch.warps,
+               stream());
+  if (split)
+    minmax_heavy_values(type, csr.index64, heavy_rows->data_ptr(), heavy_rows->numel(),
+                        xc.data_ptr(), arg.data_ptr(), out.data_ptr(), width, stream());
+  return {out, arg};
+}
+
+at::Tensor minmax_aggregate_backward_cuda(const at::Tensor& arg, const at::Tensor& grad_out,
+                                          int64_t num_src,
+                                          const c10::optional<at::Tensor>& t_rowptr,
+                                          const c10::optional<at::Tensor>& t_col) {
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes() && arg.is_cuda() &&
+                  grad_out.is_cuda(),
+              "minmax_aggregate_backward: grad_out and arg must both be [T, F] GPU tensors, got ",
+              grad_out.sizes(), " and ", arg.sizes());
+  TORCH_CHECK(arg.scalar_type() == at::kInt || arg.scalar_type() == at::kLong,
+              "minmax_aggregate_backward: arg must be int32 or int64");
+  TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");
+  const FloatType type = float_type(grad_out);
+  auto ac = arg.contiguous(), gc = grad_out.contiguous();
+  const int64_t width = arg.size(1);
+  if (t_rowptr.has_value() && t_col.has_value()) {
+    const CsrView t_csr = csr_view(*t_rowptr, *t_col, "minmax_aggregate_backward");
+    TORCH_CHECK(t_csr.rows == num_src && t_col->scalar_type() == arg.scalar_type(),
+                "minmax_aggregate_backward: the transposed CSR must have num_src rows and "
+                "arg's dtype");
+    auto grad_x = at::empty({num_src, width}, grad_out.options());
+    minmax_pull(type, t_csr, ac.data_ptr(), gc.data_ptr(), grad_x.data_ptr(), width, stream());
+    return grad_x;
+  }
+  at::globalContext().alertNotDeterministic(
+      "fastgnn minmax_aggregate_backward without the transposed CSR (atomic scatter)");
+  auto acc = at::zeros({num_src, width}, grad_out.options().dtype(acc_type(grad_out)));
+  minmax_scatter_atomic(type, arg.scalar_type() == at::kLong, ac.data_ptr(), gc.data_ptr(),
+                        acc.data_ptr(), arg.size(0), width, stream());
+  return acc.scalar_type() == grad_out.scalar_type() ? acc : acc.to(grad_out.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastgnn, CUDA, m) {
+  m.impl("minmax_aggregate", &minmax_aggregate_cuda);
+  m.impl("minmax_aggregate_backward", &minmax_aggregate_backward_cuda);
+}
+
+}  // namespace cuda
+}  // namespace fastgnn

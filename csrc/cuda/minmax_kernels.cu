@@ -1,0 +1,408 @@
+// Min/max aggregation CUDA kernels: a light path (lanes over features, a sequential scan of
+// each row's edges), a heavy path (edge chunks merged by 64-bit atomics on packed
+// (order key, source) words) and the two backward scatters.
+//
+// Every comparison goes through order_key(), an integer key whose unsigned order is the
+// float order with -0 == +0 and NaN beyond every number (lowest key for min, highest for
+// max): no float compares, so --use_fast_math's flush-to-zero cannot merge denormals with
+// zero. Ties keep the earliest edge (strict comparisons over ascending sources) and, across
+// chunks, the smaller source through the packed word's low half.
+#include "cuda/common.cuh"
+#include "cuda/minmax_kernels.h"
+
+#include <type_traits>
+
+namespace fastgnn {
+namespace cuda {
+namespace {
+
+constexpr int kLightPerLane = 4;  // features per lane per pass of the light kernel
+
+template <typename acc_t> struct OrderBits;
+template <> struct OrderBits<float> {
+  using key_t = uint32_t;
+  static constexpr key_t kSign = 0x80000000u, kInf = 0x7f800000u;
+  __device__ static key_t bits(float v) { return __float_as_uint(v); }
+};
+template <> struct OrderBits<double> {
+  using key_t = unsigned long long;
+  static constexpr key_t kSign = 0x8000000000000000ull, kInf = 0x7ff0000000000000ull;
+  __device__ static key_t bits(double v) { return static_cast<key_t>(__double_as_longlong(v)); }
+};
+
+// Order-preserving key: negative numbers have their bits inverted, the others their sign bit
+// set, so unsigned comparison follows the numbers. Zeros share one key; NaN takes the key
+// that wins the reduction (0 for min, all ones for max), which no number reaches.
+template <bool kMax, typename acc_t>
+__device__ __forceinline__ typename OrderBits<acc_t>::key_t order_key(acc_t v) {
+  using B = OrderBits<acc_t>;
+  using key_t = typename B::key_t;
+  const key_t u = B::bits(v);
+  const key_t magnitude = u & ~B::kSign;
+  if (magnitude > B::kInf) return kMax ? ~key_t(0) : key_t(0);
+  if (magnitude == 0) return B::kSign;
+  return (u & B::kSign) ? ~u : (u | B::kSign);
+}
+
+// The key that every real value beats (no number or NaN maps to it).
+template <bool kMax, typename key_t>
+__device__ __forceinline__ key_t worst_key() { return kMax ? key_t(0) : ~key_t(0); }
+
+template <bool kMax, typename key_t>
+__device__ __forceinline__ bool better(key_t a, key_t b) { return kMax ? a > b : a < b; }
+
+// Packed word for the heavy merge: key in the high half, the source in the low half, stored
+// inverted for max so that the larger word is the larger value, then the smaller source.
+template <bool kMax>
+__device__ __forceinline__ unsigned long long pack(float v, uint32_t source) {
+  return (static_cast<unsigned long long>(order_key<kMax>(v)) << 32) |
+         (kMax ? ~source : source);
+}
+
+template <bool kMax>
+__device__ __forceinline__ uint32_t packed_source(unsigned long long word) {
+  const uint32_t low = static_cast<uint32_t>(word);
+  return kMax ? ~low : low;
+}
+
+template <bool kMax>
+__device__ __forceinline__ unsigned long long packed_identity() {
+  return kMax ? 0ull : ~0ull;
+}
+
+template <bool kMax>
+__device__ __forceinline__ void atomic_merge(unsigned long long* address, unsigned long long w) {
+  if (kMax) atomicMax(address, w); else atomicMin(address, w);
+}
+
+int log2_lanes(int64_t width, int max_lanes) {
+  int lanes_log2 = 0;
+  while ((1 << lanes_log2) < max_lanes && (int64_t(1) << lanes_log2) < width) ++lanes_log2;
+  return lanes_log2;
+}
+
+// One group of 2^lanes_log2 lanes per destination row; each lane holds kLightPerLane running
+// (key, value, source) triples and scans the row's edges once per pass over the features.
+template <typename scalar_t, typename index_t, bool kMax>
+__global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
+                                    const index_t* __restrict__ col,
+                                    const index_t* __restrict__ rows, int64_t num_rows,
+                                    const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
+                                    index_t* __restrict__ arg, int64_t width, int lanes_log2) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  using key_t = typename OrderBits<acc_t>::key_t;
+  const int64_t lanes = int64_t(1) << lanes_log2;
+  const int64_t group = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> lanes_log2;
+  const int64_t lane = threadIdx.x & (lanes - 1);
+  if (group >= num_rows) return;
+  const int64_t row = rows ? int64_t(rows[group]) : group;
+  const index_t begin = rowptr[row], end = rowptr[row + 1];
+  for (int64_t f0 = lane; f0 < width; f0 += lanes * kLightPerLane) {
+    key_t key[kLightPerLane];
+    scalar_t value[kLightPerLane];
+    index_t source[kLightPerLane];
+#pragma unroll
+    for (int u = 0; u < kLightPerLane; ++u) {
+      key[u] = worst_key<kMax, key_t>();
+      value[u] = Scalar<scalar_t>::store(acc_t(0));
+      source[u] = index_t(-1);
+    }
+    // Edges in pairs: both rows' loads are issued before either is compared (more loads in
+    // flight), and the comparisons still run in edge order.
+    auto consider = [&](int u, index_t j, scalar_t v) {
+      const key_t k = order_key<kMax>(Scalar<scalar_t>::load(v));
+      if (better<kMax>(k, key[u])) {
+        key[u] = k;
+        value[u] = v;
+        source[u] = j;
+      }
+    };
+    index_t e = begin;
+    for (; e + 1 < end; e += 2) {
+      const index_t j0 = col[e], j1 = col[e + 1];
+      scalar_t v0[kLightPerLane], v1[kLightPerLane];
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u) {
+        const int64_t f = f0 + u * lanes;
+        if (f < width) {
+          v0[u] = x[int64_t(j0) * width + f];
+          v1[u] = x[int64_t(j1) * width + f];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u) {
+        if (f0 + u * lanes < width) {
+          consider(u, j0, v0[u]);
+          consider(u, j1, v1[u]);
+        }
+      }
+    }
+    if (e < end) {
+      const index_t j = col[e];
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u) {
+        const int64_t f = f0 + u * lanes;
+        if (f < width) consider(u, j, x[int64_t(j) * width + f]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLightPerLane; ++u) {
+      const int64_t f = f0 + u * lanes;
+      if (f < width) {
+        out[row * width + f] = value[u];
+        arg[row * width + f] = source[u];
+      }
+    }
+  }
+}
+
+// blockIdx.x: heavy row h; blockIdx.y: its edge chunks y, y + gridDim.y, ... Threads form
+// groups of 2^lanes_log2 feature lanes; the groups split a chunk's edges, merge in shared
+// memory, and one thread per feature merges the chunk's word into packed[h, f].
+template <typename scalar_t, typename index_t, bool kMax>
+__global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
+                                    const index_t* __restrict__ col,
+                                    const index_t* __restrict__ heavy_rows,
+                                    const scalar_t* __restrict__ x,
+                                    unsigned long long* __restrict__ packed, int64_t width,
+                                    int edges_per_block, int lanes_log2) {
+  extern __shared__ unsigned long long chunk_best[];
+  const int lanes = 1 << lanes_log2;
+  const int groups = blockDim.x >> lanes_log2;
+  const int lane = threadIdx.x & (lanes - 1), group = threadIdx.x >> lanes_log2;
+  const int64_t h = blockIdx.x;
+  const int64_t row = heavy_rows[h];
+  const int64_t begin = rowptr[row], end = rowptr[row + 1];
+  const int64_t stride = int64_t(gridDim.y) * edges_per_block;
+  for (int64_t c0 = begin + int64_t(blockIdx.y) * edges_per_block; c0 < end; c0 += stride) {
+    const int64_t c1 = c0 + edges_per_block < end ? c0 + edges_per_block : end;
+    for (int64_t f0 = 0; f0 < width; f0 += lanes) {
+      const int64_t f = f0 + lane;
+      unsigned long long best = packed_identity<kMax>();
+      if (f < width) {
+        for (int64_t e = c0 + group; e < c1; e += groups) {
+          const index_t j = col[e];
+          const unsigned long long w =
+              pack<kMax>(Scalar<scalar_t>::load(x[int64_t(j) * width + f]), uint32_t(j));
+          best = kMax ? (w > best ? w : best) : (w < best ? w : best);
+        }
+      }
+      if (groups > 1) {
+        if (group == 0) chunk_best[lane] = packed_identity<kMax>();
+        __syncthreads();
+        if (f < width && best != packed_identity<kMax>()) atomic_merge<kMax>(chunk_best + lane, best);
+        __syncthreads();
+        best = chunk_best[lane];
+        __syncthreads();  // chunk_best is reset for the next features
+      }
+      if (group == 0 && f < width && best != packed_identity<kMax>())
+        atomic_merge<kMax>(packed + h * width + f, best);
+    }
+  }
+}
+
+// Coalesced unpack of the heavy rows' sources (-1 where a row had no edges).
+template <typename index_t, bool kMax>
+__global__ void minmax_unpack_kernel(const index_t* __restrict__ heavy_rows, int64_t num_heavy,
+                                     const unsigned long long* __restrict__ packed,
+                                     index_t* __restrict__ arg, int64_t width) {
+  const int64_t total = num_heavy * width;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = k / width, f = k - h * width;
+    const unsigned long long word = packed[k];
+    arg[int64_t(heavy_rows[h]) * width + f] =
+        word == packed_identity<kMax>() ? index_t(-1) : index_t(packed_source<kMax>(word));
+  }
+}
+
+// out of the heavy rows, re-read from x at the winning source: the exact input value (sign
+// of zero, NaN payload), 0 where there is none.
+template <typename scalar_t, typename index_t>
+__global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int64_t num_heavy,
+                                     const index_t* __restrict__ arg,
+                                     const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
+                                     int64_t width) {
+  const int64_t total = num_heavy * width;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = k / width, f = k - h * width;
+    const int64_t at = int64_t(heavy_rows[h]) * width + f;
+    const int64_t j = arg[at];
+    out[at] = j >= 0 ? x[j * width + f] : Scalar<scalar_t>::store(0.f);
+  }
+}
+
+template <typename scalar_t, typename index_t>
+__global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
+                                      const scalar_t* __restrict__ grad_out,
+                                      typename Scalar<scalar_t>::acc* __restrict__ acc,
+                                      int64_t total, int64_t width) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = arg[k];
+    if (j >= 0) atomicAdd(acc + j * width + k % width, Scalar<scalar_t>::load(grad_out[k]));
+  }
+}
+
+// One group of lanes per source j over its out-edges (transposed CSR, destinations ascending):
+// a duplicate edge (same destination as the previous one) is skipped so each (i, f) counts once.
+template <typename scalar_t, typename index_t>
+__global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
+                                   const index_t* __restrict__ t_col, int64_t num_src,
+                                   const index_t* __restrict__ arg,
+                                   const scalar_t* __restrict__ grad_out,
+                                   scalar_t* __restrict__ grad_x, int64_t width, int lanes_log2) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  const int64_t lanes = int64_t(1) << lanes_log2;
+  const int64_t j = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> lanes_log2;
+  const int64_t lane = threadIdx.x & (lanes - 1);
+  if (j >= num_src) return;
+  const index_t begin = t_rowptr[j], end = t_rowptr[j + 1];
+  for (int64_t f0 = lane; f0 < width; f0 += lanes * kLightPerLane) {
+    acc_t sum[kLightPerLane];
+#pragma unroll
+    for (int u = 0; u < kLightPerLane; ++u) sum[u] = acc_t(0);
+    for (index_t p = begin; p < end; ++p) {
+      const index_t i = t_col[p];
+      if (p > begin && t_col[p - 1] == i) continue;
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u) {
+        const int64_t f = f0 + u * lanes;
+        if (f < width && int64_t(arg[int64_t(i) * width + f]) == j)
+          sum[u] += Scalar<scalar_t>::load(grad_out[int64_t(i) * width + f]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLightPerLane; ++u) {
+      const int64_t f = f0 + u * lanes;
+      if (f < width) grad_x[j * width + f] = Scalar<scalar_t>::store(sum[u]);
+    }
+  }
+}
+
+template <typename F>
+void dispatch_reduce(bool is_max, F&& f) {
+  if (is_max) f(std::true_type{}); else f(std::false_type{});
+}
+
+unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = ceil_div(work, threads);
+  return unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20));  // grid-stride
+}
+
+}  // namespace
+
+void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
+                  const void* x, void* out, void* arg, int64_t width, bool is_max, int warps,
+                  cudaStream_t stream) {
+  if (num_rows == 0 || width == 0) return;
+  const int threads = warps * kWarp;
+  const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
+  const int64_t blocks = ceil_div(num_rows << lanes_log2, threads);
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    dispatch_index(csr.index64, [&](auto i) {
+      using index_t = decltype(i);
+      dispatch_reduce(is_max, [&](auto m) {
+        minmax_light_kernel<scalar_t, index_t, decltype(m)::value>
+            <<<unsigned(blocks), threads, 0, stream>>>(
+                static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+                static_cast<const index_t*>(rows), num_rows, static_cast<const scalar_t*>(x),
+                static_cast<scalar_t*>(out), static_cast<index_t*>(arg), width, lanes_log2);
+      });
+    });
+  });
+  check_launch("minmax_light");
+}
+
+void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int64_t num_heavy,
+                       int64_t max_degree, const void* x, void* arg,
+                       unsigned long long* packed, int64_t width, bool is_max, int warps,
+                       int edges_per_block, cudaStream_t stream) {
+  if (num_heavy == 0 || width == 0) return;
+  if (type == FloatType::kDouble)
+    throw std::runtime_error("minmax_heavy_args: float64 takes the light path");
+  const int threads = warps * kWarp;
+  const int lanes_log2 = log2_lanes(width, threads);
+  const int lanes = 1 << lanes_log2;
+  const size_t shared = threads > lanes ? lanes * sizeof(unsigned long long) : 0;
+  const int64_t chunks = ceil_div(max_degree > 0 ? max_degree : 1, edges_per_block);
+  const dim3 grid(unsigned(num_heavy), unsigned(chunks < 65535 ? chunks : 65535));
+  cudaMemsetAsync(packed, is_max ? 0x00 : 0xff, num_heavy * width * sizeof(unsigned long long),
+                  stream);
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      dispatch_index(csr.index64, [&](auto i) {
+        using index_t = decltype(i);
+        dispatch_reduce(is_max, [&](auto m) {
+          constexpr bool kMax = decltype(m)::value;
+          const auto* rows = static_cast<const index_t*>(heavy_rows);
+          minmax_heavy_kernel<scalar_t, index_t, kMax><<<grid, threads, shared, stream>>>(
+              static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col), rows,
+              static_cast<const scalar_t*>(x), packed, width, edges_per_block, lanes_log2);
+          minmax_unpack_kernel<index_t, kMax>
+              <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+                  rows, num_heavy, packed, static_cast<index_t*>(arg), width);
+        });
+      });
+    }
+  });
+  check_launch("minmax_heavy_args");
+}
+
+void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
+                         int64_t num_heavy, const void* x, const void* arg, void* out,
+                         int64_t width, cudaStream_t stream) {
+  if (num_heavy == 0 || width == 0) return;
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    dispatch_index(index64, [&](auto i) {
+      using index_t = decltype(i);
+      minmax_gather_kernel<scalar_t, index_t><<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+          static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
+          static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), width);
+    });
+  });
+  check_launch("minmax_heavy_values");
+}
+
+void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const void* grad_out,
+                           void* acc, int64_t rows, int64_t width, cudaStream_t stream) {
+  const int64_t total = rows * width;
+  if (total == 0) return;
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    using acc_t = typename Scalar<scalar_t>::acc;
+    dispatch_index(index64, [&](auto i) {
+      using index_t = decltype(i);
+      minmax_scatter_kernel<scalar_t, index_t><<<grid_for(total, 256), 256, 0, stream>>>(
+          static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+          static_cast<acc_t*>(acc), total, width);
+    });
+  });
+  check_launch("minmax_scatter_atomic");
+}
+
+void minmax_pull(FloatType type, CsrView t_csr, const void* arg, const void* grad_out,
+                 void* grad_x, int64_t width, cudaStream_t stream) {
+  if (t_csr.rows == 0 || width == 0) return;
+  constexpr int kThreads = 256;
+  const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
+  const int64_t blocks = ceil_div(t_csr.rows << lanes_log2, kThreads);
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    dispatch_index(t_csr.index64, [&](auto i) {
+      using index_t = decltype(i);
+      minmax_pull_kernel<scalar_t, index_t><<<unsigned(blocks), kThreads, 0, stream>>>(
+          static_cast<const index_t*>(t_csr.rowptr), static_cast<const index_t*>(t_csr.col),
+          t_csr.rows, static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+          static_cast<scalar_t*>(grad_x), width, lanes_log2);
+    });
+  });
+  check_launch("minmax_pull");
+}
+
+}  // namespace cuda
+}  // namespace fastgnn

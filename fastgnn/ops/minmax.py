@@ -1,0 +1,129 @@
+"""Native min/max aggregation: ``torch.ops.fastgnn.minmax_aggregate`` and its backward.
+
+The forward returns the result and, per output entry, the winning source (``arg``, the
+graph's index dtype, -1 for destinations without in-edges); autograd saves only ``arg`` and
+the backward scatters the gradient to those sources.
+
+On the GPU destinations are split by in-degree: light rows take a feature-parallel kernel,
+heavy rows (above a degree quantile) a kernel tiled over edge chunks whose partial results
+merge through 64-bit atomics on packed (value key, source) words. The quantile, warps per
+block and edges per heavy block are timed once per (graph, width) by ``fastgnn.tuning``.
+The GPU backward uses atomics, except under ``torch.use_deterministic_algorithms(True)``,
+where it pulls per source through the cached transposed CSR (deterministic, slower).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from fastgnn import _library, _native, backends, tuning
+from fastgnn.graph import Graph
+from fastgnn.ops._common import wants_grad
+
+OP = "aggregate_minmax"
+_INT32_MAX = 2**31 - 1
+_QUANTILES = (0.99, 0.999)
+_WARPS = (1, 4, 16)
+_EDGES_PER_BLOCK = (32, 128, 512)
+_DEFAULT_WARPS, _DEFAULT_EDGES_PER_BLOCK, _DEFAULT_QUANTILE = 4, 128, 0.99
+
+# (light_rows, heavy_rows, max_degree, config): the launch arguments of the native op.
+Plan = Tuple[Optional[torch.Tensor], Optional[torch.Tensor], int, int]
+_ALL_LIGHT: Plan = (None, None, 0, 0)
+
+
+def encode_config(warps: int, edges_per_block: int) -> int:
+    """The op's ``config`` int: warps per block in bits 0-7, edges per heavy block above."""
+    return warps | (edges_per_block << 8)
+
+
+def _heavy_allowed(g: Graph, x: torch.Tensor) -> bool:
+    # Packed words hold a float32 key and a 32-bit source index.
+    return x.dtype != torch.float64 and g.num_src_nodes <= _INT32_MAX
+
+
+def _plan_name(quantile: Optional[float], warps: int, edges_per_block: int = 0) -> str:
+    if quantile is None:
+        return f"light-w{warps}"
+    return f"q{quantile}-w{warps}-e{edges_per_block}"
+
+
+def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
+    """Every launch plan worth timing for this graph and input, and the untimed default."""
+    plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
+    default = _plan_name(None, _DEFAULT_WARPS)
+    if not _heavy_allowed(g, x):
+        return plans, default
+    for quantile in _QUANTILES:
+        _, light, heavy = g.degree_buckets(quantile)
+        if heavy.numel() == 0:
+            continue
+        for w in _WARPS:
+            for epb in _EDGES_PER_BLOCK:
+                plans[_plan_name(quantile, w, epb)] = (light, heavy, g.max_in_degree,
+                                                       encode_config(w, epb))
+    heavy_default = _plan_name(_DEFAULT_QUANTILE, _DEFAULT_WARPS, _DEFAULT_EDGES_PER_BLOCK)
+    return plans, heavy_default if heavy_default in plans else default
+
+
+def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool) -> Plan:
+    if x.device.type != "cuda":
+        return _ALL_LIGHT
+    plans, default = _plans(g, x)
+
+    def runner(plan: Plan):
+        def run():
+            with torch.no_grad():
+                torch.ops.fastgnn.minmax_aggregate(g.rowptr, g.col, x, is_max, *plan, None, None)
+        return run
+
+    name = tuning.choose("minmax_aggregate", g, x.shape[1], x.dtype, x.device,
+                         {name: runner(plan) for name, plan in plans.items()}, default)
+    return plans[name]
+
+
+def native_aggregate(g: Graph, x: torch.Tensor, reduce: str) -> torch.Tensor:
+    """``fastgnn.ops.aggregate`` for min/max on the native kernels (inputs already checked)."""
+    width = math.prod(x.shape[1:])
+    flat = x.reshape(x.shape[0], width).contiguous()
+    is_max = reduce == "max"
+    transposed = (None, None)
+    if (x.device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
+            and wants_grad(x)):
+        transposed = g.transpose()[:2]
+    out, _ = _minmax(g.rowptr, g.col, flat, is_max, *_choose_plan(g, flat, is_max), *transposed)
+    return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
+
+
+# ---- autograd and fake kernels -----------------------------------------------------------------
+def _setup(ctx, inputs, output):
+    rowptr, col, x, is_max, light, heavy, max_degree, config, t_rowptr, t_col = inputs
+    ctx.save_for_backward(output[1], t_rowptr, t_col)
+    ctx.num_src = x.shape[0]
+
+
+def _backward(ctx, grad_out, _grad_arg):
+    arg, t_rowptr, t_col = ctx.saved_tensors
+    grad_x = None
+    if ctx.needs_input_grad[2]:
+        grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out.contiguous(),
+                                                             ctx.num_src, t_rowptr, t_col)
+    return (None, None, grad_x) + (None,) * 7
+
+
+def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col):
+    shape = (rowptr.shape[0] - 1, x.shape[1])
+    return x.new_empty(shape), x.new_empty(shape, dtype=col.dtype)
+
+
+def _backward_fake(arg, grad_out, num_src, t_rowptr, t_col):
+    return grad_out.new_empty((num_src, grad_out.shape[1]))
+
+
+if _native.has_op("minmax_aggregate"):
+    _library.register_fake("minmax_aggregate", _fake)
+    _library.register_fake("minmax_aggregate_backward", _backward_fake)
+    _minmax = _library.register_autograd("minmax_aggregate", _backward, _setup)
+    backends.register(OP, "native", _native.devices(), native_aggregate, priority=10)
