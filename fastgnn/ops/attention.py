@@ -1,13 +1,20 @@
-"""Fused graph attention: GATv2 and dot-product (Graph Transformer) attention."""
+"""Fused graph attention: GATv2 and dot-product (Graph Transformer) attention.
+
+The native ops stream each destination's in-edges once with an online softmax and save only
+the per-(destination, head) log-sum-exp; the backward recomputes the logits from it (source
+side over the transposed CSR, or in one fused pass on symmetric graphs). No E x H or
+E x H x D tensor is ever built. Attention dropout uses a counter-based hash of (seed, offset,
+CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
+"""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import _validate, backends, reference
+from fastgnn import _library, _native, _validate, backends, reference
 from fastgnn.graph import Graph
-from fastgnn.ops._common import check_graph
+from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
 
 def _check_heads(name: str, value: torch.Tensor, rows: int, g: Graph, rows_name: str,
@@ -78,6 +85,125 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     impl = backends.select("graph_attention", q.device)
     return impl.fn(g, q, k, v, scale=scale, dropout=float(dropout), edge_term=edge_term)
 
+
+# ---- native implementation ---------------------------------------------------------------------
+HEAVY_QUANTILE = 0.99  # destinations above this in-degree quantile get several warps (CUDA)
+HEAVY_WARPS = 4
+
+
+def _draw_seed(dropout: float) -> Tuple[int, int]:
+    """(seed, offset) for one forward: drawn on the host from torch's default CPU generator, so
+    torch.manual_seed makes runs reproducible without a device sync."""
+    if dropout == 0:
+        return 0, 0
+    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
+    return seed, 0
+
+
+def _structure(g: Graph, needs_grad: bool):
+    """Graph tensors the ops take: CSR, edge_perm, transpose (when a backward will run; on a
+    symmetric graph only t_perm, the CSR being its own transpose) and degree buckets."""
+    transposed = (None, None, None)
+    if needs_grad:
+        t_rowptr, t_col, t_perm = g.transpose()
+        transposed = (None, None, t_perm) if g.is_symmetric else (t_rowptr, t_col, t_perm)
+    light = heavy = None
+    if g.device.type == "cuda":
+        _, light_rows, heavy_rows = g.degree_buckets(HEAVY_QUANTILE)
+        if heavy_rows.numel():
+            light, heavy = light_rows, heavy_rows
+    edge_perm = None if g.edge_perm is None else g._cached(
+        "edge_perm_index", lambda: g.edge_perm.to(g.index_dtype))
+    return (g.rowptr, g.col, edge_perm) + transposed, (light, heavy, HEAVY_WARPS)
+
+
+def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: float,
+                  edge_term) -> torch.Tensor:
+    seed, offset = _draw_seed(dropout)
+    graph, launch = _structure(g, wants_grad(x_dst, x_src, att, edge_term))
+    out, _ = _gatv2(*graph, x_dst, x_src, att, edge_term, negative_slope, dropout, seed, offset,
+                    *launch)
+    return out
+
+
+def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: float,
+                            edge_term) -> torch.Tensor:
+    seed, offset = _draw_seed(dropout)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    graph, launch = _structure(g, wants_grad(q, k, v, edge_term))
+    out, _ = _graph_attention(*graph, q, k, v, edge_term, scale, dropout, seed, offset, *launch)
+    return out
+
+
+def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 0) -> torch.Tensor:
+    """The [E, H] 0/1 keep-mask (input edge order, float32) the native kernels apply for this
+    seed and offset: ``reference.*_attention(..., dropout_mask=...)`` then matches them."""
+    mask_csr = _library.op("attention_dropout_mask")(g.col.cpu(), heads, float(dropout), seed,
+                                                     offset).to(g.device, torch.float32)
+    if g.edge_perm is None:
+        return mask_csr
+    mask = torch.empty_like(mask_csr)
+    mask[g.edge_perm.to(torch.int64)] = mask_csr
+    return mask
+
+
+# ---- autograd and fake kernels of the native ops ----------------------------------------------
+# Forward inputs: rowptr, col, edge_perm, t_rowptr, t_col, t_perm, (3 features), edge_term,
+# slope|scale, dropout, seed, offset, light_rows, heavy_rows, heavy_warps.
+_FEATURES = slice(6, 10)
+
+
+def _setup(ctx, inputs, output):
+    out, lse = output
+    ctx.save_for_backward(*inputs[:10], inputs[14], inputs[15], out, lse)
+    ctx.coef, ctx.dropout, ctx.seed, ctx.offset = inputs[10:14]
+    ctx.heavy_warps = inputs[16]
+
+
+def _make_backward(backward_op: str):
+    def backward(ctx, grad_out, _grad_lse):
+        (rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, light, heavy, out,
+         lse) = ctx.saved_tensors
+        if t_perm is None:
+            raise RuntimeError("fastgnn attention: the forward ran without gradient tracking "
+                               "of its inputs, so the transposed graph was not prepared")
+        grads = _library.op(backward_op)(
+            grad_out.contiguous(), out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm,
+            a, b, c, edge_term, ctx.coef, ctx.dropout, ctx.seed, ctx.offset, light, heavy,
+            ctx.heavy_warps)
+        grad_edge = grads[3] if edge_term is not None else None
+        return (None,) * 6 + (grads[0], grads[1], grads[2], grad_edge) + (None,) * 7
+    return backward
+
+
+def _forward_fake(rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, coef,
+                  dropout, seed, offset, light, heavy, heavy_warps):
+    out = b.new_empty((a.shape[0], b.shape[1], b.shape[2]))
+    return out, a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype))
+
+
+def _backward_fake(grad_out, out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c,
+                   edge_term, coef, dropout, seed, offset, light, heavy, heavy_warps):
+    grad_edge = edge_term.new_empty(edge_term.shape) if edge_term is not None else \
+        b.new_empty((0,), dtype=acc_dtype(b.dtype))
+    return a.new_empty(a.shape), b.new_empty(b.shape), c.new_empty(c.shape), grad_edge
+
+
+def _mask_fake(col, heads, dropout, seed, offset):
+    return col.new_empty((col.shape[0], heads), dtype=torch.bool)
+
+
+if _native.has_op("gatv2_forward"):
+    for _name in ("gatv2", "graph_attention"):
+        _library.register_fake(f"{_name}_forward", _forward_fake)
+        _library.register_fake(f"{_name}_backward", _backward_fake)
+    _library.register_fake("attention_dropout_mask", _mask_fake)
+    _gatv2 = _library.register_autograd("gatv2_forward", _make_backward("gatv2_backward"), _setup)
+    _graph_attention = _library.register_autograd(
+        "graph_attention_forward", _make_backward("graph_attention_backward"), _setup)
+    backends.register("gatv2_attention", "native", _native.devices(), _native_gatv2, priority=10)
+    backends.register("graph_attention", "native", _native.devices(), _native_graph_attention,
+                      priority=10)
 
 backends.register("gatv2_attention", "reference", ("cpu", "cuda"), reference.gatv2_attention,
                   priority=-10)

@@ -1,0 +1,600 @@
+// CPU fused graph attention (GATv2 and dot-product). OpenMP over destinations; each
+// destination streams its in-edges once with an online softmax (running max, running sum,
+// rescaled accumulator) and saves only its log-sum-exp. The backward recomputes each logit
+// from that statistic: destination-side gradients in a pass over the CSR, source-side ones in
+// a pass over the transposed CSR that pulls from the destinations (no atomics), or both in
+// one pass when the graph is symmetric. Everything is deterministic for any thread count.
+//
+// Inputs are converted once to the accumulation type (float, double for double), so the
+// kernels see float or double only; half/bfloat16 cost one node-sized (and, for edge_term,
+// one edge-sized) conversion.
+#include "attention_dropout.h"
+#include "cpu/cpu_common.h"
+
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#define FASTGNN_RESTRICT __restrict__
+
+namespace fastgnn {
+namespace cpu {
+namespace {
+
+// 1 when v's sign bit is set, else 0, as integer arithmetic that vectorises.
+template <typename T>
+T sign_bit(T v) {
+  using bits_t = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  bits_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return T(-(bits >> (8 * sizeof(bits) - 1)));
+}
+
+// Starts loading a node's feature row ([H * D] values) into cache: neighbour rows are random
+// accesses, and the loops are bound by their latency.
+template <typename T>
+void prefetch_row(const T* row, int64_t count) {
+  for (int64_t k = 0; k < count; k += 64 / int64_t(sizeof(T))) __builtin_prefetch(row + k);
+}
+
+// edge_term [E, H, D] in input edge order, read at CSR position e through edge_perm.
+template <typename acc_t, typename index_t>
+struct EdgeTerm {
+  const acc_t* data;     // null: no edge term
+  const index_t* perm;   // null: CSR order is input order
+  int64_t heads, dim;
+
+  int64_t at(int64_t e, int64_t h) const {
+    return ((perm ? int64_t(perm[e]) : e) * heads + h) * dim;
+  }
+  const acc_t* row(int64_t e, int64_t h) const { return data ? data + at(e, h) : nullptr; }
+};
+
+// GATv2: logit = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge)); the value is x_src[j].
+template <typename acc_t, typename index_t>
+struct Gatv2 {
+  static constexpr bool kEdgeInValues = false;
+  const acc_t* x_dst;
+  const acc_t* x_src;
+  const acc_t* att;
+  EdgeTerm<acc_t, index_t> edge;
+  acc_t slope;
+  int64_t heads, dim;
+
+  void prefetch_source(int64_t j) const { prefetch_row(x_src + j * heads * dim, heads * dim); }
+  void prefetch_destination(int64_t i) const {
+    prefetch_row(x_dst + i * heads * dim, heads * dim);
+  }
+
+  // LeakyReLU and its derivative without float compares, which GCC will not vectorise (they
+  // may trap). The derivative reads the sign bit: at z = +0 it is 1 (PyTorch: slope).
+  acc_t leaky(acc_t v) const { return std::max(v, acc_t(0)) + slope * std::min(v, acc_t(0)); }
+  acc_t leaky_slope(acc_t v) const { return acc_t(1) + (slope - acc_t(1)) * sign_bit(v); }
+
+  // Leaves the pre-activation z in `z` for the gradient.
+  acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
+    const acc_t* FASTGNN_RESTRICT xd = x_dst + (i * heads + h) * dim;
+    const acc_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
+    const acc_t* FASTGNN_RESTRICT a = att + h * dim;
+    const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    acc_t s = 0;
+    if (ed) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < dim; ++d) {
+        const acc_t v = xd[d] + xs[d] + ed[d];
+        z[d] = v;
+        s += a[d] * leaky(v);
+      }
+    } else {
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < dim; ++d) {
+        const acc_t v = xd[d] + xs[d];
+        z[d] = v;
+        s += a[d] * leaky(v);
+      }
+    }
+    return s;
+  }
+
+  const acc_t* value(int64_t j, int64_t /*e*/, int64_t h, acc_t* /*scratch*/) const {
+    return x_src + (j * heads + h) * dim;
+  }
+
+  // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z).
+  void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
+                acc_t* FASTGNN_RESTRICT grad_dst, acc_t* FASTGNN_RESTRICT grad_att,
+                acc_t* FASTGNN_RESTRICT grad_edge) const {
+    const acc_t* FASTGNN_RESTRICT a = att + h * dim;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) {
+      grad_dst[d] += g * a[d] * leaky_slope(z[d]);
+      grad_att[d] += g * leaky(z[d]);
+    }
+    if (grad_edge) {
+#pragma omp simd
+      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = g * a[d] * leaky_slope(z[d]);
+    }
+  }
+
+  // Source side: x_src gets dz (its value gradient is added by the caller).
+  void src_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
+                acc_t* FASTGNN_RESTRICT grad_key) const {
+    const acc_t* FASTGNN_RESTRICT a = att + h * dim;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) grad_key[d] += g * a[d] * leaky_slope(z[d]);
+  }
+};
+
+// Dot product: logit = scale * <q[i], k[j] (+ edge)>; the value is v[j] (+ edge).
+template <typename acc_t, typename index_t>
+struct DotProduct {
+  static constexpr bool kEdgeInValues = true;
+  const acc_t* q;
+  const acc_t* k;
+  const acc_t* v;
+  EdgeTerm<acc_t, index_t> edge;
+  acc_t scale;
+  int64_t heads, dim;
+
+  void prefetch_source(int64_t j) const {
+    prefetch_row(k + j * heads * dim, heads * dim);
+    prefetch_row(v + j * heads * dim, heads * dim);
+  }
+  void prefetch_destination(int64_t i) const { prefetch_row(q + i * heads * dim, heads * dim); }
+
+  // Leaves the key (k[j] + edge) in `z`.
+  acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
+    const acc_t* FASTGNN_RESTRICT qi = q + (i * heads + h) * dim;
+    const acc_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
+    const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    acc_t s = 0;
+    if (ed) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < dim; ++d) {
+        z[d] = kj[d] + ed[d];
+        s += qi[d] * z[d];
+      }
+    } else {
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < dim; ++d) {
+        z[d] = kj[d];
+        s += qi[d] * kj[d];
+      }
+    }
+    return s * scale;
+  }
+
+  const acc_t* value(int64_t j, int64_t e, int64_t h, acc_t* scratch) const {
+    const acc_t* vj = v + (j * heads + h) * dim;
+    const acc_t* ed = edge.row(e, h);
+    if (!ed) return vj;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) scratch[d] = vj[d] + ed[d];
+    return scratch;
+  }
+
+  void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g, acc_t* grad_q, acc_t* /*att*/,
+                acc_t* grad_edge) const {
+    const acc_t gs = g * scale;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) grad_q[d] += gs * z[d];
+    if (grad_edge) {
+      const acc_t* qi = q + (i * heads + h) * dim;
+#pragma omp simd
+      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = gs * qi[d];
+    }
+  }
+
+  void src_grad(int64_t i, int64_t h, const acc_t* /*z*/, acc_t g, acc_t* grad_k) const {
+    const acc_t gs = g * scale;
+    const acc_t* qi = q + (i * heads + h) * dim;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) grad_k[d] += gs * qi[d];
+  }
+};
+
+template <typename acc_t>
+acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b, int64_t n) {
+  acc_t s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+
+template <typename acc_t, typename index_t, typename Policy>
+void attention_forward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
+                       const DropoutSpec& drop, acc_t* out, acc_t* lse) {
+  const int64_t heads = p.heads, dim = p.dim;
+  const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
+#pragma omp parallel num_threads(num_threads())
+  {
+    std::vector<acc_t> acc(heads * dim), z(dim), scratch(dim), peak(heads), total(heads);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t i = 0; i < rows; ++i) {
+      std::fill(acc.begin(), acc.end(), acc_t(0));
+      std::fill(peak.begin(), peak.end(), neg_inf);
+      std::fill(total.begin(), total.end(), acc_t(0));
+      for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+        const int64_t j = col[e];
+        if (e + 1 < rowptr[i + 1]) p.prefetch_source(col[e + 1]);
+        for (int64_t h = 0; h < heads; ++h) {
+          const acc_t logit = p.logit(i, j, e, h, z.data());
+          acc_t* a = acc.data() + h * dim;
+          if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
+            const acc_t corr = std::exp(peak[h] - logit);
+            total[h] *= corr;
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) a[d] *= corr;
+            peak[h] = logit;
+          }
+          const acc_t w = std::exp(logit - peak[h]);
+          total[h] += w;
+          const acc_t wc = w * drop.factor<acc_t>(e, h);
+          if (wc != 0) {
+            const acc_t* FASTGNN_RESTRICT val = p.value(j, e, h, scratch.data());
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
+          }
+        }
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        acc_t* o = out + (i * heads + h) * dim;
+        const acc_t* a = acc.data() + h * dim;
+        const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
+        for (int64_t d = 0; d < dim; ++d) o[d] = a[d] * inv;
+        lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
+      }
+    }
+  }
+}
+
+// Per-destination statistics and gradient outputs of a backward pass.
+template <typename acc_t>
+struct BackwardBuffers {
+  const acc_t* grad_out;  // [T, H, D]
+  const acc_t* lse;       // [T, H]
+  const acc_t* delta;     // [T, H]: <grad_out[i], out[i]> = sum_j alpha_ij c_ij <dOut_i, v_j>
+  acc_t* grad_dst;        // x_dst or q, [T, H, D]
+  acc_t* grad_key;        // x_src or k, [S, H, D]
+  acc_t* grad_value;      // x_src or v, [S, H, D]
+  acc_t* grad_att;        // [chunks, H, D] per-chunk partials (GATv2), or null
+  acc_t* grad_edge;       // [E, H, D] input edge order, or null
+};
+
+// One backward pass over the rows of (rowptr, col). With do_dst, row n is a destination and
+// edge q (source col[q]) gives the destination-side gradients; with do_src, row n is a source
+// of edge src_perm[q] into destination col[q] (a transposed CSR, or the CSR itself when the
+// graph is symmetric) and gives the source-side gradients. Each row is written by one thread.
+template <typename acc_t, typename index_t, typename Policy>
+void attention_backward_pass(const Policy& p, const index_t* rowptr, const index_t* col,
+                             const index_t* src_perm, int64_t rows, bool do_dst, bool do_src,
+                             int64_t chunk_rows, const DropoutSpec& drop,
+                             const BackwardBuffers<acc_t>& b) {
+  const int64_t heads = p.heads, dim = p.dim;
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+#pragma omp parallel num_threads(num_threads())
+  {
+    std::vector<acc_t> z(dim), scratch(dim), no_att(dim);
+    // Recomputes edge (j -> i, CSR position e) at head h: alpha c and dLogit.
+    auto edge_grad = [&](int64_t i, int64_t j, int64_t e, int64_t h, acc_t& wc, acc_t& g) {
+      const acc_t logit = p.logit(i, j, e, h, z.data());
+      const acc_t alpha = std::exp(logit - b.lse[i * heads + h]);
+      wc = alpha * drop.factor<acc_t>(e, h);
+      const acc_t* dout = b.grad_out + (i * heads + h) * dim;
+      const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, scratch.data()), dim) : acc_t(0);
+      g = wc * dval - alpha * b.delta[i * heads + h];
+    };
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      acc_t* att_part = b.grad_att && do_dst ? b.grad_att + c * heads * dim : nullptr;
+      for (int64_t n = c * chunk_rows; n < std::min(rows, (c + 1) * chunk_rows); ++n) {
+        for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
+          const int64_t m = col[q];
+          if (q + 1 < rowptr[n + 1]) {
+            const int64_t next = col[q + 1];
+            if (do_dst) p.prefetch_source(next);
+            if (do_src) {
+              p.prefetch_destination(next);
+              prefetch_row(b.grad_out + next * heads * dim, heads * dim);
+            }
+          }
+          for (int64_t h = 0; h < heads && do_dst; ++h) {  // edge m -> n at CSR position q
+            acc_t wc, g;
+            edge_grad(n, m, q, h, wc, g);
+            acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(q, h) : nullptr;
+            p.dst_grad(n, h, z.data(), g, b.grad_dst + (n * heads + h) * dim,
+                       att_part ? att_part + h * dim : no_att.data(), ged);
+            if (Policy::kEdgeInValues && ged) {
+              const acc_t* dout = b.grad_out + (n * heads + h) * dim;
+#pragma omp simd
+              for (int64_t d = 0; d < dim; ++d) ged[d] += wc * dout[d];
+            }
+          }
+          for (int64_t h = 0; h < heads && do_src; ++h) {  // edge n -> m at src_perm[q]
+            acc_t wc, g;
+            const int64_t e = src_perm[q];
+            edge_grad(m, n, e, h, wc, g);
+            p.src_grad(m, h, z.data(), g, b.grad_key + (n * heads + h) * dim);
+            if (wc != 0) {
+              const acc_t* dout = b.grad_out + (m * heads + h) * dim;
+              acc_t* FASTGNN_RESTRICT gv = b.grad_value + (n * heads + h) * dim;
+#pragma omp simd
+              for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- torch-facing glue ---------------------------------------------------------------------
+
+struct Inputs {
+  at::Tensor rowptr, col, edge_perm, edge_term;
+  at::ScalarType acc;
+  int64_t rows, heads, dim;
+};
+
+at::Tensor to_acc(const at::Tensor& t, at::ScalarType acc) { return t.to(acc).contiguous(); }
+
+Inputs prepare(const at::Tensor& rowptr, const at::Tensor& col,
+               const c10::optional<at::Tensor>& edge_perm, const at::Tensor& dst_side,
+               const at::Tensor& src_side, const c10::optional<at::Tensor>& edge_term,
+               const char* op) {
+  check_csr(rowptr, col, op);
+  TORCH_CHECK(dst_side.dim() == 3 && src_side.dim() == 3 &&
+                  dst_side.size(1) == src_side.size(1) && dst_side.size(2) == src_side.size(2),
+              op, ": features must be [N, H, D] with matching H and D");
+  const int64_t rows = rowptr.numel() - 1;
+  TORCH_CHECK(dst_side.size(0) == rows, op, ": destination features need one row per CSR row");
+  TORCH_CHECK(dst_side.scalar_type() == src_side.scalar_type(), op, ": feature dtypes differ");
+  Inputs in;
+  in.rowptr = rowptr;
+  in.col = col;
+  in.acc = dst_side.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  in.rows = rows;
+  in.heads = src_side.size(1);
+  in.dim = src_side.size(2);
+  if (edge_perm.has_value()) {
+    TORCH_CHECK(edge_perm->scalar_type() == col.scalar_type() && edge_perm->numel() == col.numel(),
+                op, ": edge_perm must match col");
+    in.edge_perm = edge_perm->contiguous();
+  }
+  if (edge_term.has_value()) {
+    TORCH_CHECK(edge_term->dim() == 3 && edge_term->size(0) == col.numel() &&
+                    edge_term->size(1) == in.heads && edge_term->size(2) == in.dim,
+                op, ": edge_term must be [E, H, D]");
+    in.edge_term = to_acc(*edge_term, in.acc);
+  }
+  return in;
+}
+
+template <typename acc_t, typename index_t>
+EdgeTerm<acc_t, index_t> edge_view(const Inputs& in) {
+  return {in.edge_term.defined() ? in.edge_term.data_ptr<acc_t>() : nullptr,
+          in.edge_perm.defined() ? in.edge_perm.data_ptr<index_t>() : nullptr, in.heads, in.dim};
+}
+
+// Calls f(acc_t{}, index_t{}) for the inputs' accumulation and index types.
+template <typename F>
+void dispatch(const Inputs& in, const char* op, F&& f) {
+  FASTGNN_DISPATCH_INDEX(in.col.scalar_type(), op, [&] {
+    if (in.acc == at::kDouble)
+      f(double{}, index_t{});
+    else
+      f(float{}, index_t{});
+  });
+}
+
+template <typename MakePolicy>
+std::tuple<at::Tensor, at::Tensor> run_forward(const Inputs& in, at::ScalarType out_type,
+                                               double dropout, int64_t seed, int64_t offset,
+                                               const char* op, MakePolicy&& make_policy) {
+  auto opts = at::TensorOptions().dtype(in.acc);
+  auto out = at::empty({in.rows, in.heads, in.dim}, opts);
+  auto lse = at::empty({in.rows, in.heads}, opts);
+  const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
+  dispatch(in, op, [&](auto a, auto i) {
+    using acc_t = decltype(a);
+    using index_t = decltype(i);
+    const auto policy = make_policy(acc_t{}, index_t{});
+    attention_forward<acc_t, index_t>(policy, in.rowptr.data_ptr<index_t>(),
+                                      in.col.data_ptr<index_t>(), in.rows, drop,
+                                      out.data_ptr<acc_t>(), lse.data_ptr<acc_t>());
+  });
+  return {out.to(out_type), lse};
+}
+
+// Gradient buffers in the accumulation type; key and value alias for GATv2 (both x_src).
+struct Grads {
+  at::Tensor dst, key, value, att_partial, edge;
+};
+
+template <typename MakePolicy>
+void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor& out,
+                  const at::Tensor& lse, const c10::optional<at::Tensor>& t_rowptr,
+                  const c10::optional<at::Tensor>& t_col, const at::Tensor& t_perm,
+                  int64_t num_src, double dropout, int64_t seed, int64_t offset, Grads& grads,
+                  const char* op, MakePolicy&& make_policy) {
+  TORCH_CHECK(t_rowptr.has_value() == t_col.has_value(), op,
+              ": give both t_rowptr and t_col, or neither (symmetric graph)");
+  TORCH_CHECK(t_perm.numel() == in.col.numel() && t_perm.scalar_type() == in.col.scalar_type(),
+              op, ": t_perm must have one entry per edge and the index dtype");
+  const bool symmetric = !t_rowptr.has_value();
+  TORCH_CHECK(!symmetric || num_src == in.rows, op, ": a symmetric graph must be square");
+  if (!symmetric) check_csr(*t_rowptr, *t_col, op);
+  auto gout = to_acc(grad_out, in.acc);
+  auto lse_c = lse.to(in.acc).contiguous();
+  auto delta = (gout * out.to(in.acc)).sum(-1).contiguous();
+  auto t_perm_c = t_perm.contiguous();
+  const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
+  const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
+  dispatch(in, op, [&](auto a, auto i) {
+    using acc_t = decltype(a);
+    using index_t = decltype(i);
+    const auto policy = make_policy(acc_t{}, index_t{});
+    auto ptr = [](at::Tensor& t) { return t.defined() ? t.data_ptr<acc_t>() : nullptr; };
+    const BackwardBuffers<acc_t> bufs{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
+                                      delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
+                                      ptr(grads.value), ptr(grads.att_partial), ptr(grads.edge)};
+    const index_t* rowptr = in.rowptr.data_ptr<index_t>();
+    const index_t* col = in.col.data_ptr<index_t>();
+    const index_t* perm = t_perm_c.data_ptr<index_t>();
+    if (symmetric) {
+      attention_backward_pass<acc_t, index_t>(policy, rowptr, col, perm, in.rows, true, true,
+                                              chunk_rows, drop, bufs);
+      return;
+    }
+    attention_backward_pass<acc_t, index_t>(policy, rowptr, col, perm, in.rows, true, false,
+                                            chunk_rows, drop, bufs);
+    attention_backward_pass<acc_t, index_t>(policy, t_rowptr->data_ptr<index_t>(),
+                                            t_col->data_ptr<index_t>(), perm, num_src, false,
+                                            true, chunk_rows, drop, bufs);
+  });
+}
+
+int64_t att_chunks(int64_t rows) {
+  const int64_t chunk_rows = std::max<int64_t>(64, (rows + 511) / 512);
+  return std::max<int64_t>(1, (rows + chunk_rows - 1) / chunk_rows);
+}
+
+at::Tensor edge_grad_buffer(const Inputs& in) {
+  return in.edge_term.defined() ? at::zeros({in.col.numel(), in.heads, in.dim},
+                                            at::TensorOptions().dtype(in.acc))
+                                : at::empty({0}, at::TensorOptions().dtype(in.acc));
+}
+
+std::tuple<at::Tensor, at::Tensor> gatv2_forward_cpu(
+    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& edge_perm,
+    const c10::optional<at::Tensor>& /*t_rowptr*/, const c10::optional<at::Tensor>& /*t_col*/,
+    const c10::optional<at::Tensor>& /*t_perm*/,
+    const at::Tensor& x_dst, const at::Tensor& x_src, const at::Tensor& att,
+    const c10::optional<at::Tensor>& edge_term, double negative_slope, double dropout,
+    int64_t seed, int64_t offset, const c10::optional<at::Tensor>& /*light_rows*/,
+    const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
+  const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_forward");
+  TORCH_CHECK(att.dim() == 2 && att.size(0) == in.heads && att.size(1) == in.dim,
+              "gatv2_forward: att must be [H, D]");
+  auto xd = to_acc(x_dst, in.acc), xs = to_acc(x_src, in.acc), a = to_acc(att, in.acc);
+  return run_forward(in, x_src.scalar_type(), dropout, seed, offset, "gatv2_forward",
+                     [&](auto acc, auto idx) {
+                       using acc_t = decltype(acc);
+                       using index_t = decltype(idx);
+                       return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(),
+                                                    a.data_ptr<acc_t>(),
+                                                    edge_view<acc_t, index_t>(in),
+                                                    acc_t(negative_slope), in.heads, in.dim};
+                     });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse,
+    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& edge_perm,
+    const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
+    const at::Tensor& t_perm, const at::Tensor& x_dst, const at::Tensor& x_src,
+    const at::Tensor& att, const c10::optional<at::Tensor>& edge_term, double negative_slope,
+    double dropout, int64_t seed, int64_t offset, const c10::optional<at::Tensor>& /*light*/,
+    const c10::optional<at::Tensor>& /*heavy*/, int64_t /*heavy_warps*/) {
+  const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_backward");
+  auto xd = to_acc(x_dst, in.acc), xs = to_acc(x_src, in.acc), a = to_acc(att, in.acc);
+  auto opts = at::TensorOptions().dtype(in.acc);
+  Grads grads;
+  grads.dst = at::zeros(xd.sizes(), opts);
+  grads.key = grads.value = at::zeros(xs.sizes(), opts);
+  grads.att_partial = at::zeros({att_chunks(in.rows), in.heads, in.dim}, opts);
+  grads.edge = edge_grad_buffer(in);
+  run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, x_src.size(0), dropout, seed,
+               offset, grads, "gatv2_backward", [&](auto acc, auto idx) {
+                 using acc_t = decltype(acc);
+                 using index_t = decltype(idx);
+                 return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(),
+                                              a.data_ptr<acc_t>(), edge_view<acc_t, index_t>(in),
+                                              acc_t(negative_slope), in.heads, in.dim};
+               });
+  const auto type = x_src.scalar_type();
+  return {grads.dst.to(type), grads.key.to(type), grads.att_partial.sum(0).to(att.scalar_type()),
+          grads.edge.to(edge_term.has_value() ? edge_term->scalar_type() : type)};
+}
+
+std::tuple<at::Tensor, at::Tensor> graph_attention_forward_cpu(
+    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& edge_perm,
+    const c10::optional<at::Tensor>& /*t_rowptr*/, const c10::optional<at::Tensor>& /*t_col*/,
+    const c10::optional<at::Tensor>& /*t_perm*/,
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const c10::optional<at::Tensor>& edge_term, double scale, double dropout, int64_t seed,
+    int64_t offset, const c10::optional<at::Tensor>& /*light_rows*/,
+    const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
+  const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_forward");
+  TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(),
+              "graph_attention_forward: v must match k");
+  auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
+  return run_forward(in, v.scalar_type(), dropout, seed, offset, "graph_attention_forward",
+                     [&](auto acc, auto idx) {
+                       using acc_t = decltype(acc);
+                       using index_t = decltype(idx);
+                       return DotProduct<acc_t, index_t>{
+                           qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(), vc.data_ptr<acc_t>(),
+                           edge_view<acc_t, index_t>(in), acc_t(scale), in.heads, in.dim};
+                     });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse,
+    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& edge_perm,
+    const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
+    const at::Tensor& t_perm, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const c10::optional<at::Tensor>& edge_term, double scale, double dropout, int64_t seed,
+    int64_t offset, const c10::optional<at::Tensor>& /*light*/,
+    const c10::optional<at::Tensor>& /*heavy*/, int64_t /*heavy_warps*/) {
+  const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_backward");
+  auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
+  auto opts = at::TensorOptions().dtype(in.acc);
+  Grads grads;
+  grads.dst = at::zeros(qc.sizes(), opts);
+  grads.key = at::zeros(kc.sizes(), opts);
+  grads.value = at::zeros(vc.sizes(), opts);
+  grads.edge = edge_grad_buffer(in);
+  run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), dropout, seed, offset,
+               grads, "graph_attention_backward", [&](auto acc, auto idx) {
+                 using acc_t = decltype(acc);
+                 using index_t = decltype(idx);
+                 return DotProduct<acc_t, index_t>{qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(),
+                                                   vc.data_ptr<acc_t>(),
+                                                   edge_view<acc_t, index_t>(in), acc_t(scale),
+                                                   in.heads, in.dim};
+               });
+  return {grads.dst.to(q.scalar_type()), grads.key.to(k.scalar_type()),
+          grads.value.to(v.scalar_type()),
+          grads.edge.to(edge_term.has_value() ? edge_term->scalar_type() : v.scalar_type())};
+}
+
+at::Tensor attention_dropout_mask_cpu(const at::Tensor& col, int64_t heads, double dropout,
+                                      int64_t seed, int64_t offset) {
+  const DropoutSpec drop = make_dropout(dropout, seed, offset, heads);
+  auto mask = at::empty({col.numel(), heads}, col.options().dtype(at::kBool));
+  bool* m = mask.data_ptr<bool>();
+  const int64_t total = col.numel() * heads;
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t k = 0; k < total; ++k) m[k] = !drop.active() || drop.keep(k / heads, k % heads);
+  return mask;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
+  m.impl("gatv2_forward", &gatv2_forward_cpu);
+  m.impl("gatv2_backward", &gatv2_backward_cpu);
+  m.impl("graph_attention_forward", &graph_attention_forward_cpu);
+  m.impl("graph_attention_backward", &graph_attention_backward_cpu);
+  m.impl("attention_dropout_mask", &attention_dropout_mask_cpu);
+}
+
+}  // namespace cpu
+}  // namespace fastgnn
