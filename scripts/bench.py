@@ -33,7 +33,7 @@ def run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    choices=("cpu", "cuda"))
-    p.add_argument("--graphs", type=_csv, help="comma-separated dataset names, presets ("
+    p.add_argument("--graphs", type=graphs.split_specs, help="comma-separated dataset names, presets ("
                    f"{', '.join(graphs.PRESETS)}) or specs like powerlaw:n=100000,deg=8,skew=0.8")
     p.add_argument("--workloads", type=_csv, help=f"comma-separated: {', '.join(WORKLOADS)}")
     p.add_argument("--widths", type=lambda t: [int(w) for w in _csv(t)],

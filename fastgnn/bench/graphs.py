@@ -156,6 +156,20 @@ PRESETS: Dict[str, str] = {
 }
 
 
+def split_specs(text: str) -> List[str]:
+    """Splits a comma-separated list of graph specs; ``key=value`` items continue the
+    generator spec before them (``cora,powerlaw:n=1000,deg=8`` is two graphs)."""
+    specs: List[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if specs and "=" in item and ":" not in item:
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    return specs
+
+
 def _parse_params(text: str) -> Dict[str, str]:
     params = {}
     for item in filter(None, text.split(",")):

@@ -116,7 +116,8 @@ def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, obj
             f" fwd {row['fwd_ms']:.3f} ms  bwd {row['bwd_ms']:.3f} ms  peak "
             f"{_fmt_mb(row['peak_mb'])}")
         detail = f"  ({row['error']})" if row["error"] else ""
-        log(f"  {row['workload']:<16} w{row['width']:<4} {row['implementation']:<20} "
+        log(f"  {row['workload'] or '':<16} w{row['width'] or '-':<4} "
+            f"{row['implementation'] or '':<20} "
             f"{row['status']:<8}{times}{detail}")
 
     for spec in opts.graphs:
