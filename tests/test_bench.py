@@ -166,6 +166,19 @@ def test_oracle_failure_still_times_implementations(tmp_path):
     assert row["status"] == "ok" and row["check"].startswith("unverified: oracle")
 
 
+def test_nothing_running_records_the_failure_on_every_row(tmp_path):
+    g, x, case = _spmm_case([])
+
+    def oom():
+        raise MemoryError("out of memory")
+
+    case.oracle = oom
+    case.implementations = [Implementation("a", FASTGNN, oom), Implementation("b", BASELINE, oom)]
+    rows = _rows_of(case, tmp_path)
+    assert [rows[n]["status"] for n in "ab"] == ["oom", "oom"]
+    assert "nothing ran" in rows["a"]["error"]
+
+
 def test_every_registered_workload_builds():
     ctx_graph = graphs.load(TINY)
     for name, workload in WORKLOADS.items():

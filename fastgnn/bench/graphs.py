@@ -149,7 +149,7 @@ PRESETS: Dict[str, str] = {
     "block-small": "block:base=powerlaw-200k,batch=256,fanout=5x10,seed=0",
     # GPU scale: up to tens of millions of edges
     "powerlaw-16M": "powerlaw:n=1000000,deg=16,skew=0.8,seed=0",
-    "powerlaw-16M-flat": "powerlaw:n=1000000,deg=16,skew=0.4,seed=0",
+    "powerlaw-8M-flat": "powerlaw:n=500000,deg=16,skew=0.4,seed=0",
     "uniform-8M": "uniform:n=2000000,deg=4,seed=0",
     "block-arxiv": "block:base=ogbn-arxiv,batch=4096,fanout=10x15,seed=0",
     "block-powerlaw": "block:base=powerlaw-16M,batch=16384,fanout=10x15,seed=0",

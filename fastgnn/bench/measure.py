@@ -56,9 +56,11 @@ def classify_failure(exc: BaseException) -> Tuple[str, str]:
     return "error", message
 
 
-def release_memory(device: torch.device) -> None:
+def release_memory(device: torch.device, after_oom: bool = False) -> None:
+    """Frees unreferenced tensors; after an OOM also returns cached blocks to the driver
+    (not otherwise: re-allocating them would slow the next implementation's first runs)."""
     gc.collect()
-    if device.type == "cuda":
+    if after_oom and device.type == "cuda":
         torch.cuda.empty_cache()
 
 

@@ -7,8 +7,10 @@ what it measured.
 """
 from __future__ import annotations
 
+import time
+import warnings
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -23,8 +25,8 @@ QUICK = (["cora", "powerlaw-50k", "block-small"],
 CPU_DEFAULT = (["cora", "tolokers", "flickr", "powerlaw-200k", "uniform-100k", "block-small"],
                list(WORKLOADS), [32, 128], 2, 5)
 CUDA_DEFAULT = (["cora", "tolokers", "ogbn-arxiv", "flickr", "roads-ny", "powerlaw-16M",
-                 "powerlaw-16M-flat", "uniform-8M", "block-powerlaw"],
-                list(WORKLOADS), [64, 256], 3, 20)
+                 "powerlaw-8M-flat", "uniform-8M", "block-powerlaw"],
+                list(WORKLOADS), [64], 3, 10)
 
 
 @dataclass
@@ -64,43 +66,52 @@ def _measure(impl: Implementation, case: Case, expected: Optional[measure.Expect
         fields["status"], fields["error"] = measure.classify_failure(exc)
         if fields["status"] == "mismatch":
             fields["check"] = f"differs from {case.oracle_name}"
-    finally:
-        measure.release_memory(opts.device)
+    measure.release_memory(opts.device, after_oom=fields["status"] == "oom")
     return fields
 
 
-def _oracle(case: Case, runnable: List[Implementation]):
-    """The expected result and output gradient; when the oracle fails (e.g. OOM), no expected
-    result and a gradient shaped like the first implementation's output that runs."""
+@dataclass
+class _Oracle:
+    expected: Optional[measure.Expected] = None
+    grad_output: Optional[torch.Tensor] = None
+    check: Optional[str] = None  # what the rows' check field says when nothing is checked
+    failure: Optional[Tuple[str, str]] = None  # (status, message) when nothing could run
+
+
+def _oracle(case: Case, runnable: List[Implementation]) -> _Oracle:
+    """The expected result and a fixed output gradient. When the oracle fails (e.g. OOM), the
+    gradient is shaped like the output of the first implementation that runs, and the rows
+    say they were not verified; when nothing runs, every row gets the last failure."""
+    device = case.inputs[0].device
     try:
         expected, grad_output = measure.expected_result(case.oracle, case.inputs)
-        return expected, grad_output, None
+        return _Oracle(expected, grad_output)
     except Exception as exc:  # noqa: BLE001
         status, message = measure.classify_failure(exc)
-        failure = f"unverified: oracle {case.oracle_name} {status} ({message})"
+    measure.release_memory(device, after_oom=status == "oom")
+    unverified = f"unverified: oracle {case.oracle_name} {status} ({message})"
     for impl in runnable:
         try:
             with torch.no_grad():
                 output = impl.forward()
-            return None, torch.randn_like(output), failure
-        except Exception:  # noqa: BLE001  (its own row will record the failure)
-            continue
-    return None, None, failure
+            return _Oracle(grad_output=torch.randn_like(output), check=unverified)
+        except Exception as exc:  # noqa: BLE001  (its own row records the failure)
+            status, message = measure.classify_failure(exc)
+            measure.release_memory(device, after_oom=status == "oom")
+    return _Oracle(failure=(status, f"nothing ran, oracle included (last: {message})"))
 
 
 def run_case(case: Case, opts: Options, emit: Callable[..., None]) -> None:
     runnable = [impl for impl in case.implementations if impl.skip is None]
-    expected = grad_output = failure = None
-    if runnable:
-        expected, grad_output, failure = _oracle(case, runnable)
+    oracle = _oracle(case, runnable) if runnable else _Oracle()
     for impl in case.implementations:
-        fields = {"check": failure}
         if impl.skip is not None:
-            fields.update(check=None, status="skipped", error=impl.skip)
-        elif grad_output is None:
-            fields.update(status="error", error="no implementation produced an output")
+            fields = dict(status="skipped", error=impl.skip)
+        elif oracle.failure is not None:
+            fields = dict(status=oracle.failure[0], error=oracle.failure[1])
         else:
-            fields.update(_measure(impl, case, expected, grad_output, opts))
+            fields = dict(check=oracle.check)
+            fields.update(_measure(impl, case, oracle.expected, oracle.grad_output, opts))
         emit(implementation=impl.name, kind=impl.kind, backend=impl.backend, **fields)
 
 
@@ -120,7 +131,9 @@ def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, obj
             f"{row['implementation'] or '':<20} "
             f"{row['status']:<8}{times}{detail}")
 
+    warnings.filterwarnings("ignore", message=".*can be accelerated via the 'torch-scatter'")
     for spec in opts.graphs:
+        started = time.perf_counter()
         try:
             bench_graph = graph_specs.load(spec)
         except (datasets.DatasetUnavailable, ValueError, KeyError) as exc:
@@ -145,6 +158,7 @@ def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, obj
                 run_case(case, opts, case_emit)
                 del case, ctx
                 measure.release_memory(opts.device)
+        log(f"  ({spec}: {time.perf_counter() - started:.0f} s)")
     return rows
 
 
