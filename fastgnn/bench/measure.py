@@ -1,0 +1,189 @@
+"""Measuring one implementation: correctness against an expected result, forward and backward
+time, peak memory, and failures turned into statuses.
+
+Times are medians of ``repeats`` runs after ``warmup`` runs, each run timed by
+``fastgnn.tuning.time_once`` (CUDA events on GPU, perf_counter on CPU). The backward time is
+the autograd backward from a fixed output gradient, its forward run outside the timed region.
+Peak memory is the growth above what was allocated before one forward+backward step:
+``torch.cuda.max_memory_allocated`` on GPU, the process's resident-set growth on CPU (sampled
+in a thread after returning freed heap pages to the system).
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from fastgnn.tuning import time_once
+
+Forward = Callable[[], torch.Tensor]
+MB = 1024.0 * 1024.0
+MEM_CUDA = "cuda_max_allocated"
+MEM_CPU = "cpu_rss_growth"
+
+
+@dataclass
+class Expected:
+    """The oracle's output and gradients of ``inputs`` for the fixed output gradient."""
+    output: torch.Tensor
+    grads: List[Optional[torch.Tensor]]
+
+
+class Mismatch(Exception):
+    """An implementation's output or gradient differs from the expected one."""
+
+
+def _oom_types() -> Tuple[type, ...]:
+    types = [MemoryError]
+    for owner, name in ((torch, "OutOfMemoryError"), (torch.cuda, "OutOfMemoryError")):
+        if hasattr(owner, name):
+            types.append(getattr(owner, name))
+    return tuple(types)
+
+
+def classify_failure(exc: BaseException) -> Tuple[str, str]:
+    """``(status, message)`` for an exception raised by an implementation."""
+    message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    if isinstance(exc, Mismatch):
+        return "mismatch", str(exc)
+    if isinstance(exc, _oom_types()) or "out of memory" in str(exc).lower():
+        return "oom", message
+    return "error", message
+
+
+def release_memory(device: torch.device, after_oom: bool = False) -> None:
+    """Frees unreferenced tensors; after an OOM also returns cached blocks to the driver
+    (not otherwise: re-allocating them would slow the next implementation's first runs)."""
+    gc.collect()
+    if after_oom and device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gradients(output: torch.Tensor, inputs: Sequence[torch.Tensor],
+              grad_output: torch.Tensor) -> List[Optional[torch.Tensor]]:
+    return list(torch.autograd.grad(output, list(inputs), grad_output, allow_unused=True))
+
+
+def expected_result(forward: Forward, inputs: Sequence[torch.Tensor],
+                    grad_output_seed: int = 0) -> Tuple[Expected, torch.Tensor]:
+    """Runs the oracle once; returns its result and a fixed random output gradient."""
+    output = forward()
+    gen = torch.Generator(device=output.device).manual_seed(grad_output_seed)
+    grad_output = torch.randn(output.shape, generator=gen, device=output.device,
+                              dtype=output.dtype)
+    grads = gradients(output, inputs, grad_output)
+    return Expected(output.detach(), [None if g is None else g.detach() for g in grads]), grad_output
+
+
+def _compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
+             rtol: float) -> None:
+    if actual is None or expected is None:
+        if (actual is None) != (expected is None):
+            raise Mismatch(f"{name}: gradient missing on one side")
+        return
+    if actual.shape != expected.shape:
+        raise Mismatch(f"{name}: shape {list(actual.shape)} != expected {list(expected.shape)}")
+    actual, expected = actual.detach().double(), expected.detach().double()
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    tol = rtol * max(scale, 1.0)
+    err = (actual - expected).abs().nan_to_num(nan=float("inf"))
+    both_nan = actual.isnan() & expected.isnan()
+    worst = float(err.masked_fill(both_nan, 0).max()) if err.numel() else 0.0
+    if worst > tol:
+        raise Mismatch(f"{name}: max abs error {worst:.3g} > tolerance {tol:.3g}")
+
+
+def check(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
+          expected: Expected, rtol: float) -> None:
+    """Raises :class:`Mismatch` unless the output and every input gradient match, within
+    ``rtol`` times the largest expected magnitude (at least 1)."""
+    output = forward()
+    _compare("output", output, expected.output, rtol)
+    for index, (grad, want) in enumerate(zip(gradients(output, inputs, grad_output),
+                                             expected.grads)):
+        _compare(f"grad[{index}]", grad, want, rtol)
+
+
+def _median(times: List[float]) -> float:
+    times = sorted(times)
+    return times[len(times) // 2]
+
+
+def time_forward(forward: Forward, device: torch.device, warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        forward()
+    return _median([time_once(forward, device) for _ in range(repeats)])
+
+
+def time_backward(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
+                  device: torch.device, warmup: int, repeats: int) -> float:
+    def one_run() -> float:
+        output = forward()
+        return time_once(lambda: gradients(output, inputs, grad_output), device)
+
+    for _ in range(warmup):
+        one_run()
+    return _median([one_run() for _ in range(repeats)])
+
+
+# ---- memory ------------------------------------------------------------------------------------
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _trim_heap() -> None:
+    """Returns freed heap pages to the system so the next allocations show up in the RSS."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the growth is then a lower bound
+
+
+class _ResidentPeak(threading.Thread):
+    def __init__(self, interval_s: float = 2e-4):
+        super().__init__(daemon=True)
+        self.interval_s, self.peak, self._done = interval_s, _resident_bytes(), threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            self.peak = max(self.peak, _resident_bytes())
+
+    def finish(self) -> int:
+        self._done.set()
+        self.join()
+        return max(self.peak, _resident_bytes())
+
+
+def peak_memory(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
+                device: torch.device) -> Tuple[Optional[float], str]:
+    """MB allocated above the current level during one forward + backward, and how measured."""
+    release_memory(device)
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        gradients(forward(), inputs, grad_output)
+        sync(device)
+        return (torch.cuda.max_memory_allocated(device) - base) / MB, MEM_CUDA
+    if not os.path.exists("/proc/self/statm"):
+        return None, "unavailable"
+    _trim_heap()
+    sampler = _ResidentPeak()
+    base = _resident_bytes()
+    sampler.start()
+    try:
+        gradients(forward(), inputs, grad_output)
+    finally:
+        peak = sampler.finish()
+    return max(peak - base, 0) / MB, MEM_CPU

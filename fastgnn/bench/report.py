@@ -1,0 +1,254 @@
+"""Result rows and what is generated from them: JSON lines, the markdown speedup table, PNG
+plots (speedup and memory per graph) and the README performance section.
+
+Speedups and memory ratios compare each fastgnn row with the best baseline of the same graph,
+workload and width: the successful baseline with the smallest forward + backward time.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import subprocess
+from collections import defaultdict
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+ROW_FIELDS = ("graph", "workload", "level", "width", "implementation", "kind", "backend",
+              "device", "device_name", "threads", "torch", "fastgnn_commit", "date", "fwd_ms",
+              "bwd_ms", "peak_mb", "mem_kind", "check", "status", "error", "nodes", "edges")
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+_PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---- environment and rows ----------------------------------------------------------------------
+def git_commit(path: str = _PROJECT) -> str:
+    """Short commit of the checkout holding fastgnn (``+dirty`` with local changes), or
+    "unknown" outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "-C", path, "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+        dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit.strip() + ("+dirty" if dirty.strip() else "")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_tag(device: torch.device) -> str:
+    """Short file-name tag: "cpu", or the GPU's name in lower case with dashes."""
+    if device.type != "cuda":
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
+
+
+def environment(device: torch.device) -> Dict[str, object]:
+    """The fields shared by every row of one run."""
+    return {
+        "device": device.type,
+        "device_name": device_name(device),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "fastgnn_commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def make_row(env: Dict[str, object], **fields) -> Dict[str, object]:
+    row = {name: None for name in ROW_FIELDS}
+    row.update(env)
+    row.update(fields)
+    unknown = set(row) - set(ROW_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown result fields: {sorted(unknown)}")
+    return row
+
+
+def append_jsonl(path: str, row: Dict[str, object]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row, sort_keys=False) + "\n")
+
+
+def read_jsonl(path: str) -> List[Dict[str, object]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ---- comparisons -------------------------------------------------------------------------------
+def _total(row) -> float:
+    return row["fwd_ms"] + row["bwd_ms"]
+
+
+def _ratio(numerator, denominator) -> Optional[float]:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def comparisons(rows: Iterable[Dict]) -> List[Dict]:
+    """For each successful fastgnn row: the best baseline and the speedups and memory ratio."""
+    groups: Dict[Tuple, List[Dict]] = defaultdict(list)
+    for row in rows:
+        groups[(row["graph"], row["workload"], row["width"])].append(row)
+    found = []
+    for (graph, workload, width), members in groups.items():
+        ok = [r for r in members if r["status"] == "ok"]
+        baselines = [r for r in ok if r["kind"] == "baseline"]
+        if not baselines:
+            continue
+        best = min(baselines, key=_total)
+        for row in ok:
+            if row["kind"] != "fastgnn":
+                continue
+            found.append({
+                "graph": graph, "workload": workload, "width": width,
+                "implementation": row["implementation"], "backend": row["backend"],
+                "baseline": best["implementation"], "fwd_ms": row["fwd_ms"],
+                "bwd_ms": row["bwd_ms"], "peak_mb": row["peak_mb"],
+                "fwd_speedup": _ratio(best["fwd_ms"], row["fwd_ms"]),
+                "bwd_speedup": _ratio(best["bwd_ms"], row["bwd_ms"]),
+                "speedup": _ratio(_total(best), _total(row)),
+                "memory_ratio": _ratio(row["peak_mb"], best["peak_mb"]),
+            })
+    return found
+
+
+# ---- markdown ----------------------------------------------------------------------------------
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _markdown(header: List[str], lines: List[List[object]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_fmt(v) for v in line) + " |" for line in lines]
+    return "\n".join(out)
+
+
+def speedup_table(rows: List[Dict]) -> str:
+    """fastgnn vs the best baseline: speedups (>1 is faster) and memory ratios (<1 is less)."""
+    lines = [[c["graph"], c["workload"], c["width"], c["implementation"], c["baseline"],
+              c["fwd_speedup"], c["bwd_speedup"], c["speedup"], c["memory_ratio"]]
+             for c in comparisons(rows)]
+    if not lines:
+        return "_No fastgnn row has a successful baseline to compare with._"
+    return _markdown(["graph", "workload", "width", "fastgnn", "vs baseline", "fwd speedup",
+                      "bwd speedup", "fwd+bwd speedup", "memory ratio"], lines)
+
+
+def results_table(rows: List[Dict]) -> str:
+    """Every row: times, memory and status (skips, mismatches, OOMs and errors included)."""
+    lines = [[r["graph"], r["workload"], r["width"], r["implementation"], r["backend"] or "-",
+              r["fwd_ms"], r["bwd_ms"], r["peak_mb"],
+              r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error'] or ''}"]
+             for r in rows]
+    return _markdown(["graph", "workload", "width", "implementation", "backend", "fwd ms",
+                      "bwd ms", "peak MB", "status"], lines)
+
+
+def graph_table(rows: List[Dict]) -> str:
+    seen = {}
+    for r in rows:
+        seen.setdefault(r["graph"], (r["nodes"], r["edges"]))
+    return _markdown(["graph", "nodes", "edges"], [[g, n, e] for g, (n, e) in seen.items()])
+
+
+def summary(rows: List[Dict]) -> str:
+    first = rows[0] if rows else {}
+    mem_kinds = sorted({r["mem_kind"] for r in rows if r.get("mem_kind")})
+    return (f"Device: {first.get('device_name')} ({first.get('device')}, "
+            f"{first.get('threads')} threads), torch {first.get('torch')}, fastgnn commit "
+            f"{first.get('fastgnn_commit')}, date {first.get('date')}. Peak memory: "
+            f"{', '.join(mem_kinds) or 'not measured'} (growth above the inputs).")
+
+
+def table_markdown(rows: List[Dict]) -> str:
+    return "\n\n".join([
+        "# fastgnn benchmark", summary(rows), "## Graphs", graph_table(rows),
+        "## Speedups against the best baseline", speedup_table(rows),
+        "## All results", results_table(rows)]) + "\n"
+
+
+# ---- plots -------------------------------------------------------------------------------------
+def plot(rows: List[Dict], prefix: str) -> List[str]:
+    """``<prefix>-speedup.png`` and ``<prefix>-memory.png``: per graph, one bar per workload
+    (best fastgnn row vs the best baseline). Returns the written paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    best: Dict[Tuple[str, str], Dict] = {}
+    for c in comparisons(rows):
+        key = (c["graph"], f"{c['workload']} w{c['width']}")
+        if c["speedup"] is not None and (key not in best or c["speedup"] > best[key]["speedup"]):
+            best[key] = c
+    graphs = list(dict.fromkeys(g for g, _ in best))
+    series = list(dict.fromkeys(s for _, s in best))
+    paths = []
+    for metric, label, name in (("speedup", "fwd+bwd speedup vs best baseline", "speedup"),
+                                ("memory_ratio", "peak memory / best baseline's", "memory")):
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(graphs) + 2), 4.5))
+        width = 0.8 / max(1, len(series))
+        for i, s in enumerate(series):
+            xs = [gi + i * width for gi, g in enumerate(graphs) if (g, s) in best]
+            ys = [best[(g, s)][metric] or 0.0 for g in graphs if (g, s) in best]
+            ax.bar(xs, ys, width, label=s)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([gi + 0.4 - width / 2 for gi in range(len(graphs))])
+        ax.set_xticklabels(graphs, rotation=20, ha="right")
+        ax.set_ylabel(label)
+        if best and metric == "speedup":
+            ax.set_yscale("log")
+        if series:
+            ax.legend(fontsize="small", ncol=2)
+        fig.tight_layout()
+        path = f"{prefix}-{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# ---- files -------------------------------------------------------------------------------------
+def write_outputs(rows: List[Dict], prefix: str) -> Dict[str, object]:
+    """Writes ``<prefix>.md`` and the plots; returns their paths."""
+    table = f"{prefix}.md"
+    with open(table, "w") as f:
+        f.write(table_markdown(rows))
+    return {"table": table, "plots": plot(rows, prefix)}
+
+
+def readme_section(rows: List[Dict], outputs: Dict[str, object], readme_dir: str) -> str:
+    first = rows[0] if rows else {}
+    rel = lambda p: os.path.relpath(p, readme_dir).replace(os.sep, "/")  # noqa: E731
+    images = "\n".join(f"![{os.path.basename(p)}]({rel(p)})" for p in outputs["plots"])
+    return "\n\n".join([
+        f"Measured on {first.get('device_name')} ({first.get('device')}) on "
+        f"{str(first.get('date', ''))[:10]} at fastgnn commit `{first.get('fastgnn_commit')}`, "
+        f"torch {first.get('torch')}. Full results: [{os.path.basename(outputs['table'])}]"
+        f"({rel(outputs['table'])}).",
+        speedup_table(rows), images])
+
+
+def replace_section(path: str, text: str) -> None:
+    """Replaces what lies between the bench markers in ``path`` with ``text``."""
+    with open(path) as f:
+        content = f.read()
+    start, end = content.find(BEGIN), content.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{path} has no '{BEGIN}' ... '{END}' markers")
+    content = content[:start + len(BEGIN)] + "\n" + text.strip() + "\n" + content[end:]
+    with open(path, "w") as f:
+        f.write(content)

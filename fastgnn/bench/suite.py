@@ -1,0 +1,166 @@
+"""Running a benchmark: graphs x widths x workloads x implementations -> result rows.
+
+Each implementation is checked against the workload's oracle (output and input gradients)
+before it is timed; mismatches, OOMs and errors become rows with that status, never crashes.
+Rows are appended to the JSON lines file as they are produced, so an interrupted run keeps
+what it measured.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from fastgnn import datasets
+from fastgnn.bench import graphs as graph_specs
+from fastgnn.bench import measure, report
+from fastgnn.bench.workloads import WORKLOADS, Case, Context, Implementation
+
+# Suites: (graphs, workloads, widths, warmup, repeats)
+QUICK = (["cora", "powerlaw-50k", "block-small"],
+         ["spmm-both", "aggregate-max", "gatv2-attention", "gatv2conv"], [32], 1, 3)
+CPU_DEFAULT = (["cora", "tolokers", "flickr", "powerlaw-200k", "uniform-100k", "block-small"],
+               list(WORKLOADS), [32, 128], 2, 5)
+CUDA_DEFAULT = (["cora", "tolokers", "ogbn-arxiv", "flickr", "roads-ny", "powerlaw-16M",
+                 "powerlaw-8M-flat", "uniform-8M", "block-powerlaw"],
+                list(WORKLOADS), [64], 3, 10)
+
+
+@dataclass
+class Options:
+    device: torch.device
+    graphs: Sequence[str]
+    workloads: Sequence[str]
+    widths: Sequence[int]
+    warmup: int
+    repeats: int
+    jsonl: str
+    seed: int = 0
+
+
+def default_suite(device: torch.device, quick: bool):
+    if quick:
+        return QUICK
+    return CUDA_DEFAULT if device.type == "cuda" else CPU_DEFAULT
+
+
+def _measure(impl: Implementation, case: Case, expected: Optional[measure.Expected],
+             grad_output: torch.Tensor, opts: Options) -> Dict[str, object]:
+    """Checks then times one implementation; returns the row fields it determines."""
+    fields: Dict[str, object] = {}
+    try:
+        if expected is not None:
+            measure.check(impl.forward, case.inputs, grad_output, expected, case.rtol)
+            fields["check"] = f"matches {case.oracle_name}"
+        fields["fwd_ms"] = measure.time_forward(impl.forward, opts.device, opts.warmup,
+                                                opts.repeats)
+        fields["bwd_ms"] = measure.time_backward(impl.forward, case.inputs, grad_output,
+                                                 opts.device, opts.warmup, opts.repeats)
+        fields["peak_mb"], fields["mem_kind"] = measure.peak_memory(
+            impl.forward, case.inputs, grad_output, opts.device)
+        fields["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001  (every failure is a result)
+        fields["status"], fields["error"] = measure.classify_failure(exc)
+        if fields["status"] == "mismatch":
+            fields["check"] = f"differs from {case.oracle_name}"
+    measure.release_memory(opts.device, after_oom=fields["status"] == "oom")
+    return fields
+
+
+@dataclass
+class _Oracle:
+    expected: Optional[measure.Expected] = None
+    grad_output: Optional[torch.Tensor] = None
+    check: Optional[str] = None  # what the rows' check field says when nothing is checked
+    failure: Optional[Tuple[str, str]] = None  # (status, message) when nothing could run
+
+
+def _oracle(case: Case, runnable: List[Implementation]) -> _Oracle:
+    """The expected result and a fixed output gradient. When the oracle fails (e.g. OOM), the
+    gradient is shaped like the output of the first implementation that runs, and the rows
+    say they were not verified; when nothing runs, every row gets the last failure."""
+    device = case.inputs[0].device
+    try:
+        expected, grad_output = measure.expected_result(case.oracle, case.inputs)
+        return _Oracle(expected, grad_output)
+    except Exception as exc:  # noqa: BLE001
+        status, message = measure.classify_failure(exc)
+    measure.release_memory(device, after_oom=status == "oom")
+    unverified = f"unverified: oracle {case.oracle_name} {status} ({message})"
+    for impl in runnable:
+        try:
+            with torch.no_grad():
+                output = impl.forward()
+            return _Oracle(grad_output=torch.randn_like(output), check=unverified)
+        except Exception as exc:  # noqa: BLE001  (its own row records the failure)
+            status, message = measure.classify_failure(exc)
+            measure.release_memory(device, after_oom=status == "oom")
+    return _Oracle(failure=(status, f"nothing ran, oracle included (last: {message})"))
+
+
+def run_case(case: Case, opts: Options, emit: Callable[..., None]) -> None:
+    runnable = [impl for impl in case.implementations if impl.skip is None]
+    oracle = _oracle(case, runnable) if runnable else _Oracle()
+    for impl in case.implementations:
+        if impl.skip is not None:
+            fields = dict(status="skipped", error=impl.skip)
+        elif oracle.failure is not None:
+            fields = dict(status=oracle.failure[0], error=oracle.failure[1])
+        else:
+            fields = dict(check=oracle.check)
+            fields.update(_measure(impl, case, oracle.expected, oracle.grad_output, opts))
+        emit(implementation=impl.name, kind=impl.kind, backend=impl.backend, **fields)
+
+
+def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, object]]:
+    env = report.environment(opts.device)
+    rows: List[Dict[str, object]] = []
+
+    def emit(**fields) -> None:
+        row = report.make_row(env, **fields)
+        rows.append(row)
+        report.append_jsonl(opts.jsonl, row)
+        times = "" if row["status"] != "ok" else (
+            f" fwd {row['fwd_ms']:.3f} ms  bwd {row['bwd_ms']:.3f} ms  peak "
+            f"{_fmt_mb(row['peak_mb'])}")
+        detail = f"  ({row['error']})" if row["error"] else ""
+        log(f"  {row['workload'] or '':<16} w{row['width'] or '-':<4} "
+            f"{row['implementation'] or '':<20} "
+            f"{row['status']:<8}{times}{detail}")
+
+    warnings.filterwarnings("ignore", message=".*can be accelerated via the 'torch-scatter'")
+    for spec in opts.graphs:
+        started = time.perf_counter()
+        try:
+            bench_graph = graph_specs.load(spec)
+        except (datasets.DatasetUnavailable, ValueError, KeyError) as exc:
+            status, message = "skipped", f"graph unavailable: {exc}"
+            emit(graph=spec, status=status, error=message)
+            continue
+        log(graph_specs.describe(bench_graph))
+        graph_fields = dict(graph=spec, nodes=bench_graph.stats["src_nodes"],
+                            edges=bench_graph.stats["edges"])
+        for width in opts.widths:
+            for name in opts.workloads:
+                workload = WORKLOADS[name]
+                ctx = Context(bench_graph, width, opts.device, opts.seed)
+                case_emit = lambda **f: emit(**graph_fields, workload=name,  # noqa: E731
+                                             level=workload.level, width=width, **f)
+                try:
+                    case = workload.build(ctx)
+                except Exception as exc:  # noqa: BLE001
+                    status, message = measure.classify_failure(exc)
+                    case_emit(status=status, error=f"building inputs: {message}")
+                    continue
+                run_case(case, opts, case_emit)
+                del case, ctx
+                measure.release_memory(opts.device)
+        log(f"  ({spec}: {time.perf_counter() - started:.0f} s)")
+    return rows
+
+
+def _fmt_mb(value) -> str:
+    return "-" if value is None else f"{value:.1f} MB"

@@ -1,0 +1,341 @@
+"""The workload registry: one build function per workload, returning the prepared inputs, the
+oracle and every implementation to measure on one graph, width and device.
+
+Op-level oracles are ``fastgnn.reference``; layer-level ones are the stock PyG layer. Every
+implementation is guarded: a missing library, op or adapter gives an implementation with a
+``skip`` reason instead of a function. fastgnn implementations are one per registered backend
+of the op (``fastgnn-native``, ``fastgnn-reference``, ...), each forced with
+``fastgnn.backend(name)``; the reference backend runs only on small inputs.
+To add a workload, write ``@register("name", level) def build(ctx) -> Case``.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+import fastgnn
+from fastgnn import backends, reference
+from fastgnn.bench.graphs import BenchGraph
+from fastgnn.graph import Graph
+
+FASTGNN, BASELINE = "fastgnn", "baseline"
+# The reference backend (and E x width tensors in general) only below this many elements.
+SMALL_EDGE_ELEMENTS = 1 << 26
+HEADS = 4
+
+
+@dataclass
+class Implementation:
+    name: str
+    kind: str  # FASTGNN or BASELINE
+    forward: Optional[Callable[[], torch.Tensor]] = None
+    backend: str = ""  # the fastgnn backend that runs, or the library
+    skip: Optional[str] = None  # why it was not run
+
+
+@dataclass
+class Case:
+    """One workload prepared on one graph: differentiated inputs, oracle, implementations."""
+    inputs: List[torch.Tensor]
+    oracle: Callable[[], torch.Tensor]
+    implementations: List[Implementation]
+    oracle_name: str = "fastgnn.reference"
+    rtol: float = 1e-3
+
+
+@dataclass
+class Context:
+    """What a build function gets: the graph on the device, the width and a seed."""
+    bench_graph: BenchGraph
+    width: int
+    device: torch.device
+    seed: int = 0
+    _cache: Dict[str, object] = field(default_factory=dict)
+    _draws: int = 0
+
+    @property
+    def graph(self) -> Graph:
+        return self._cached("graph", lambda: self.bench_graph.graph.to(self.device))
+
+    @property
+    def src(self) -> torch.Tensor:
+        return self._cached("src", lambda: self.graph.col.to(torch.int64))
+
+    @property
+    def dst(self) -> torch.Tensor:
+        return self._cached("dst", lambda: self.graph.row.to(torch.int64))
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        return self._cached("edge_index", lambda: torch.stack([self.src, self.dst]))
+
+    @property
+    def small(self) -> bool:
+        return self.graph.num_edges * self.width <= SMALL_EDGE_ELEMENTS
+
+    def _cached(self, key, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def features(self, *shape: int) -> torch.Tensor:
+        """Seeded random features that require grad (same values for every implementation;
+        each call of a build draws the next tensor of the seeded sequence)."""
+        self._draws += 1
+        gen = torch.Generator().manual_seed(self.seed * 1000 + self._draws)
+        return torch.randn(shape, generator=gen).to(self.device).requires_grad_()
+
+
+@dataclass
+class Workload:
+    name: str
+    level: str  # "op" or "layer"
+    build: Callable[[Context], Case]
+
+
+WORKLOADS: Dict[str, Workload] = {}
+
+
+def register(name: str, level: str):
+    def decorate(build: Callable[[Context], Case]) -> Callable[[Context], Case]:
+        WORKLOADS[name] = Workload(name, level, build)
+        return build
+    return decorate
+
+
+# ---- shared implementation helpers -------------------------------------------------------------
+def _with_backend(name: str, call: Callable[[], torch.Tensor]) -> torch.Tensor:
+    with fastgnn.backend(name):
+        return call()
+
+
+def fastgnn_implementations(op: str, ctx: Context,
+                            call: Callable[[], torch.Tensor]) -> List[Implementation]:
+    """One implementation per fastgnn backend registered for ``op`` on the device."""
+    found = []
+    for name in backends.available(op, ctx.device.type):
+        skip = None
+        if name == "reference" and not ctx.small:
+            skip = "reference backend runs on small graphs only"
+        found.append(Implementation(f"fastgnn-{name}", FASTGNN,
+                                    functools.partial(_with_backend, name, call), name, skip))
+    if not found:
+        found.append(Implementation("fastgnn", FASTGNN, skip=f"no fastgnn backend for {op} on "
+                                    f"{ctx.device.type}"))
+    return found
+
+
+def _optional_module(name: str):
+    try:
+        return importlib.import_module(name), None
+    except Exception as exc:  # noqa: BLE001  (any import failure means: not available)
+        return None, f"{name} not importable ({type(exc).__name__})"
+
+
+def _pyg_scatter():
+    module, reason = _optional_module("torch_geometric.utils")
+    return (module.scatter, None) if module is not None else (None, reason)
+
+
+def _dgl_graph(ctx: Context):
+    """A DGL graph of the same edges (CSR order, so edge data lines up), or a skip reason."""
+    dgl, reason = _optional_module("dgl")
+    if dgl is None:
+        return None, reason
+    g = ctx.graph
+    key = "dgl_graph"
+    if key not in ctx._cache:
+        ctx._cache[key] = dgl.create_block((ctx.src, ctx.dst), num_src_nodes=g.num_src_nodes,
+                                           num_dst_nodes=g.num_dst_nodes, device=ctx.device)
+    return ctx._cache[key], None
+
+
+def _guarded(name: str, kind: str, library: str, make):
+    """``make()`` returns ``(forward, None)`` or ``(None, reason)``; any exception is a skip."""
+    try:
+        forward, reason = make()
+    except Exception as exc:  # noqa: BLE001
+        forward, reason = None, f"{type(exc).__name__}: {exc}"
+    return Implementation(name, kind, forward, library, reason)
+
+
+# ---- spmm per norm -----------------------------------------------------------------------------
+def _spmm_case(ctx: Context, norm: str) -> Case:
+    g = ctx.graph
+    x = ctx.features(g.num_src_nodes, ctx.width)
+    values = g.norm_values(norm)  # CSR order; None: all ones
+    impls = fastgnn_implementations("spmm", ctx, lambda: fastgnn.ops.spmm(g, x, norm=norm))
+
+    def torch_csr():
+        ones = torch.ones(g.num_edges, device=ctx.device)
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            adj = torch.sparse_csr_tensor(g.rowptr, g.col, ones if values is None else values,
+                                          size=(g.num_dst_nodes, g.num_src_nodes),
+                                          check_invariants=False)
+        return (lambda: torch.sparse.mm(adj, x)), None
+
+    def pyg_scatter():
+        scatter, reason = _pyg_scatter()
+        if scatter is None:
+            return None, reason
+        src, dst, n = ctx.src, ctx.dst, g.num_dst_nodes
+        if values is None:
+            return (lambda: scatter(x[src], dst, 0, n, "sum")), None
+        return (lambda: scatter(x[src] * values.unsqueeze(1), dst, 0, n, "sum")), None
+
+    def dgl_spmm():
+        block, reason = _dgl_graph(ctx)
+        if block is None:
+            return None, reason
+        import dgl
+        if values is None:
+            return (lambda: dgl.ops.copy_u_sum(block, x)), None
+        return (lambda: dgl.ops.u_mul_e_sum(block, x, values.unsqueeze(1))), None
+
+    impls += [_guarded("torch-sparse-csr", BASELINE, "torch.sparse.mm", torch_csr),
+              _guarded("pyg-scatter", BASELINE, "torch_geometric", pyg_scatter),
+              _guarded("dgl-gspmm", BASELINE, "dgl", dgl_spmm)]
+    return Case([x], lambda: reference.spmm(g, x, norm=norm), impls)
+
+
+for _norm in ("none", "right", "both"):
+    register(f"spmm-{_norm}", "op")(functools.partial(_spmm_case, norm=_norm))
+
+
+# ---- min / max aggregation ---------------------------------------------------------------------
+def _minmax_case(ctx: Context, reduce: str) -> Case:
+    g = ctx.graph
+    x = ctx.features(g.num_src_nodes, ctx.width)
+    impls = fastgnn_implementations("aggregate_minmax", ctx,
+                                    lambda: fastgnn.ops.aggregate(g, x, reduce))
+
+    def pyg_scatter():
+        scatter, reason = _pyg_scatter()
+        if scatter is None:
+            return None, reason
+        return (lambda: scatter(x[ctx.src], ctx.dst, 0, g.num_dst_nodes, reduce)), None
+
+    def dgl_copy_u():
+        block, reason = _dgl_graph(ctx)
+        if block is None:
+            return None, reason
+        import dgl
+        op = dgl.ops.copy_u_max if reduce == "max" else dgl.ops.copy_u_min
+        return (lambda: op(block, x)), None
+
+    impls += [_guarded("pyg-scatter", BASELINE, "torch_geometric", pyg_scatter),
+              _guarded(f"dgl-copy_u_{reduce}", BASELINE, "dgl", dgl_copy_u)]
+    return Case([x], lambda: reference.aggregate(g, x, reduce), impls)
+
+
+for _reduce in ("min", "max"):
+    register(f"aggregate-{_reduce}", "op")(functools.partial(_minmax_case, reduce=_reduce))
+
+
+# ---- attention (op level) ----------------------------------------------------------------------
+def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor], values: Callable[[], torch.Tensor]):
+    """PyG-style message passing: edge logits, ``torch_geometric.utils.softmax``, scatter-sum."""
+    utils, reason = _optional_module("torch_geometric.utils")
+    if utils is None:
+        return None, reason
+    n = ctx.graph.num_dst_nodes
+
+    def forward():
+        alpha = utils.softmax(logits(), ctx.dst, num_nodes=n)
+        return utils.scatter(alpha.unsqueeze(-1) * values(), ctx.dst, 0, n, "sum")
+    return forward, None
+
+
+def _heads(ctx: Context):
+    return HEADS, max(1, ctx.width // HEADS)
+
+
+@register("gatv2-attention", "op")
+def gatv2_attention(ctx: Context) -> Case:
+    g, (h, d) = ctx.graph, _heads(ctx)
+    x_dst = ctx.features(g.num_dst_nodes, h, d)
+    x_src = ctx.features(g.num_src_nodes, h, d)
+    att = ctx.features(h, d)
+    impls = fastgnn_implementations("gatv2_attention", ctx,
+                                    lambda: fastgnn.ops.gatv2_attention(g, x_dst, x_src, att))
+
+    def logits():
+        hidden = torch.nn.functional.leaky_relu(x_dst[ctx.dst] + x_src[ctx.src], 0.2)
+        return (hidden * att).sum(-1)
+
+    impls.append(_guarded("pyg-ops", BASELINE, "torch_geometric",
+                          lambda: _pyg_attend(ctx, logits, lambda: x_src[ctx.src])))
+    return Case([x_dst, x_src, att],
+                lambda: reference.gatv2_attention(g, x_dst, x_src, att), impls)
+
+
+@register("graph-attention", "op")
+def graph_attention(ctx: Context) -> Case:
+    g, (h, d) = ctx.graph, _heads(ctx)
+    q = ctx.features(g.num_dst_nodes, h, d)
+    k = ctx.features(g.num_src_nodes, h, d)
+    v = ctx.features(g.num_src_nodes, h, d)
+    impls = fastgnn_implementations("graph_attention", ctx,
+                                    lambda: fastgnn.ops.graph_attention(g, q, k, v))
+    impls.append(_guarded("pyg-ops", BASELINE, "torch_geometric", lambda: _pyg_attend(
+        ctx, lambda: (q[ctx.dst] * k[ctx.src]).sum(-1) * d ** -0.5, lambda: v[ctx.src])))
+    return Case([q, k, v], lambda: reference.graph_attention(g, q, k, v), impls)
+
+
+# ---- layers: stock PyG vs after fastgnn.enable --------------------------------------------------
+def _layer_case(ctx: Context, make_layer: Callable[[int], torch.nn.Module],
+                bipartite_ok: bool = True) -> Case:
+    """The stock layer is the oracle and the baseline; the fastgnn row runs the same layer
+    (same parameters) after ``fastgnn.enable``, and is skipped when enable swaps nothing."""
+    g = ctx.graph
+    torch.manual_seed(ctx.seed)
+    stock = make_layer(ctx.width).to(ctx.device).train()
+    x = ctx.features(g.num_src_nodes, ctx.width)
+    inputs = [x] + [p for p in stock.parameters() if p.requires_grad]
+    if g.is_bipartite and not bipartite_ok:
+        reason = f"{type(stock).__name__} does not take bipartite blocks"
+        return Case(inputs, lambda: x, [Implementation("pyg-stock", BASELINE, skip=reason)],
+                    oracle_name="pyg-stock")
+
+    def layer_input():
+        return (x, x[:g.num_dst_nodes]) if g.is_bipartite else x
+
+    edge_index = ctx.edge_index
+    run = lambda layer: (lambda: layer(layer_input(), edge_index))  # noqa: E731
+    fast = fastgnn.enable(stock)
+    swapped = type(fast) is not type(stock)
+    impls = [Implementation("pyg-stock", BASELINE, run(stock), "torch_geometric"),
+             Implementation("pyg+fastgnn.enable", FASTGNN, run(fast) if swapped else None,
+                            getattr(fast, "_fastgnn_backend", "") if swapped else "",
+                            None if swapped else "no fastgnn adapter")]
+    return Case(inputs, run(stock), impls, oracle_name="pyg-stock")
+
+
+def _pyg_layer(class_name: str, **kwargs):
+    def make(width: int) -> torch.nn.Module:
+        nn, reason = _optional_module("torch_geometric.nn")
+        if nn is None:
+            raise ImportError(reason)
+        cls = getattr(nn, class_name)
+        if "heads" in kwargs:
+            return cls(width, max(1, width // kwargs["heads"]), **kwargs)
+        return cls(width, width, **kwargs)
+    return make
+
+
+_LAYERS = {
+    "gatv2conv": (_pyg_layer("GATv2Conv", heads=HEADS, add_self_loops=False, bias=False), True),
+    "transformerconv": (_pyg_layer("TransformerConv", heads=HEADS, root_weight=False,
+                                   bias=False), True),
+    "gcnconv": (_pyg_layer("GCNConv"), False),
+    "sageconv-max": (_pyg_layer("SAGEConv", aggr="max"), True),
+}
+for _name, (_make, _bipartite_ok) in _LAYERS.items():
+    register(_name, "layer")(functools.partial(_layer_case, make_layer=_make,
+                                               bipartite_ok=_bipartite_ok))

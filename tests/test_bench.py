@@ -1,0 +1,199 @@
+"""The benchmark harness: a tiny CPU run end to end, the correctness gate, failures as rows,
+and the README section writer."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+from fastgnn import reference
+from fastgnn.bench import graphs, measure, report, suite
+from fastgnn.bench.workloads import BASELINE, FASTGNN, WORKLOADS, Case, Context, Implementation
+
+TINY = "powerlaw:n=300,deg=4,skew=0.8,seed=1"
+TINY_BLOCK = "block:base=powerlaw-50k,batch=16,fanout=3x4,seed=2"
+_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                       "bench.py")
+
+
+def _bench_cli():
+    spec = importlib.util.spec_from_file_location("bench_cli", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _options(tmp_path, **kw):
+    fields = dict(device=torch.device("cpu"), graphs=[TINY], workloads=["spmm-both"],
+                  widths=[8], warmup=0, repeats=1, jsonl=str(tmp_path / "rows.jsonl"))
+    fields.update(kw)
+    return suite.Options(**fields)
+
+
+def _rows_of(case: Case, tmp_path):
+    rows = []
+    suite.run_case(case, _options(tmp_path), lambda **f: rows.append(f))
+    return {row["implementation"]: row for row in rows}
+
+
+def _spmm_case(implementations):
+    g = graphs.load(TINY).graph
+    x = torch.randn(g.num_src_nodes, 8, requires_grad=True)
+    return g, x, Case([x], lambda: reference.spmm(g, x, norm="both"), implementations)
+
+
+# ---- graphs ------------------------------------------------------------------------------------
+def test_generators_are_seeded_and_described():
+    a, b = graphs.load(TINY), graphs.load(TINY)
+    assert torch.equal(a.graph.col, b.graph.col) and torch.equal(a.graph.rowptr, b.graph.rowptr)
+    assert a.stats["edges"] == 1200 and a.stats["src_nodes"] == 300
+    assert a.stats["max_in_degree"] >= a.stats["avg_in_degree"] == 4.0
+    assert "edges 1200" in graphs.describe(a)
+    flat = graphs.load("uniform:n=500,deg=4,seed=0")
+    assert flat.stats["max_in_degree"] <= 5 and flat.stats["gini_in_degree"] < 0.2
+
+
+def test_sampled_block_is_bipartite_with_destinations_first():
+    base = graphs.power_law(400, 5, 0.8, seed=2)
+    block = graphs.sampled_block(base, 16, [3, 4], seed=2)
+    assert block.is_bipartite and block.num_src_nodes >= block.num_dst_nodes
+    assert int(block.in_degree.max()) <= 4
+    assert graphs.load("block:base=powerlaw-50k,batch=8,fanout=2,seed=0").graph.num_dst_nodes == 8
+
+
+def test_unknown_graph_is_an_error():
+    with pytest.raises(ValueError, match="unknown"):
+        graphs.load("nosuchgraph")
+
+
+# ---- a tiny run end to end ---------------------------------------------------------------------
+def test_tiny_cpu_run_writes_jsonl_table_and_plots(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.BEGIN}\nold\n{report.END}\ntail\n")
+    cli = _bench_cli()
+    assert cli.main(["--device", "cpu", "--graphs", f"{TINY},missing-dataset", "--workloads",
+                     "spmm-both,aggregate-max,gatv2-attention,gatv2conv", "--widths", "8",
+                     "--warmup", "0", "--repeats", "1", "--out", str(out),
+                     "--readme", str(readme)]) == 0
+    jsonl = [p for p in os.listdir(out) if p.endswith(".jsonl")]
+    assert len(jsonl) == 1 and jsonl[0].endswith("-cpu.jsonl")
+    rows = [json.loads(line) for line in open(out / jsonl[0])]
+    assert all(set(row) == set(report.ROW_FIELDS) for row in rows)
+    assert rows[0]["torch"] == torch.__version__ and rows[0]["fastgnn_commit"]
+    by_impl = {(r["workload"], r["implementation"]): r for r in rows}
+    for key in [("spmm-both", "fastgnn-reference"), ("spmm-both", "torch-sparse-csr"),
+                ("spmm-both", "pyg-scatter"), ("aggregate-max", "pyg-scatter"),
+                ("gatv2-attention", "pyg-ops"), ("gatv2conv", "pyg-stock")]:
+        row = by_impl[key]
+        assert row["status"] == "ok", row
+        assert row["fwd_ms"] > 0 and row["bwd_ms"] > 0 and row["peak_mb"] is not None
+        assert row["mem_kind"] == measure.MEM_CPU and row["check"].startswith("matches")
+    assert by_impl[("gatv2conv", "pyg+fastgnn.enable")]["status"] in ("ok", "skipped")
+    assert any(r["graph"] == "missing-dataset" and r["status"] == "skipped" for r in rows)
+    stem = jsonl[0][:-len(".jsonl")]
+    table = (out / f"{stem}.md").read_text()
+    assert "| graph | workload | width | fastgnn | vs baseline" in table
+    for name in ("speedup", "memory"):
+        assert (out / f"{stem}-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    section = readme.read_text()
+    assert section.startswith("intro\n") and section.endswith("tail\n") and "old" not in section
+    assert rows[0]["fastgnn_commit"] in section and f"{stem}-speedup.png" in section
+
+    # the report subcommand regenerates everything from the JSON lines alone
+    regen = tmp_path / "regen"
+    assert cli.main(["report", str(out / jsonl[0]), "--out", str(regen)]) == 0
+    assert (regen / f"{stem}.md").read_text() == table
+    assert "spmm-both" in capsys.readouterr().out
+
+
+def test_bipartite_block_runs_and_gcn_is_skipped(tmp_path):
+    rows = suite.run(_options(tmp_path, graphs=[TINY_BLOCK],
+                              workloads=["graph-attention", "gcnconv", "sageconv-max"]),
+                     log=lambda _: None)
+    status = {(r["workload"], r["implementation"]): r["status"] for r in rows}
+    assert status[("graph-attention", "pyg-ops")] == "ok"
+    assert status[("sageconv-max", "pyg-stock")] == "ok"
+    assert status[("gcnconv", "pyg-stock")] == "skipped"
+
+
+# ---- the correctness gate and failures ---------------------------------------------------------
+def test_wrong_implementation_is_caught_and_not_timed(tmp_path):
+    g, x, case = _spmm_case([])
+    case.implementations = [
+        Implementation("right", BASELINE, lambda: reference.spmm(g, x, norm="both")),
+        Implementation("wrong", FASTGNN, lambda: 1.1 * reference.spmm(g, x, norm="both")),
+        Implementation("wrong-grad", FASTGNN,
+                       lambda: reference.spmm(g, x.detach(), norm="both") + 0 * x.sum()),
+    ]
+    rows = _rows_of(case, tmp_path)
+    assert rows["right"]["status"] == "ok"
+    for name in ("wrong", "wrong-grad"):
+        assert rows[name]["status"] == "mismatch"
+        assert "fwd_ms" not in rows[name] and "differs" in rows[name]["check"]
+    assert "output" in rows["wrong"]["error"] and "grad[0]" in rows["wrong-grad"]["error"]
+
+
+@pytest.mark.parametrize("exc_type", [getattr(torch, "OutOfMemoryError", MemoryError),
+                                      MemoryError])
+def test_out_of_memory_and_errors_become_rows(tmp_path, exc_type):
+    g, x, case = _spmm_case([])
+
+    def oom():
+        raise exc_type("CUDA out of memory. Tried to allocate 1 TiB")
+
+    def broken():
+        raise RuntimeError("kernel launch failed")
+
+    case.implementations = [Implementation("oom", FASTGNN, oom),
+                            Implementation("broken", BASELINE, broken),
+                            Implementation("absent", BASELINE, skip="library missing")]
+    rows = _rows_of(case, tmp_path)
+    assert rows["oom"]["status"] == "oom" and "out of memory" in rows["oom"]["error"]
+    assert rows["broken"]["status"] == "error" and "kernel launch" in rows["broken"]["error"]
+    assert rows["absent"]["status"] == "skipped" and rows["absent"]["error"] == "library missing"
+
+
+def test_oracle_failure_still_times_implementations(tmp_path):
+    g, x, case = _spmm_case([])
+    case.oracle = lambda: (_ for _ in ()).throw(MemoryError("oracle too big"))
+    case.implementations = [Implementation("impl", BASELINE,
+                                           lambda: reference.spmm(g, x, norm="both"))]
+    row = _rows_of(case, tmp_path)["impl"]
+    assert row["status"] == "ok" and row["check"].startswith("unverified: oracle")
+
+
+def test_nothing_running_records_the_failure_on_every_row(tmp_path):
+    g, x, case = _spmm_case([])
+
+    def oom():
+        raise MemoryError("out of memory")
+
+    case.oracle = oom
+    case.implementations = [Implementation("a", FASTGNN, oom), Implementation("b", BASELINE, oom)]
+    rows = _rows_of(case, tmp_path)
+    assert [rows[n]["status"] for n in "ab"] == ["oom", "oom"]
+    assert "nothing ran" in rows["a"]["error"]
+
+
+def test_every_registered_workload_builds():
+    ctx_graph = graphs.load(TINY)
+    for name, workload in WORKLOADS.items():
+        case = workload.build(Context(ctx_graph, 8, torch.device("cpu")))
+        assert case.implementations and all(i.forward or i.skip for i in case.implementations), name
+
+
+# ---- README section ----------------------------------------------------------------------------
+def test_replace_section_only_between_markers(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text(f"# t\nkeep {report.BEGIN}\nold\n{report.END} keep too\n")
+    report.replace_section(str(path), "new table")
+    assert path.read_text() == f"# t\nkeep {report.BEGIN}\nnew table\n{report.END} keep too\n"
+    report.replace_section(str(path), "newer")
+    assert "new table" not in path.read_text() and "newer" in path.read_text()
+    path.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        report.replace_section(str(path), "x")
