@@ -8,7 +8,7 @@ without a fused path run PyG's own forward, with a one-time :class:`FallbackWarn
 import torch_geometric.nn as _pyg_nn
 
 from fastgnn.enable import register_swap as _register_swap
-from fastgnn.pyg._base import FallbackWarning
+from fastgnn.pyg._base import FallbackWarning, inherit_message_types as _inherit_message_types
 from fastgnn.pyg.attention import GATv2Conv, TransformerConv
 from fastgnn.pyg.basic import GINConv, GraphConv, SAGEConv, SimpleConv
 from fastgnn.pyg.gcn import GCNConv
@@ -17,6 +17,7 @@ from fastgnn.pyg.structure import cache as structure_cache
 LAYERS = (GCNConv, SAGEConv, GraphConv, GINConv, SimpleConv, GATv2Conv, TransformerConv)
 
 for _layer in LAYERS:
+    _inherit_message_types(_layer)
     _register_swap(getattr(_pyg_nn, _layer.__name__), _layer)
 
 __all__ = ["GCNConv", "SAGEConv", "GraphConv", "GINConv", "SimpleConv", "GATv2Conv",

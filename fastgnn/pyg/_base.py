@@ -94,6 +94,26 @@ def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor]
     return int(known[0]), int(known[1])
 
 
+def inherit_message_types(fast_cls: type) -> None:
+    """Gives ``fast_cls`` its stock class's ``propagate_type``/``edge_updater_type``.
+
+    PyG generates a class's ``propagate`` from ``# propagate_type:`` comments in the source of
+    the classes in its MRO, cached by class name; our same-named subclass would hide the
+    stock source and get an argument-less propagate (used by the fallback path and by copies).
+    Declared type dictionaries take precedence, so we declare the stock ones on our class.
+    """
+    from torch_geometric.inspector import Inspector
+
+    stock_cls = next(c for c in fast_cls.__mro__[1:] if c.__module__.startswith("torch_geometric"))
+    inspector = Inspector(stock_cls)
+    for func in ("propagate", "edge_updater"):
+        if func + "_type" in vars(fast_cls):
+            continue
+        params = inspector.get_params_from_method_call(func, exclude=[0, "edge_index", "size"])
+        if params:
+            setattr(fast_cls, func + "_type", {name: p.type for name, p in params.items()})
+
+
 class FastLayer:
     """Mixin placed before a PyG layer class: ``forward`` runs ``_fused`` and falls back to the
     PyG forward (with a one-time warning naming the option) when it raises Unsupported."""

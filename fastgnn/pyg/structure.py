@@ -23,6 +23,14 @@ except ImportError:  # pragma: no cover
     EdgeIndex = None
 
 
+def _eager(fn):
+    """Keeps torch.compile out of structure handling (weak references, caches, host syncs):
+    compiled layers call it as an opaque step."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None) or torch._dynamo.disable
+    return disable(fn)
+
+
 class Unsupported(Exception):
     """An input the fused path does not handle; the message names the option."""
 
@@ -115,6 +123,7 @@ def _sparse_edges(adj_t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return index, adj_t.values()
 
 
+@_eager
 def as_edges(structure) -> Edges:
     """Normalises a layer's structure argument; raises Unsupported for other formats."""
     if isinstance(structure, Graph):
@@ -211,6 +220,7 @@ def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
     return cache.get(edges.source, ("rebuilt", loops, num_src, num_dst, num_loops), build)
 
 
+@_eager
 def resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = None,
             num_loops: int = 0, rebuild: bool = False) -> Structure:
     """The cached Structure of ``edges`` on ``num_src`` sources and ``num_dst`` destinations.
