@@ -20,6 +20,14 @@ def _leaf(value):
     return value
 
 
+def to_device(value, device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(to_device(v, device) for v in value)
+    return value
+
+
 def _leaves(value):
     if isinstance(value, torch.Tensor) and value.requires_grad:
         return [value]
@@ -45,8 +53,9 @@ def edge_extra(kind, num_edges, seed=0, dim=3):
     return None
 
 
-def make_pair(stock, train=True):
+def make_pair(stock, train=True, device="cpu"):
     """The stock layer and an independent fastgnn copy (same parameter values)."""
+    stock = stock.to(device)
     fast = fastgnn.enable(copy.deepcopy(stock))
     assert type(fast) is not type(stock)
     stock.train(train)
@@ -59,7 +68,7 @@ def assert_same(stock, fast, args, rtol=RTOL, atol=ATOL, seed=0):
     args_s, args_f = _leaf(args), _leaf(args)
     out_s, out_f = stock(*args_s), fast(*args_f)
     torch.testing.assert_close(out_f, out_s, rtol=rtol, atol=atol)
-    grad = torch.randn(out_s.shape, generator=torch.Generator().manual_seed(seed))
+    grad = torch.randn(out_s.shape, generator=torch.Generator().manual_seed(seed)).to(out_s.device)
     out_s.backward(grad)
     out_f.backward(grad)
     for a, b in zip(_leaves(args_s), _leaves(args_f)):

@@ -14,8 +14,8 @@ pyg_nn = pytest.importorskip("torch_geometric.nn")
 import fastgnn  # noqa: E402
 import fastgnn.pyg as fpyg  # noqa: E402
 from fastgnn.pyg import _base  # noqa: E402
-from conftest import load_dataset, random_edge_index  # noqa: E402
-from pyg_cases import assert_same, edge_extra, features, make_pair  # noqa: E402
+from conftest import devices, load_dataset, random_edge_index  # noqa: E402
+from pyg_cases import assert_same, edge_extra, features, make_pair, to_device  # noqa: E402
 
 IN, OUT, DST_IN = 8, 6, 5
 
@@ -89,25 +89,28 @@ def _build(factory, in_channels):
     return factory(in_channels)
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_random_directed(case, train):
+def test_random_directed(case, train, device):
     _, factory, extra, _ = case
     ei = random_edge_index(60, 60, 400, seed=3)
-    stock, fast = make_pair(_build(factory, IN), train)
+    stock, fast = make_pair(_build(factory, IN), train, device)
     args = (features(60, 60, IN, False), ei)
     if extra is not None:
         args += (edge_extra(extra, ei.size(1)),)
+    args = to_device(args, device)
     with warnings.catch_warnings():
         warnings.simplefilter("error", fpyg.FallbackWarning)
         assert_same(stock, fast, args)
         assert_same(stock, fast, args, seed=1)  # second call: cached structures
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("case", BIPARTITE, ids=[c[0] for c in BIPARTITE])
 @pytest.mark.parametrize("more_dst", [False, True], ids=["fewer-dst", "more-dst"])
-def test_random_bipartite(case, train, more_dst):
+def test_random_bipartite(case, train, more_dst, device):
     name, factory, extra, _ = case
     num_src, num_dst = (30, 45) if more_dst else (50, 30)
     same_width = name.startswith(("gin", "simple"))
@@ -115,10 +118,11 @@ def test_random_bipartite(case, train, more_dst):
     if more_dst and name == "gatv2-edge-mean":
         pytest.skip("PyG's loop-fill scatter rejects destinations beyond min(S, T)")
     ei = random_edge_index(num_src, num_dst, 300, seed=4)
-    stock, fast = make_pair(_build(factory, IN if same_width else (IN, DST_IN)), train)
+    stock, fast = make_pair(_build(factory, IN if same_width else (IN, DST_IN)), train, device)
     args = (features(num_src, num_dst, IN, True, dst_channels=dst_in), ei)
     if extra is not None:
         args += (edge_extra(extra, ei.size(1)),)
+    args = to_device(args, device)
     with warnings.catch_warnings():
         warnings.simplefilter("error", fpyg.FallbackWarning)
         assert_same(stock, fast, args)
@@ -129,25 +133,34 @@ CORA_CASES = ["gcn", "gcn-weight", "sage-mean", "sage-max", "graphconv-mean", "g
 
 
 @pytest.mark.data
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", CORA_CASES)
-def test_cora(name):
+def test_cora(name, device):
     data = load_dataset("cora")
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
-    stock, fast = make_pair(_build(factory, 16))
+    stock, fast = make_pair(_build(factory, 16), True, device)
     args = (features(data.num_nodes, data.num_nodes, 16, False), data.edge_index)
     if extra is not None:
         args += (edge_extra(extra, data.edge_index.size(1)),)
+    args = to_device(args, device)
     assert_same(stock, fast, args, rtol=1e-4, atol=2e-5)
 
 
 @pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gcn", "sage-mean"])
-def test_tolokers(name):
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "sage-mean", "sage-max", "gatv2",
+                                  "transformer"])
+def test_tolokers(name, device):
     data = load_dataset("tolokers")
+    if device == "cpu" and name.startswith(("gatv2", "transformer", "sage-max")):
+        pytest.skip("reference attention and min/max on the full graph: GPU only")
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
-    stock, fast = make_pair(_build(factory, data.x.shape[1]))
-    assert_same(stock, fast, (data.x.float(), data.edge_index), rtol=1e-4, atol=5e-5)
+    stock, fast = make_pair(_build(factory, data.x.shape[1]), True, device)
+    args = (data.x.float(), data.edge_index)
+    if extra is not None:
+        args += (edge_extra(extra, data.edge_index.size(1)),)
+    assert_same(stock, fast, to_device(args, device), rtol=1e-4, atol=5e-5)
 
 
 # ---- structure formats ------------------------------------------------------------------------
