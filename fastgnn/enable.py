@@ -8,6 +8,9 @@ register (stock class, fastgnn class) pairs here.
 """
 from __future__ import annotations
 
+import importlib.util
+import types
+import warnings
 from typing import Dict, Type
 
 import torch
@@ -30,9 +33,28 @@ def supported_layers() -> Dict[type, type]:
     return dict(_to_fast)
 
 
+_ADAPTERS = (("torch_geometric", "fastgnn.pyg"),)  # (library, adapter package)
+
+
+def _load_adapters() -> None:
+    """Imports the adapter of each installed library, which registers its swaps."""
+    for library, adapter in _ADAPTERS:
+        if importlib.util.find_spec(library) is None:
+            continue
+        try:
+            importlib.import_module(adapter)
+        except ImportError as exc:
+            warnings.warn(f"fastgnn: {library} is installed but {adapter} could not be "
+                          f"imported ({exc}); its layers are left as they are")
+
+
 def _swap(module: torch.nn.Module, cls: type) -> torch.nn.Module:
     swapped = cls.__new__(cls)
     swapped.__dict__.update(module.__dict__)
+    # Methods the old instance bound to itself (PyG binds propagate) must follow the swap.
+    for name, value in module.__dict__.items():
+        if isinstance(value, types.MethodType) and value.__self__ is module:
+            swapped.__dict__[name] = types.MethodType(value.__func__, swapped)
     return swapped
 
 
@@ -61,6 +83,7 @@ def enable(model: torch.nn.Module, backend: str = "auto") -> torch.nn.Module:
     if backend not in backends.names():
         raise ValueError(f"unknown fastgnn backend {backend!r}; available: "
                          f"{', '.join(backends.names())}")
+    _load_adapters()
     return _walk(model, _to_fast, backend)
 
 

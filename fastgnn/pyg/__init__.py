@@ -1,0 +1,24 @@
+"""fastgnn layers for PyTorch Geometric: subclasses of PyG's own layers (same constructor
+arguments, parameters, buffers and state_dict keys) whose propagation runs on fastgnn ops.
+
+Importing this package registers them with :func:`fastgnn.enable`, which swaps stock PyG layer
+instances for them (``fastgnn.enable`` imports it by itself when PyG is installed). Options
+without a fused path run PyG's own forward, with a one-time :class:`FallbackWarning`.
+"""
+import torch_geometric.nn as _pyg_nn
+
+from fastgnn.enable import register_swap as _register_swap
+from fastgnn.pyg._base import FallbackWarning, inherit_message_types as _inherit_message_types
+from fastgnn.pyg.attention import GATv2Conv, TransformerConv
+from fastgnn.pyg.basic import GINConv, GraphConv, SAGEConv, SimpleConv
+from fastgnn.pyg.gcn import GCNConv
+from fastgnn.pyg.structure import cache as structure_cache
+
+LAYERS = (GCNConv, SAGEConv, GraphConv, GINConv, SimpleConv, GATv2Conv, TransformerConv)
+
+for _layer in LAYERS:
+    _inherit_message_types(_layer)
+    _register_swap(getattr(_pyg_nn, _layer.__name__), _layer)
+
+__all__ = ["GCNConv", "SAGEConv", "GraphConv", "GINConv", "SimpleConv", "GATv2Conv",
+           "TransformerConv", "FallbackWarning", "structure_cache", "LAYERS"]

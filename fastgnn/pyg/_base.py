@@ -1,0 +1,149 @@
+"""What every fastgnn PyG layer shares: dispatch between the fused path and PyG's own forward,
+the one-time fallback warning, the per-layer backend, sizes and dtypes."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from typing import Optional, Tuple
+
+import torch
+
+from fastgnn import backends
+from fastgnn.pyg.structure import Edges, Unsupported, sparse_size
+
+# MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.
+_HOOK_TABLES = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
+                "_message_forward_pre_hooks", "_message_forward_hooks",
+                "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
+                "_message_and_aggregate_forward_pre_hooks",
+                "_message_and_aggregate_forward_hooks",
+                "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+REDUCES = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
+
+
+class FallbackWarning(UserWarning):
+    """A fastgnn PyG layer ran PyG's own forward for an option without a fused path."""
+
+
+_warned = set()
+_warned_lock = threading.Lock()
+
+
+def warn_fallback(layer_name: str, option: str) -> None:
+    """Warns once per (layer class, option)."""
+    with _warned_lock:
+        if (layer_name, option) in _warned:
+            return
+        _warned.add((layer_name, option))
+    warnings.warn(f"fastgnn.pyg.{layer_name}: {option} has no fused path; running PyG's own "
+                  "forward for it", FallbackWarning, stacklevel=4)
+
+
+def reduce_of(aggr) -> str:
+    if not isinstance(aggr, str) or aggr not in REDUCES:
+        raise Unsupported(f"aggr={aggr!r}")
+    return REDUCES[aggr]
+
+
+def common_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
+    """The dtype PyG's elementwise arithmetic would produce from these tensors."""
+    present = [t for t in tensors if t is not None]
+    dtype = present[0].dtype
+    for t in present[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def cast(value: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    return value if value is None or value.dtype == dtype else value.to(dtype)
+
+
+def check_features(*xs: Optional[torch.Tensor]) -> None:
+    for x in xs:
+        if x is not None and (not isinstance(x, torch.Tensor) or x.dim() != 2):
+            raise Unsupported("node features that are not a 2-D tensor")
+
+
+def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(x_src, x_dst) from a tensor or a (x_src, x_dst) pair."""
+    if isinstance(x, torch.Tensor):
+        return x, x
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        return x[0], x[1]
+    raise Unsupported(f"node features of type {type(x).__name__}")
+
+
+def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor],
+                size=None) -> Tuple[int, int]:
+    """(num_src, num_dst) as PyG's propagate infers them: ``size``, then the features, then a
+    sparse adjacency's shape or the Graph's sizes."""
+    known = [None, None] if size is None else list(size)
+    for slot, x in ((0, x_src), (1, x_dst)):
+        if known[slot] is None and x is not None:
+            known[slot] = x.size(0)
+    if edges.is_sparse:
+        num_src, num_dst = sparse_size(edges.source)
+        known = [num_src if known[0] is None else known[0], num_dst if known[1] is None else known[1]]
+    elif edges.graph is not None:
+        known = [edges.graph.num_src_nodes if known[0] is None else known[0],
+                 edges.graph.num_dst_nodes if known[1] is None else known[1]]
+    if known[1] is None:
+        raise Unsupported("destination features None without size")
+    return int(known[0]), int(known[1])
+
+
+def inherit_message_types(fast_cls: type) -> None:
+    """Gives ``fast_cls`` its stock class's ``propagate_type``/``edge_updater_type``.
+
+    PyG generates a class's ``propagate`` from ``# propagate_type:`` comments in the source of
+    the classes in its MRO, cached by class name; our same-named subclass would hide the
+    stock source and get an argument-less propagate (used by the fallback path and by copies).
+    Declared type dictionaries take precedence, so we declare the stock ones on our class.
+    """
+    from torch_geometric.inspector import Inspector
+
+    stock_cls = next(c for c in fast_cls.__mro__[1:] if c.__module__.startswith("torch_geometric"))
+    inspector = Inspector(stock_cls)
+    for func in ("propagate", "edge_updater"):
+        if func + "_type" in vars(fast_cls):
+            continue
+        params = inspector.get_params_from_method_call(func, exclude=[0, "edge_index", "size"])
+        if params:
+            setattr(fast_cls, func + "_type", {name: p.type for name, p in params.items()})
+
+
+class FastLayer:
+    """Mixin placed before a PyG layer class: ``forward`` runs ``_fused`` and falls back to the
+    PyG forward (with a one-time warning naming the option) when it raises Unsupported."""
+
+    def _fused(self, *args, **kwargs):  # pragma: no cover - every layer defines it
+        raise NotImplementedError
+
+    def _unsupported_state(self) -> Optional[str]:
+        if getattr(self, "_explain", None):
+            return "explain=True"
+        if getattr(self, "_decomposed_layers", 1) != 1:
+            return "decomposed_layers > 1"
+        for table in _HOOK_TABLES:
+            if getattr(self, table, None):
+                return f"a registered {table.strip('_')[:-1]}"
+        if getattr(self, "flow", "source_to_target") != "source_to_target":
+            return f"flow={self.flow!r}"
+        return None
+
+    def _backend_scope(self):
+        name = self.__dict__.get("_fastgnn_backend", backends.AUTO)
+        return contextlib.nullcontext() if name == backends.AUTO else backends.backend(name)
+
+    def _dispatch(self, *args, **kwargs):
+        reason = self._unsupported_state()
+        if reason is None:
+            try:
+                with self._backend_scope():
+                    return self._fused(*args, **kwargs)
+            except Unsupported as exc:
+                reason = str(exc)
+        warn_fallback(type(self).__name__, reason)
+        return super().forward(*args, **kwargs)

@@ -1,0 +1,117 @@
+"""Neighbourhood-reduction layers on fastgnn.ops.aggregate / spmm: SAGEConv, GraphConv,
+GINConv, SimpleConv."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+
+from fastgnn import ops
+from fastgnn.pyg._base import (FastLayer, cast, check_features, common_dtype, node_counts,
+                               reduce_of, split_pair)
+from fastgnn.pyg.structure import Edges, Structure, Unsupported, as_edges, resolve
+
+
+def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str):
+    """The per-edge multipliers PyG applies: a torch sparse adjacency's values (its
+    edge_weight argument is then unused), else ``edge_weight``."""
+    weight = edges.values if edges.is_sparse else edge_weight
+    if weight is not None and reduce in ("min", "max"):
+        raise Unsupported(f"edge weights (or a sparse adjacency) with aggr={reduce!r}")
+    return weight
+
+
+def _reduce(structure: Structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tensor:
+    if weight is None:
+        return ops.aggregate(structure.graph, x, reduce)
+    dtype = common_dtype(x, weight)
+    return ops.spmm(structure.graph, cast(x, dtype), edge_weight=weight, reduce=reduce)
+
+
+def _prepare(x, edge_index, size=None):
+    """Features, edges and the plain Structure for a layer without self-loops."""
+    x_src, x_dst = split_pair(x)
+    check_features(x_src, x_dst)
+    edges = as_edges(edge_index)
+    num_src, num_dst = node_counts(edges, x_src, x_dst, size)
+    return x_src, x_dst, edges, resolve(edges, num_src, num_dst)
+
+
+class SAGEConv(FastLayer, pyg_nn.SAGEConv):
+    """:class:`torch_geometric.nn.SAGEConv` aggregating with fastgnn ops."""
+
+    def forward(self, x, edge_index, size=None):
+        return self._dispatch(x, edge_index, size)
+
+    def _fused(self, x, edge_index, size=None):
+        reduce = reduce_of(self.aggr)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+        weight = _weights(edges, None, reduce)
+        if self.project and hasattr(self, "lin"):
+            x_src = self.lin(x_src).relu()
+        out = self.lin_l(_reduce(structure, x_src, reduce, weight))
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
+        return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
+
+
+class GraphConv(FastLayer, pyg_nn.GraphConv):
+    """:class:`torch_geometric.nn.GraphConv` aggregating with fastgnn ops."""
+
+    def forward(self, x, edge_index, edge_weight=None, size=None):
+        return self._dispatch(x, edge_index, edge_weight, size)
+
+    def _fused(self, x, edge_index, edge_weight=None, size=None):
+        reduce = reduce_of(self.aggr)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+        weight = _weights(edges, edge_weight, reduce)
+        out = self.lin_rel(_reduce(structure, x_src, reduce, weight))
+        return out if x_dst is None else out + self.lin_root(x_dst)
+
+
+class GINConv(FastLayer, pyg_nn.GINConv):
+    """:class:`torch_geometric.nn.GINConv` aggregating with fastgnn ops."""
+
+    def forward(self, x, edge_index, size=None):
+        return self._dispatch(x, edge_index, size)
+
+    def _fused(self, x, edge_index, size=None):
+        reduce = reduce_of(self.aggr)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+        out = _reduce(structure, x_src, reduce, _weights(edges, None, reduce))
+        if x_dst is not None:
+            out = out + (1 + self.eps) * x_dst
+        return self.nn(out)
+
+
+class SimpleConv(FastLayer, pyg_nn.SimpleConv):
+    """:class:`torch_geometric.nn.SimpleConv` aggregating with fastgnn ops."""
+
+    def forward(self, x, edge_index, edge_weight=None, size=None):
+        return self._dispatch(x, edge_index, edge_weight, size)
+
+    def _fused(self, x, edge_index, edge_weight=None, size=None):
+        reduce = reduce_of(self.aggr)
+        if self.combine_root != "self_loop":
+            x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+            weight = _weights(edges, edge_weight, reduce)
+        else:
+            if not isinstance(x, torch.Tensor) or (size is not None and size[0] != size[1]):
+                raise Unsupported("combine_root='self_loop' with bipartite input")
+            check_features(x)
+            x_src = x_dst = x
+            edges = as_edges(edge_index)
+            if edges.is_sparse:
+                raise Unsupported("combine_root='self_loop' with a sparse adjacency")
+            n = x.size(0)
+            structure = resolve(edges, n, n, "append", n)
+            weight = _weights(edges, edge_weight, reduce)
+            weight = structure.per_edge(edges, weight, lambda w: torch.cat([w, w.new_ones(n)]))
+        out = _reduce(structure, x_src, reduce, weight)
+        if x_dst is not None and self.combine_root == "sum":
+            out = out + x_dst
+        elif x_dst is not None and self.combine_root == "cat":
+            out = torch.cat([x_dst, out], dim=-1)
+        return out

@@ -1,0 +1,98 @@
+"""GCNConv on fastgnn's SpMM, with PyG's gcn_norm coefficients reproduced per structure."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch_geometric.nn as pyg_nn
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+from fastgnn import ops
+from fastgnn.pyg._base import FastLayer, cast, check_features, common_dtype
+from fastgnn.pyg.structure import Edges, Structure, Unsupported, as_edges, cache, resolve
+
+
+def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
+    """add_remaining_self_loops on weights: the user's loops keep theirs, others get ``fill``."""
+    loops = weight.new_full((structure.num_loops,), fill)
+    loops[structure.loop_node] = weight[structure.loop_at]
+    return torch.cat([weight[structure.kept], loops])
+
+
+def _symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``w_ji / sqrt(deg_j deg_i)`` with in-degrees summed on the target side, as gcn_norm does
+    for flow source_to_target; zero degrees give zero coefficients."""
+    g = structure.graph
+    row, col = g.row.to(torch.int64), g.col.to(torch.int64)
+    deg = weight.new_zeros(num_nodes).index_add_(0, row, weight)
+    inv_sqrt = deg.pow(-0.5)
+    inv_sqrt = inv_sqrt.masked_fill(inv_sqrt == float("inf"), 0.0)
+    return inv_sqrt[col] * weight * inv_sqrt[row]
+
+
+class GCNConv(FastLayer, pyg_nn.GCNConv):
+    """:class:`torch_geometric.nn.GCNConv` running its propagation on ``fastgnn.ops.spmm``."""
+
+    def forward(self, x: torch.Tensor, edge_index, edge_weight: Optional[torch.Tensor] = None):
+        return self._dispatch(x, edge_index, edge_weight)
+
+    def _fused(self, x, edge_index, edge_weight=None):
+        if isinstance(x, (tuple, list)):
+            raise Unsupported("bipartite (tuple) node features")
+        check_features(x)
+        num_nodes = x.size(0)
+        if not self.normalize:
+            edges = as_edges(edge_index)
+            structure = resolve(edges, num_nodes, num_nodes)
+            weight = edges.values if edges.is_sparse else edge_weight
+            return self._propagate(structure, self.lin(x), edge_weight=weight)
+        if self.cached and self._cached_edge_index is not None:
+            cached_index, cached_values = self._cached_edge_index
+            edges = as_edges(cached_index)
+            structure = resolve(edges, num_nodes, num_nodes)
+            values = edges.values if edges.is_sparse else cached_values
+            return self._propagate(structure, self.lin(x), edge_values=values)
+        edges = as_edges(edge_index)
+        if edges.is_sparse:
+            structure, values = self._normalised_sparse(edges, num_nodes, x.dtype)
+        else:
+            structure, values = self._normalised(edges, edge_weight, num_nodes, x.dtype)
+            if self.cached:  # PyG's cache format, so a later disable() keeps working
+                self._cached_edge_index = (structure.graph.edge_index(), values)
+        return self._propagate(structure, self.lin(x), edge_values=values)
+
+    def _normalised(self, edges: Edges, edge_weight, num_nodes: int, dtype: torch.dtype):
+        loops = "replace" if self.add_self_loops else None
+        structure = resolve(edges, num_nodes, num_nodes, loops, num_nodes, rebuild=True)
+        if edge_weight is None:  # gcn_norm then uses weight 1 everywhere, loops included
+            key = ("gcn", dtype)
+            if key not in structure.memo:
+                ones = torch.ones(structure.graph.num_edges, dtype=dtype, device=structure.graph.device)
+                structure.memo[key] = _symmetric_values(structure, ones, num_nodes)
+            return structure, structure.memo[key]
+        fill = 2.0 if self.improved else 1.0
+        extend = (lambda w: _loop_weights(structure, w, fill)) if self.add_self_loops else None
+        weight = structure.per_edge(edges, edge_weight, extend)
+        return structure, _symmetric_values(structure, weight, num_nodes)
+
+    def _normalised_sparse(self, edges: Edges, num_nodes: int, dtype: torch.dtype):
+        adj_t = edges.source
+        if edges.values.requires_grad:
+            raise Unsupported("a sparse adjacency whose values require grad")
+
+        def build():
+            return gcn_norm(adj_t, None, num_nodes, self.improved, self.add_self_loops,
+                            self.flow, dtype)[0]
+        normalised = cache.get(adj_t, ("gcn", num_nodes, self.improved, self.add_self_loops,
+                                       dtype), build)
+        if self.cached:
+            self._cached_edge_index = (normalised, None)
+        sparse_edges = as_edges(normalised)
+        return resolve(sparse_edges, num_nodes, num_nodes), sparse_edges.values
+
+    def _propagate(self, structure: Structure, x: torch.Tensor, edge_weight=None,
+                   edge_values=None) -> torch.Tensor:
+        dtype = common_dtype(x, edge_weight, edge_values)
+        out = ops.spmm(structure.graph, cast(x, dtype), edge_weight=edge_weight,
+                       edge_values=edge_values)
+        return out if self.bias is None else out + self.bias

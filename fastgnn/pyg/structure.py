@@ -1,0 +1,238 @@
+"""PyG structure inputs (edge_index, EdgeIndex, torch sparse adjacency, fastgnn.Graph) turned
+into fastgnn Graphs, cached per input object.
+
+A cache entry is keyed by the input's identity (a weak reference, so entries die with their
+input and a recycled address never matches) and stamped with its ``_version``, shape and
+device, so an in-place change or a replacement rebuilds the Graph. The cache is bounded.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from fastgnn.graph import Graph
+
+try:  # PyG >= 2.5
+    from torch_geometric import EdgeIndex
+except ImportError:  # pragma: no cover
+    EdgeIndex = None
+
+
+def _eager(fn):
+    """Keeps torch.compile out of structure handling (weak references, caches, host syncs):
+    compiled layers call it as an opaque step."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None) or torch._dynamo.disable
+    return disable(fn)
+
+
+class Unsupported(Exception):
+    """An input the fused path does not handle; the message names the option."""
+
+
+# ---- identity-keyed cache ---------------------------------------------------------------------
+def _stamp(source) -> Tuple:
+    if isinstance(source, torch.Tensor):
+        return (source._version, tuple(source.shape), source.device)
+    return ()
+
+
+class StructureCache:
+    """Bounded LRU of values derived from structure objects, held through weak references."""
+
+    def __init__(self, capacity: int = 32):
+        self.capacity = capacity
+        self.builds = 0  # how many entries were built (tests watch it)
+        self._entries: "collections.OrderedDict[Tuple, Tuple]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, source, options: Tuple, build: Callable[[], object]):
+        key = (id(source), options)
+        stamp = _stamp(source)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0]() is source and entry[1] == stamp:
+                self._entries.move_to_end(key)
+                return entry[2]
+        value = build()
+        ref = weakref.ref(source, lambda dead, key=key: self._forget(key, dead))
+        with self._lock:
+            self.builds += 1
+            self._entries[key] = (ref, stamp, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return value
+
+    def _forget(self, key, dead_ref) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is dead_ref:
+                del self._entries[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+cache = StructureCache()
+
+
+# ---- input formats ----------------------------------------------------------------------------
+@dataclass
+class Edges:
+    """A structure input as an edge list: ``index`` ([2, E], sources then destinations) in the
+    order per-edge inputs (edge weights, edge features) follow, and the sparse values if any."""
+    source: object                 # the object the cache is keyed on
+    index: Optional[torch.Tensor]  # None for a Graph used as it is
+    values: Optional[torch.Tensor]
+    graph: Optional[Graph] = None  # when the input was a fastgnn.Graph
+    is_sparse: bool = False
+
+
+def is_sparse_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.layout in (
+        torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+
+
+def _sparse_edges(adj_t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Edges and values of a transposed adjacency (row = destination, column = source)."""
+    def build():
+        if adj_t.layout == torch.sparse_coo:
+            coalesced = adj_t.coalesce()
+            dst, src = coalesced.indices()
+            return torch.stack([src, dst])
+        if adj_t.layout == torch.sparse_csr:
+            ptr, src = adj_t.crow_indices(), adj_t.col_indices()
+            dst = torch.repeat_interleave(torch.arange(adj_t.size(0), device=ptr.device),
+                                          (ptr[1:] - ptr[:-1]).to(torch.int64))
+            return torch.stack([src.to(torch.int64), dst])
+        raise Unsupported(f"sparse adjacency layout {adj_t.layout}")
+    index = cache.get(adj_t, ("sparse-edges",), build)
+    # Values are re-read on every call: they may carry a gradient.
+    if adj_t.layout == torch.sparse_coo:
+        return index, adj_t.coalesce().values()
+    return index, adj_t.values()
+
+
+@_eager
+def as_edges(structure) -> Edges:
+    """Normalises a layer's structure argument; raises Unsupported for other formats."""
+    if isinstance(structure, Graph):
+        return Edges(structure, None, None, graph=structure)
+    if is_sparse_tensor(structure):
+        if structure.layout == torch.sparse_csc:
+            raise Unsupported("sparse CSC adjacency")
+        index, values = _sparse_edges(structure)
+        return Edges(structure, index, values, is_sparse=True)
+    if isinstance(structure, torch.Tensor):
+        if EdgeIndex is not None and isinstance(structure, EdgeIndex):
+            structure = structure.as_tensor()
+        if structure.dim() != 2 or structure.size(0) != 2 or structure.dtype not in (
+                torch.int32, torch.int64):
+            raise Unsupported(f"edge_index of shape {list(structure.shape)} and dtype "
+                              f"{structure.dtype}")
+        return Edges(structure, structure, None)
+    raise Unsupported(f"structure of type {type(structure).__name__}")
+
+
+def sparse_size(structure) -> Tuple[int, int]:
+    """(num_src, num_dst) of a transposed sparse adjacency."""
+    return int(structure.size(1)), int(structure.size(0))
+
+
+# ---- derived structures -----------------------------------------------------------------------
+@dataclass
+class Structure:
+    """A Graph ready for the ops plus how per-edge inputs reach it.
+
+    Plain structures use the input's edges as they are: per-edge inputs go to the ops in the
+    user's order. Rebuilt ones list the user's edges (a Graph's in its CSR order), minus its
+    self-loops when ``kept`` is set, then ``num_loops`` new self-loops; ``order`` gathers a
+    tensor in that list order into the Graph's CSR order, which is also its input order.
+    ``memo`` holds values derived once per structure (e.g. GCN coefficients).
+    """
+    graph: Graph
+    rebuilt: bool = False
+    order: Optional[torch.Tensor] = None
+    kept: Optional[torch.Tensor] = None        # user edges that are not self-loops
+    kept_dst: Optional[torch.Tensor] = None    # their destinations
+    loop_at: Optional[torch.Tensor] = None     # positions of the user's self-loops
+    loop_node: Optional[torch.Tensor] = None   # and their nodes
+    num_loops: int = 0
+    memo: Dict = field(default_factory=dict)
+
+    def per_edge(self, edges: Edges, values: Optional[torch.Tensor],
+                 extend: Optional[Callable[[torch.Tensor], torch.Tensor]] = None):
+        """A per-edge input given in the user's edge order, in the order the Graph takes.
+        ``extend`` maps user-ordered values to the rebuilt edge list (drops, adds loops)."""
+        if values is None or not self.rebuilt:
+            return values
+        if edges.graph is not None:
+            values = edges.graph.edge_values_to_csr(values)
+        if extend is not None:
+            values = extend(values)
+        return values if self.order is None else values[self.order]
+
+
+def _plain(edges: Edges, num_src: int, num_dst: int) -> Structure:
+    if edges.graph is not None:
+        return Structure(edges.graph)
+
+    def build():
+        return Structure(Graph.from_edge_index(edges.index, num_src_nodes=num_src,
+                                               num_dst_nodes=num_dst))
+    return cache.get(edges.source, ("plain", num_src, num_dst), build)
+
+
+def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
+             num_loops: int) -> Structure:
+    """Self-loops on nodes ``0..num_loops-1`` appended after the user's edges: ``append``
+    keeps existing loops (PyG's add_self_loops), ``replace`` drops them first
+    (remove_self_loops + add_self_loops, add_remaining_self_loops)."""
+    graph = edges.graph
+
+    def build():
+        index = graph.edge_index() if graph is not None else edges.index.to(torch.int64)
+        kept = kept_dst = loop_at = loop_node = None
+        if loops == "replace":
+            is_loop = index[0] == index[1]
+            kept = (~is_loop).nonzero().view(-1)
+            loop_at = is_loop.nonzero().view(-1)
+            loop_node = index[0, loop_at]
+            index = index[:, kept]
+            kept_dst = index[1]
+        if loops is not None:
+            new_loops = torch.arange(num_loops, device=index.device).repeat(2, 1)
+            index = torch.cat([index, new_loops], 1)
+        built = Graph.from_edge_index(index, num_src_nodes=num_src, num_dst_nodes=num_dst)
+        in_csr_order = Graph(built.rowptr, built.col, num_src, None, _trusted=True)
+        return Structure(in_csr_order, True, built.edge_perm, kept, kept_dst, loop_at, loop_node,
+                         num_loops if loops is not None else 0)
+    return cache.get(edges.source, ("rebuilt", loops, num_src, num_dst, num_loops), build)
+
+
+@_eager
+def resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = None,
+            num_loops: int = 0, rebuild: bool = False) -> Structure:
+    """The cached Structure of ``edges`` on ``num_src`` sources and ``num_dst`` destinations.
+
+    ``loops``: None, "append" or "replace" (see :func:`_rebuilt`); ``rebuild`` asks for a
+    rebuilt structure even without loops (per-edge values then follow the CSR order).
+    """
+    if edges.graph is not None and (edges.graph.num_src_nodes, edges.graph.num_dst_nodes) != (
+            num_src, num_dst):
+        raise ValueError(f"the fastgnn.Graph has {edges.graph.num_src_nodes} sources and "
+                         f"{edges.graph.num_dst_nodes} destinations but the features give "
+                         f"{num_src} and {num_dst}")
+    if loops is None and not rebuild:
+        return _plain(edges, num_src, num_dst)
+    return _rebuilt(edges, num_src, num_dst, loops, num_loops)

@@ -1,0 +1,86 @@
+"""Adapter overhead of fastgnn.pyg: a layer swapped by fastgnn.enable against the same math
+written directly on fastgnn ops (and the stock PyG layer for reference), forward + backward.
+
+    python3 scripts/bench_pyg_overhead.py [--dataset tolokers] [--device cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+import torch_geometric.nn as pyg_nn
+
+import fastgnn
+import fastgnn.pyg
+from fastgnn import datasets
+
+
+def _timed(fn, device, repeats):
+    for _ in range(3):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def _direct_gcn(layer, graph, values):
+    def run(x):
+        return fastgnn.ops.spmm(graph, layer.lin(x), edge_values=values) + layer.bias
+    return run
+
+
+def _direct_sage(layer, graph):
+    def run(x):
+        return layer.lin_l(fastgnn.ops.aggregate(graph, x, "mean")) + layer.lin_r(x)
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="tolokers")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    data = datasets.load(args.dataset)
+    edge_index = data.edge_index.to(device)
+    n = data.num_nodes
+    x = (data.x.float() if data.x is not None else torch.randn(n, args.hidden)).to(device)
+    x.requires_grad_(True)
+
+    gcn = pyg_nn.GCNConv(x.size(1), args.hidden).to(device)
+    fast_gcn = fastgnn.enable(copy.deepcopy(gcn))
+    fast_gcn(x, edge_index)  # builds and caches the structure
+    edges = fastgnn.pyg.structure.as_edges(edge_index)
+    structure = fastgnn.pyg.structure.resolve(edges, n, n, "replace", n)  # the cached one
+    values = structure.memo[("gcn", x.dtype)]
+    sage = pyg_nn.SAGEConv(x.size(1), args.hidden).to(device)
+    fast_sage = fastgnn.enable(copy.deepcopy(sage))
+    graph = fastgnn.Graph.from_edge_index(edge_index, num_nodes=n)
+
+    cases = {
+        "GCNConv": (lambda: gcn(x, edge_index), lambda: fast_gcn(x, edge_index),
+                    _direct_gcn(fast_gcn, structure.graph, values)),
+        "SAGEConv": (lambda: sage(x, edge_index), lambda: fast_sage(x, edge_index),
+                     _direct_sage(fast_sage, graph)),
+    }
+    print(f"{args.dataset} on {device}: forward+backward, ms per call")
+    for name, (stock, adapter, direct) in cases.items():
+        timings = {label: _timed(lambda f=f: f().sum().backward(), device, args.repeats)
+                   for label, f in (("stock", stock), ("adapter", adapter),
+                                    ("direct", lambda d=direct: d(x)))}
+        overhead = timings["adapter"] / timings["direct"] - 1
+        print(f"{name:10s} stock {timings['stock']:8.3f}  adapter {timings['adapter']:8.3f}  "
+              f"direct {timings['direct']:8.3f}  adapter overhead {overhead:+.1%}")
+
+
+if __name__ == "__main__":
+    main()

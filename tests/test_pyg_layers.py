@@ -1,0 +1,405 @@
+"""fastgnn.pyg layers against the stock PyG layers: outputs and gradients for every option,
+structure formats, the structure cache, fallbacks, dropout, autocast, torch.compile."""
+from __future__ import annotations
+
+import copy
+import gc
+import warnings
+
+import pytest
+import torch
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+
+import fastgnn  # noqa: E402
+import fastgnn.pyg as fpyg  # noqa: E402
+from fastgnn.pyg import _base  # noqa: E402
+from conftest import devices, load_dataset, random_edge_index  # noqa: E402
+from pyg_cases import assert_same, edge_extra, features, make_pair, to_device  # noqa: E402
+
+IN, OUT, DST_IN = 8, 6, 5
+
+
+def _gin(aggr="add", **kw):
+    return lambda c: pyg_nn.GINConv(torch.nn.Sequential(
+        torch.nn.Linear(c if isinstance(c, int) else c[0], OUT), torch.nn.ReLU()),
+        aggr=aggr, **kw)
+
+
+# (id, factory(in_channels), per-edge input kind, bipartite supported)
+CASES = [
+    ("gcn", lambda c: pyg_nn.GCNConv(c, OUT), None, False),
+    ("gcn-weight", lambda c: pyg_nn.GCNConv(c, OUT), "weight", False),
+    ("gcn-improved-weight", lambda c: pyg_nn.GCNConv(c, OUT, improved=True), "weight", False),
+    ("gcn-improved", lambda c: pyg_nn.GCNConv(c, OUT, improved=True, bias=False), None, False),
+    ("gcn-noloops-weight", lambda c: pyg_nn.GCNConv(c, OUT, add_self_loops=False), "weight", False),
+    ("gcn-nonorm-weight", lambda c: pyg_nn.GCNConv(c, OUT, normalize=False), "weight", False),
+    ("gcn-nonorm", lambda c: pyg_nn.GCNConv(c, OUT, normalize=False), None, False),
+    ("gcn-cached", lambda c: pyg_nn.GCNConv(c, OUT, cached=True), None, False),
+    ("sage-mean", lambda c: pyg_nn.SAGEConv(c, OUT), None, True),
+    ("sage-sum", lambda c: pyg_nn.SAGEConv(c, OUT, aggr="sum"), None, True),
+    ("sage-max", lambda c: pyg_nn.SAGEConv(c, OUT, aggr="max"), None, True),
+    ("sage-min", lambda c: pyg_nn.SAGEConv(c, OUT, aggr="min", bias=False), None, True),
+    ("sage-norm-project-noroot", lambda c: pyg_nn.SAGEConv(
+        c, OUT, normalize=True, project=True, root_weight=False), None, True),
+    ("graphconv-add", lambda c: pyg_nn.GraphConv(c, OUT), "weight", True),
+    ("graphconv-mean", lambda c: pyg_nn.GraphConv(c, OUT, aggr="mean"), "weight", True),
+    ("graphconv-max", lambda c: pyg_nn.GraphConv(c, OUT, aggr="max"), None, True),
+    ("gin", _gin(), None, True),
+    ("gin-train-eps-mean", _gin("mean", eps=0.3, train_eps=True), None, True),
+    ("simple-sum", lambda c: pyg_nn.SimpleConv(), "weight", True),
+    ("simple-mean-sum", lambda c: pyg_nn.SimpleConv("mean", "sum"), "weight", True),
+    ("simple-max-cat", lambda c: pyg_nn.SimpleConv("max", "cat"), None, True),
+    ("simple-selfloop", lambda c: pyg_nn.SimpleConv("sum", "self_loop"), "weight", False),
+    ("gatv2", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2), None, True),
+    ("gatv2-mean-heads", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=3, concat=False,
+                                                    negative_slope=0.1), None, True),
+    ("gatv2-noloops", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, add_self_loops=False), None, True),
+    ("gatv2-edge-mean", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, edge_dim=3), "attr", True),
+    ("gatv2-edge-fill-float", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, edge_dim=3,
+                                                         fill_value=0.5), "attr", True),
+    ("gatv2-edge-fill-tensor", lambda c: pyg_nn.GATv2Conv(
+        c, OUT, heads=2, edge_dim=3, fill_value=torch.tensor([1.0, -1.0, 0.5])), "attr", True),
+    ("gatv2-edge-fill-max-noloops", lambda c: pyg_nn.GATv2Conv(
+        c, OUT, edge_dim=3, fill_value="max", add_self_loops=False), "attr", True),
+    ("gatv2-share-residual", lambda c: pyg_nn.GATv2Conv(
+        c, OUT, heads=2, share_weights=True, residual=True, bias=False), None, False),
+    ("gatv2-residual", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, residual=True,
+                                                  concat=False), None, True),
+    ("transformer", lambda c: pyg_nn.TransformerConv(c, OUT, heads=2), None, True),
+    ("transformer-mean-beta", lambda c: pyg_nn.TransformerConv(c, OUT, heads=2, concat=False,
+                                                               beta=True), None, True),
+    ("transformer-beta-edge", lambda c: pyg_nn.TransformerConv(c, OUT, heads=2, beta=True,
+                                                               edge_dim=3), "attr", True),
+    ("transformer-noroot", lambda c: pyg_nn.TransformerConv(c, OUT, heads=2, root_weight=False,
+                                                            bias=False), None, True),
+]
+CASE_IDS = [case[0] for case in CASES]
+BIPARTITE = [case for case in CASES if case[3]]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    _base._warned.clear()
+    yield
+
+
+def _build(factory, in_channels):
+    torch.manual_seed(0)
+    return factory(in_channels)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_random_directed(case, train, device):
+    _, factory, extra, _ = case
+    ei = random_edge_index(60, 60, 400, seed=3)
+    stock, fast = make_pair(_build(factory, IN), train, device)
+    args = (features(60, 60, IN, False), ei)
+    if extra is not None:
+        args += (edge_extra(extra, ei.size(1)),)
+    args = to_device(args, device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        assert_same(stock, fast, args)
+        assert_same(stock, fast, args, seed=1)  # second call: cached structures
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("case", BIPARTITE, ids=[c[0] for c in BIPARTITE])
+@pytest.mark.parametrize("more_dst", [False, True], ids=["fewer-dst", "more-dst"])
+def test_random_bipartite(case, train, more_dst, device):
+    name, factory, extra, _ = case
+    num_src, num_dst = (30, 45) if more_dst else (50, 30)
+    same_width = name.startswith(("gin", "simple"))
+    dst_in = IN if same_width else DST_IN
+    if more_dst and name == "gatv2-edge-mean":
+        pytest.skip("PyG's loop-fill scatter rejects destinations beyond min(S, T)")
+    ei = random_edge_index(num_src, num_dst, 300, seed=4)
+    stock, fast = make_pair(_build(factory, IN if same_width else (IN, DST_IN)), train, device)
+    args = (features(num_src, num_dst, IN, True, dst_channels=dst_in), ei)
+    if extra is not None:
+        args += (edge_extra(extra, ei.size(1)),)
+    args = to_device(args, device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        assert_same(stock, fast, args)
+
+
+CORA_CASES = ["gcn", "gcn-weight", "sage-mean", "sage-max", "graphconv-mean", "gin",
+              "simple-mean-sum", "gatv2-edge-mean", "transformer-beta-edge"]
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", CORA_CASES)
+def test_cora(name, device):
+    data = load_dataset("cora")
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, 16), True, device)
+    args = (features(data.num_nodes, data.num_nodes, 16, False), data.edge_index)
+    if extra is not None:
+        args += (edge_extra(extra, data.edge_index.size(1)),)
+    args = to_device(args, device)
+    assert_same(stock, fast, args, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "sage-mean", "sage-max", "gatv2",
+                                  "transformer"])
+def test_tolokers(name, device):
+    data = load_dataset("tolokers")
+    if device == "cpu" and name.startswith(("gatv2", "transformer", "sage-max")):
+        pytest.skip("reference attention and min/max on the full graph: GPU only")
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, data.x.shape[1]), True, device)
+    args = (data.x.float(), data.edge_index)
+    if extra is not None:
+        args += (edge_extra(extra, data.edge_index.size(1)),)
+    assert_same(stock, fast, to_device(args, device), rtol=1e-4, atol=5e-5)
+
+
+# ---- structure formats ------------------------------------------------------------------------
+FORMAT_CASES = ["gcn", "gcn-nonorm", "sage-mean", "sage-sum", "graphconv-mean", "gin",
+                "simple-mean-sum"]
+
+
+def _adj_t(ei, num_src, num_dst, layout):
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csr_tensor
+    build = to_torch_csr_tensor if layout == "csr" else to_torch_coo_tensor
+    return build(ei.flip(0), size=(num_dst, num_src))
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+@pytest.mark.parametrize("name", FORMAT_CASES)
+def test_torch_sparse_adjacency(name, layout):
+    _, factory, _, _ = CASES[CASE_IDS.index(name)]
+    ei = torch.unique(random_edge_index(40, 40, 200, seed=5), dim=1)
+    adj = _adj_t(ei, 40, 40, layout)
+    stock, fast = make_pair(_build(factory, IN))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Converting sparse tensor")
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        assert_same(stock, fast, (features(40, 40, IN, False), adj))
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "gcn-noloops-weight", "sage-max",
+                                  "graphconv-add", "simple-selfloop", "gatv2-edge-mean",
+                                  "transformer-beta-edge"])
+def test_edge_index_object_and_graph(name):
+    from torch_geometric import EdgeIndex
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    ei = random_edge_index(50, 50, 300, seed=6)
+    x = features(50, 50, IN, False)
+    extra_value = () if extra is None else (edge_extra(extra, ei.size(1)),)
+    stock, fast = make_pair(_build(factory, IN))
+    expected = stock(x, ei, *extra_value)
+    graph = fastgnn.Graph.from_edge_index(ei, num_nodes=50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        got_index = fast(x, EdgeIndex(ei, sparse_size=(50, 50)), *extra_value)
+        got_graph = fast(x, graph, *extra_value)
+    torch.testing.assert_close(got_index, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_graph, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_graph_size_mismatch_is_an_error():
+    fast = fpyg.SAGEConv(IN, OUT)
+    graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)
+    with pytest.raises(ValueError, match="fastgnn.Graph has 30 sources"):
+        fast(torch.randn(31, IN), graph)
+
+
+# ---- structure cache ---------------------------------------------------------------------------
+def test_cache_reuses_rebuilds_and_forgets():
+    fpyg.structure_cache.clear()
+    layer = fpyg.GCNConv(IN, OUT)
+    stock = pyg_nn.GCNConv(IN, OUT)
+    stock.load_state_dict(layer.state_dict())
+    ei = random_edge_index(40, 40, 200, seed=7)
+    x = torch.randn(40, IN)
+    layer(x, ei)
+    builds = fpyg.structure_cache.builds
+    layer(x, ei)
+    assert fpyg.structure_cache.builds == builds  # same tensor: no rebuild
+    ei[1, :10] = (ei[1, :10] + 1) % 40  # in-place change bumps _version
+    torch.testing.assert_close(layer(x, ei), stock(x, ei), rtol=1e-4, atol=1e-5)
+    assert fpyg.structure_cache.builds == builds + 1
+    replacement = ei.clone()
+    layer(x, replacement)
+    assert fpyg.structure_cache.builds == builds + 2
+    entries = len(fpyg.structure_cache)
+    del replacement
+    gc.collect()
+    assert len(fpyg.structure_cache) == entries - 1  # dies with its edge_index
+
+
+def test_cache_is_bounded():
+    cache = fpyg.structure.StructureCache(capacity=3)
+    keep = [torch.zeros(2, 1, dtype=torch.long) for _ in range(5)]
+    for t in keep:
+        cache.get(t, ("x",), lambda: object())
+    assert len(cache) == 3
+
+
+def test_cache_keys_on_layer_options():
+    ei = random_edge_index(40, 40, 200, seed=8)
+    x = torch.randn(40, IN)
+    builds = fpyg.structure_cache.builds
+    for layer in (fpyg.GCNConv(IN, OUT), fpyg.GCNConv(IN, OUT, add_self_loops=False),
+                  fpyg.SAGEConv(IN, OUT), fpyg.GraphConv(IN, OUT)):
+        layer(x, ei)
+        layer(x, ei)
+    assert fpyg.structure_cache.builds == builds + 3  # SAGE and GraphConv share one
+
+
+# ---- fallbacks ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer_cls", ["GATv2Conv", "TransformerConv"])
+def test_fallback_warns_once_and_matches(layer_cls):
+    torch.manual_seed(0)
+    stock = getattr(pyg_nn, layer_cls)(IN, OUT, heads=2)
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    ei = random_edge_index(30, 30, 120, seed=9)
+    x = torch.randn(30, IN)
+    with pytest.warns(fpyg.FallbackWarning, match="return_attention_weights"):
+        out, (index, alpha) = fast(x, ei, return_attention_weights=True)
+    expected, (index_s, alpha_s) = stock(x, ei, return_attention_weights=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(alpha, alpha_s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        fast(x, ei, return_attention_weights=True)  # no second warning
+
+
+def test_fallback_for_custom_aggregation_and_hooks():
+    from torch_geometric.nn.aggr import SoftmaxAggregation
+    torch.manual_seed(0)
+    ei = random_edge_index(30, 30, 120, seed=10)
+    x = torch.randn(30, IN)
+    stock = pyg_nn.SAGEConv(IN, OUT, aggr=SoftmaxAggregation())
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    with pytest.warns(fpyg.FallbackWarning, match="aggr="):
+        torch.testing.assert_close(fast(x, ei), stock(x, ei))
+    stock = pyg_nn.SAGEConv(IN, OUT)
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    seen = []
+    fast.register_message_forward_hook(lambda module, inputs, output: seen.append(1))
+    with pytest.warns(fpyg.FallbackWarning, match="message_forward_hook"):
+        torch.testing.assert_close(fast(x, ei), stock(x, ei))
+    assert seen
+
+
+def test_fallback_for_weighted_max():
+    torch.manual_seed(0)
+    stock = pyg_nn.GraphConv(IN, OUT, aggr="max")
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    ei = random_edge_index(30, 30, 120, seed=11)
+    x, w = torch.randn(30, IN), torch.rand(ei.size(1))
+    with pytest.warns(fpyg.FallbackWarning, match="aggr='max'"):
+        torch.testing.assert_close(fast(x, ei, w), stock(x, ei, w))
+
+
+# ---- dropout -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer", ["gatv2", "transformer"])
+def test_attention_dropout_statistics(layer):
+    torch.manual_seed(0)
+    if layer == "gatv2":
+        stock = pyg_nn.GATv2Conv(IN, OUT, heads=2, dropout=0.5, bias=False)
+    else:
+        stock = pyg_nn.TransformerConv(IN, OUT, heads=2, dropout=0.5, root_weight=False)
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    ei = random_edge_index(30, 30, 200, seed=12)
+    x = torch.randn(30, IN)
+    fast.eval()
+    expected = fast(x, ei)
+    torch.testing.assert_close(expected, stock.eval()(x, ei))
+    fast.train()
+    with torch.no_grad():
+        draws = torch.stack([fast(x, ei) for _ in range(200)])
+    assert not torch.allclose(draws[0], draws[1])
+    assert not torch.allclose(draws[0], expected)
+    # Inverted dropout keeps the expectation: the mean of many draws approaches eval output.
+    error = (draws.mean(0) - expected).abs().mean() / expected.abs().mean()
+    assert error < 0.1, float(error)
+
+
+# ---- state_dict, autocast, compile -------------------------------------------------------------
+@pytest.mark.parametrize("name", ["gcn", "sage-norm-project-noroot", "graphconv-add",
+                                  "gin-train-eps-mean", "gatv2-edge-mean",
+                                  "transformer-beta-edge"])
+def test_state_dict_round_trip(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock = _build(factory, IN)
+    torch.manual_seed(1)
+    fast = fastgnn.enable(factory(IN))  # a fastgnn layer with other weights
+    assert stock.state_dict().keys() == fast.state_dict().keys()
+    fast.load_state_dict(stock.state_dict())
+    ei = random_edge_index(30, 30, 150, seed=13)
+    args = (torch.randn(30, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),))
+    torch.testing.assert_close(fast(*args), stock(*args), rtol=1e-4, atol=1e-5)
+    restored = factory(IN)
+    restored.load_state_dict(fast.state_dict())
+    torch.testing.assert_close(restored(*args), stock(*args))
+
+
+def test_directly_constructed_layers_match():
+    torch.manual_seed(0)
+    fast = fpyg.GATv2Conv(IN, OUT, heads=2, edge_dim=3)
+    stock = pyg_nn.GATv2Conv(IN, OUT, heads=2, edge_dim=3)
+    stock.load_state_dict(fast.state_dict())
+    ei = random_edge_index(30, 30, 150, seed=14)
+    args = (torch.randn(30, IN), ei, torch.randn(ei.size(1), 3))
+    assert_same(stock, fast, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "gatv2-edge-mean",
+                                  "transformer-beta-edge"])
+def test_autocast(name, dtype):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, IN))
+    ei = random_edge_index(40, 40, 200, seed=15)
+    args = (torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),))
+    with torch.autocast("cpu", dtype=dtype):
+        expected, got = stock(*args), fast(*args)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.float(), expected.float(), rtol=5e-2, atol=5e-2)
+    got.float().sum().backward()
+
+
+@pytest.mark.parametrize("name", ["gcn-weight", "gatv2-edge-mean"])
+def test_torch_compile(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, IN))
+    ei = random_edge_index(40, 40, 200, seed=16)
+    args = (torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),))
+    torch._dynamo.reset()
+    compiled = torch.compile(fast, backend="aot_eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(*args), stock(*args), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer_cls", [layer.__name__ for layer in fpyg.LAYERS])
+def test_fallback_of_constructed_and_copied_layers(layer_cls):
+    """PyG builds `propagate` per class from source annotations; our same-named subclasses
+    must get a working one when constructed directly or deep-copied."""
+    args = (torch.nn.Linear(IN, OUT),) if layer_cls == "GINConv" else () if \
+        layer_cls == "SimpleConv" else (IN, OUT)
+    torch.manual_seed(0)
+    fast = copy.deepcopy(getattr(fpyg, layer_cls)(*args))
+    stock = getattr(pyg_nn, layer_cls)(*args)
+    stock.load_state_dict(fast.state_dict())
+    fast.register_propagate_forward_hook(lambda *unused: None)  # forces the fallback
+    ei = random_edge_index(30, 30, 120, seed=17)
+    x = torch.randn(30, IN)
+    with pytest.warns(fpyg.FallbackWarning, match="propagate_forward_hook"):
+        torch.testing.assert_close(fast(x, ei), stock(x, ei))
