@@ -185,7 +185,7 @@ def test_bad_inputs():
         fastgnn.ops.spmm(ei, x)
     with pytest.raises(ValueError, match="edge_values replaces"):
         fastgnn.ops.spmm(g, x, norm="both", edge_values=torch.rand(ei.shape[1]))
-    with pytest.raises(ValueError, match="index_dtype"):
+    with pytest.raises(TypeError, match="index_dtype"):
         fastgnn.Graph.from_edge_index(ei, num_nodes=30, index_dtype=torch.int16)
     with pytest.raises(RuntimeError, match="spmm"):  # the C++ checks back the Python ones
         torch.ops.fastgnn.spmm(g.rowptr, g.col, torch.rand(3), x, None, None, None, 30, False,
