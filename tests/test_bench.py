@@ -120,6 +120,20 @@ def test_bipartite_block_runs_and_gcn_is_skipped(tmp_path):
     assert status[("gcnconv", "pyg-stock")] == "skipped"
 
 
+def test_layer_row_runs_when_enable_swaps_the_class(tmp_path, monkeypatch):
+    from torch_geometric.nn import SAGEConv
+    from fastgnn import enable
+
+    class Swapped(SAGEConv):  # stands in for an adapter: same computation, another class
+        pass
+
+    monkeypatch.setitem(enable._to_fast, SAGEConv, Swapped)
+    monkeypatch.setitem(enable._to_stock, Swapped, SAGEConv)
+    rows = suite.run(_options(tmp_path, workloads=["sageconv-max"]), log=lambda _: None)
+    row = {r["implementation"]: r for r in rows}["pyg+fastgnn.enable"]
+    assert row["status"] == "ok" and row["check"] == "matches pyg-stock", row
+
+
 # ---- the correctness gate and failures ---------------------------------------------------------
 def test_wrong_implementation_is_caught_and_not_timed(tmp_path):
     g, x, case = _spmm_case([])
