@@ -19,6 +19,15 @@ _SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bench.py")
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny graphs gain nothing from threads, and spare cores keep the timed loops quick."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _bench_cli():
     spec = importlib.util.spec_from_file_location("bench_cli", _SCRIPT)
     module = importlib.util.module_from_spec(spec)
