@@ -82,7 +82,8 @@ def expected_result(forward: Forward, inputs: Sequence[torch.Tensor],
     grad_output = torch.randn(output.shape, generator=gen, device=output.device,
                               dtype=output.dtype)
     grads = gradients(output, inputs, grad_output)
-    return Expected(output.detach(), [None if g is None else g.detach() for g in grads]), grad_output
+    detached = [None if g is None else g.detach() for g in grads]
+    return Expected(output.detach(), detached), grad_output
 
 
 def _compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],

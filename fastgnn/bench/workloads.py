@@ -240,7 +240,8 @@ for _reduce in ("min", "max"):
 
 
 # ---- attention (op level) ----------------------------------------------------------------------
-def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor], values: Callable[[], torch.Tensor]):
+def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor],
+                values: Callable[[], torch.Tensor]):
     """PyG-style message passing: edge logits, ``torch_geometric.utils.softmax``, scatter-sum."""
     utils, reason = _optional_module("torch_geometric.utils")
     if utils is None:
