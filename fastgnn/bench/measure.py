@@ -152,7 +152,7 @@ def _trim_heap() -> None:
 
 
 class _ResidentPeak(threading.Thread):
-    def __init__(self, interval_s: float = 2e-4):
+    def __init__(self, interval_s: float = 1e-3):
         super().__init__(daemon=True)
         self.interval_s, self.peak, self._done = interval_s, _resident_bytes(), threading.Event()
 
