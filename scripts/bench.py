@@ -33,7 +33,8 @@ def run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    choices=("cpu", "cuda"))
-    p.add_argument("--graphs", type=graphs.split_specs, help="comma-separated dataset names, presets ("
+    p.add_argument("--graphs", type=graphs.split_specs,
+                   help="comma-separated dataset names, presets ("
                    f"{', '.join(graphs.PRESETS)}) or specs like powerlaw:n=100000,deg=8,skew=0.8")
     p.add_argument("--workloads", type=_csv, help=f"comma-separated: {', '.join(WORKLOADS)}")
     p.add_argument("--widths", type=lambda t: [int(w) for w in _csv(t)],
@@ -42,7 +43,8 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, help="untimed runs before timing")
     p.add_argument("--quick", action="store_true", help="small suite, < 2 minutes on a CPU")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
-    p.add_argument("--data-root", help="datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
+    p.add_argument("--data-root",
+                   help="datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--readme", help="also rewrite this file's bench section from the results")
     return p

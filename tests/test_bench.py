@@ -19,6 +19,15 @@ _SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bench.py")
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny graphs gain nothing from threads, and spare cores keep the timed loops quick."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _bench_cli():
     spec = importlib.util.spec_from_file_location("bench_cli", _SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -118,6 +127,20 @@ def test_bipartite_block_runs_and_gcn_is_skipped(tmp_path):
     assert status[("graph-attention", "pyg-ops")] == "ok"
     assert status[("sageconv-max", "pyg-stock")] == "ok"
     assert status[("gcnconv", "pyg-stock")] == "skipped"
+
+
+def test_layer_row_runs_when_enable_swaps_the_class(tmp_path, monkeypatch):
+    from torch_geometric.nn import SAGEConv
+    enable = importlib.import_module("fastgnn.enable")  # the module, not fastgnn.enable()
+
+    class Swapped(SAGEConv):  # stands in for an adapter: same computation, another class
+        pass
+
+    monkeypatch.setitem(enable._to_fast, SAGEConv, Swapped)
+    monkeypatch.setitem(enable._to_stock, Swapped, SAGEConv)
+    rows = suite.run(_options(tmp_path, workloads=["sageconv-max"]), log=lambda _: None)
+    row = {r["implementation"]: r for r in rows}["pyg+fastgnn.enable"]
+    assert row["status"] == "ok" and row["check"] == "matches pyg-stock", row
 
 
 # ---- the correctness gate and failures ---------------------------------------------------------

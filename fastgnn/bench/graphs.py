@@ -19,14 +19,10 @@ from fastgnn.graph import Graph
 
 @dataclass
 class BenchGraph:
-    """One benchmark graph on the CPU: the fastgnn Graph, its edge index (CSR order) and stats."""
+    """One benchmark graph on the CPU: its spec, the fastgnn Graph and its degree statistics."""
     name: str
     graph: Graph
     stats: Dict[str, float] = field(default_factory=dict)
-
-    @property
-    def edge_index(self) -> torch.Tensor:
-        return self.graph.edge_index()
 
 
 def degree_stats(graph: Graph) -> Dict[str, float]:
@@ -114,7 +110,7 @@ def sampled_block(base: Graph, batch: int, fanouts: List[int], seed: int = 0) ->
     col = base.col.to(torch.int64)
     for layer, fanout in enumerate(fanouts):
         edges = _sample_in_edges(base, frontier, fanout, gen)
-        rows = _rows_of(base, frontier, edges)
+        rows = _frontier_position(base, frontier, edges)
         sources = col[edges]
         if layer == len(fanouts) - 1:
             # Relabel: destinations keep positions 0..T-1, new sources follow in order.
@@ -132,8 +128,8 @@ def sampled_block(base: Graph, batch: int, fanouts: List[int], seed: int = 0) ->
     raise ValueError("fanouts must not be empty")
 
 
-def _rows_of(base: Graph, frontier: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-    """Frontier position of each sampled edge (edges are grouped by frontier row, in order)."""
+def _frontier_position(base: Graph, frontier: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """Position in ``frontier`` of each sampled edge's destination."""
     dst = base.row.to(torch.int64)[edges]
     lookup = torch.full((base.num_dst_nodes,), -1, dtype=torch.int64)
     lookup[frontier] = torch.arange(frontier.numel())

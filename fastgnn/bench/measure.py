@@ -82,7 +82,8 @@ def expected_result(forward: Forward, inputs: Sequence[torch.Tensor],
     grad_output = torch.randn(output.shape, generator=gen, device=output.device,
                               dtype=output.dtype)
     grads = gradients(output, inputs, grad_output)
-    return Expected(output.detach(), [None if g is None else g.detach() for g in grads]), grad_output
+    detached = [None if g is None else g.detach() for g in grads]
+    return Expected(output.detach(), detached), grad_output
 
 
 def _compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
@@ -151,7 +152,7 @@ def _trim_heap() -> None:
 
 
 class _ResidentPeak(threading.Thread):
-    def __init__(self, interval_s: float = 2e-4):
+    def __init__(self, interval_s: float = 1e-3):
         super().__init__(daemon=True)
         self.interval_s, self.peak, self._done = interval_s, _resident_bytes(), threading.Event()
 

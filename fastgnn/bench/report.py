@@ -188,6 +188,7 @@ def plot(rows: List[Dict], prefix: str) -> List[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     best: Dict[Tuple[str, str], Dict] = {}
     for c in comparisons(rows):
@@ -211,6 +212,8 @@ def plot(rows: List[Dict], prefix: str) -> List[str]:
         ax.set_ylabel(label)
         if best and metric == "speedup":
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
         if series:
             ax.legend(fontsize="small", ncol=2)
         fig.tight_layout()

@@ -7,6 +7,7 @@ what it measured.
 """
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from fastgnn.bench.workloads import WORKLOADS, Case, Context, Implementation
 QUICK = (["cora", "powerlaw-50k", "block-small"],
          ["spmm-both", "aggregate-max", "gatv2-attention", "gatv2conv"], [32], 1, 3)
 CPU_DEFAULT = (["cora", "tolokers", "flickr", "powerlaw-200k", "uniform-100k", "block-small"],
-               list(WORKLOADS), [32, 128], 2, 5)
+               list(WORKLOADS), [64], 2, 5)
 CUDA_DEFAULT = (["cora", "tolokers", "ogbn-arxiv", "flickr", "roads-ny", "powerlaw-16M",
                  "powerlaw-8M-flat", "uniform-8M", "block-powerlaw"],
                 list(WORKLOADS), [64], 3, 10)
@@ -115,7 +116,42 @@ def run_case(case: Case, opts: Options, emit: Callable[..., None]) -> None:
         emit(implementation=impl.name, kind=impl.kind, backend=impl.backend, **fields)
 
 
+def _build(name: str, ctx: Context, emit: Callable[..., None]) -> Optional[Case]:
+    """The workload's case, or None after emitting why it could not be built."""
+    try:
+        return WORKLOADS[name].build(ctx)
+    except ImportError as exc:
+        emit(status="skipped", error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001
+        status, message = measure.classify_failure(exc)
+        emit(status=status, error=f"building inputs: {message}")
+    return None
+
+
+def run_graph(spec: str, opts: Options, emit: Callable[..., None],
+              log: Callable[[str], None]) -> None:
+    """Every width and workload of one graph."""
+    try:
+        bench_graph = graph_specs.load(spec)
+    except (datasets.DatasetUnavailable, ValueError, KeyError) as exc:
+        emit(graph=spec, status="skipped", error=f"graph unavailable: {exc}")
+        return
+    log(graph_specs.describe(bench_graph))
+    on_graph = dict(graph=spec, nodes=bench_graph.stats["src_nodes"],
+                    edges=bench_graph.stats["edges"])
+    for width in opts.widths:
+        for name in opts.workloads:
+            case_emit = functools.partial(emit, **on_graph, workload=name,
+                                          level=WORKLOADS[name].level, width=width)
+            case = _build(name, Context(bench_graph, width, opts.device, opts.seed), case_emit)
+            if case is not None:
+                run_case(case, opts, case_emit)
+                del case
+            measure.release_memory(opts.device)
+
+
 def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, object]]:
+    """Runs the suite; returns the rows (also appended to ``opts.jsonl`` one by one)."""
     env = report.environment(opts.device)
     rows: List[Dict[str, object]] = []
 
@@ -123,43 +159,24 @@ def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, obj
         row = report.make_row(env, **fields)
         rows.append(row)
         report.append_jsonl(opts.jsonl, row)
-        times = "" if row["status"] != "ok" else (
-            f" fwd {row['fwd_ms']:.3f} ms  bwd {row['bwd_ms']:.3f} ms  peak "
-            f"{_fmt_mb(row['peak_mb'])}")
-        detail = f"  ({row['error']})" if row["error"] else ""
-        log(f"  {row['workload'] or '':<16} w{row['width'] or '-':<4} "
-            f"{row['implementation'] or '':<20} "
-            f"{row['status']:<8}{times}{detail}")
+        log(_describe_row(row))
 
-    warnings.filterwarnings("ignore", message=".*can be accelerated via the 'torch-scatter'")
-    for spec in opts.graphs:
-        started = time.perf_counter()
-        try:
-            bench_graph = graph_specs.load(spec)
-        except (datasets.DatasetUnavailable, ValueError, KeyError) as exc:
-            status, message = "skipped", f"graph unavailable: {exc}"
-            emit(graph=spec, status=status, error=message)
-            continue
-        log(graph_specs.describe(bench_graph))
-        graph_fields = dict(graph=spec, nodes=bench_graph.stats["src_nodes"],
-                            edges=bench_graph.stats["edges"])
-        for width in opts.widths:
-            for name in opts.workloads:
-                workload = WORKLOADS[name]
-                ctx = Context(bench_graph, width, opts.device, opts.seed)
-                case_emit = lambda **f: emit(**graph_fields, workload=name,  # noqa: E731
-                                             level=workload.level, width=width, **f)
-                try:
-                    case = workload.build(ctx)
-                except Exception as exc:  # noqa: BLE001
-                    status, message = measure.classify_failure(exc)
-                    case_emit(status=status, error=f"building inputs: {message}")
-                    continue
-                run_case(case, opts, case_emit)
-                del case, ctx
-                measure.release_memory(opts.device)
-        log(f"  ({spec}: {time.perf_counter() - started:.0f} s)")
+    with warnings.catch_warnings():  # PyG's advice to install torch-scatter, once per call
+        warnings.filterwarnings("ignore", message=".*can be accelerated via the 'torch-scatter'")
+        for spec in opts.graphs:
+            started = time.perf_counter()
+            run_graph(spec, opts, emit, log)
+            log(f"  ({spec}: {time.perf_counter() - started:.0f} s)")
     return rows
+
+
+def _describe_row(row: Dict[str, object]) -> str:
+    times = "" if row["status"] != "ok" else (
+        f" fwd {row['fwd_ms']:.3f} ms  bwd {row['bwd_ms']:.3f} ms  peak "
+        f"{_fmt_mb(row['peak_mb'])}")
+    detail = f"  ({row['error']})" if row["error"] else ""
+    return (f"  {row['workload'] or '':<16} w{row['width'] or '-':<4} "
+            f"{row['implementation'] or '':<20} {row['status']:<8}{times}{detail}")
 
 
 def _fmt_mb(value) -> str:

@@ -24,8 +24,9 @@ from fastgnn.bench.graphs import BenchGraph
 from fastgnn.graph import Graph
 
 FASTGNN, BASELINE = "fastgnn", "baseline"
-# The reference backend (and E x width tensors in general) only below this many elements.
-SMALL_EDGE_ELEMENTS = 1 << 26
+# The reference backend runs only when edges x width is at most this (it materialises several
+# such tensors): larger on GPUs, whose memory and speed make it worth a row.
+SMALL_EDGE_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 28}
 HEADS = 4
 
 
@@ -60,25 +61,26 @@ class Context:
 
     @property
     def graph(self) -> Graph:
-        return self._cached("graph", lambda: self.bench_graph.graph.to(self.device))
+        return self.cached("graph", lambda: self.bench_graph.graph.to(self.device))
 
     @property
     def src(self) -> torch.Tensor:
-        return self._cached("src", lambda: self.graph.col.to(torch.int64))
+        return self.cached("src", lambda: self.graph.col.to(torch.int64))
 
     @property
     def dst(self) -> torch.Tensor:
-        return self._cached("dst", lambda: self.graph.row.to(torch.int64))
+        return self.cached("dst", lambda: self.graph.row.to(torch.int64))
 
     @property
     def edge_index(self) -> torch.Tensor:
-        return self._cached("edge_index", lambda: torch.stack([self.src, self.dst]))
+        return self.cached("edge_index", lambda: torch.stack([self.src, self.dst]))
 
     @property
     def small(self) -> bool:
-        return self.graph.num_edges * self.width <= SMALL_EDGE_ELEMENTS
+        return self.graph.num_edges * self.width <= SMALL_EDGE_ELEMENTS.get(self.device.type, 0)
 
-    def _cached(self, key, build):
+    def cached(self, key, build):
+        """``build()`` once per context (graph conversions shared by implementations)."""
         if key not in self._cache:
             self._cache[key] = build()
         return self._cache[key]
@@ -122,8 +124,9 @@ def fastgnn_implementations(op: str, ctx: Context,
         skip = None
         if name == "reference" and not ctx.small:
             skip = "reference backend runs on small graphs only"
+        ran = backends.select(op, ctx.device, name).backend
         found.append(Implementation(f"fastgnn-{name}", FASTGNN,
-                                    functools.partial(_with_backend, name, call), name, skip))
+                                    functools.partial(_with_backend, name, call), ran, skip))
     if not found:
         found.append(Implementation("fastgnn", FASTGNN, skip=f"no fastgnn backend for {op} on "
                                     f"{ctx.device.type}"))
@@ -148,11 +151,9 @@ def _dgl_graph(ctx: Context):
     if dgl is None:
         return None, reason
     g = ctx.graph
-    key = "dgl_graph"
-    if key not in ctx._cache:
-        ctx._cache[key] = dgl.create_block((ctx.src, ctx.dst), num_src_nodes=g.num_src_nodes,
-                                           num_dst_nodes=g.num_dst_nodes, device=ctx.device)
-    return ctx._cache[key], None
+    return ctx.cached("dgl_graph", lambda: dgl.create_block(
+        (ctx.src, ctx.dst), num_src_nodes=g.num_src_nodes, num_dst_nodes=g.num_dst_nodes,
+        device=ctx.device)), None
 
 
 def _guarded(name: str, kind: str, library: str, make):
@@ -239,7 +240,8 @@ for _reduce in ("min", "max"):
 
 
 # ---- attention (op level) ----------------------------------------------------------------------
-def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor], values: Callable[[], torch.Tensor]):
+def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor],
+                values: Callable[[], torch.Tensor]):
     """PyG-style message passing: edge logits, ``torch_geometric.utils.softmax``, scatter-sum."""
     utils, reason = _optional_module("torch_geometric.utils")
     if utils is None:
@@ -308,12 +310,15 @@ def _layer_case(ctx: Context, make_layer: Callable[[int], torch.nn.Module],
 
     edge_index = ctx.edge_index
     run = lambda layer: (lambda: layer(layer_input(), edge_index))  # noqa: E731
-    fast = fastgnn.enable(stock)
-    swapped = type(fast) is not type(stock)
+
+    def enabled():
+        fast = fastgnn.enable(stock)  # a new object sharing stock's parameters
+        if type(fast) is type(stock):
+            return None, "no fastgnn adapter"
+        return run(fast), None
+
     impls = [Implementation("pyg-stock", BASELINE, run(stock), "torch_geometric"),
-             Implementation("pyg+fastgnn.enable", FASTGNN, run(fast) if swapped else None,
-                            getattr(fast, "_fastgnn_backend", "") if swapped else "",
-                            None if swapped else "no fastgnn adapter")]
+             _guarded("pyg+fastgnn.enable", FASTGNN, "fastgnn.enable", enabled)]
     return Case(inputs, run(stock), impls, oracle_name="pyg-stock")
 
 
