@@ -267,6 +267,7 @@ def test_cache_entries_per_graph_and_release():
     g2, _ = random_graph(60, 400, seed=12, device="cuda")  # same sizes, other structure
     assert (g1.num_src_nodes, g1.num_dst_nodes) == (g2.num_src_nodes, g2.num_dst_nodes)
     x = torch.randn(60, 32, device="cuda")
+    gc.collect()  # graphs of earlier tests must not leave during the count
     before = _cache_size()
     for g in (g1, g2, g1):
         out = _direct(g, None, x, cusparse)
@@ -284,6 +285,7 @@ def test_cache_entries_per_graph_and_release():
 def test_cache_keyed_by_width_and_dtype():
     g, _ = random_graph(60, 400, seed=13, device="cuda")
     value = g.norm_values("both")
+    gc.collect()
     before = _cache_size()
     for width, dtype in [(16, torch.float32), (48, torch.float32), (16, torch.float16),
                          (16, torch.float32), (300, torch.bfloat16)]:

@@ -38,6 +38,12 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                 "the graph's GPU with one entry per edge");
   const bool cached_t = transpose && t_rowptr.has_value() && t_col.has_value() &&
                         t_perm.has_value();
+  const CsrView walk = cached_t ? csr_view(*t_rowptr, *t_col, "spmm") : csr;
+  TORCH_CHECK(!cached_t || (walk.rows == num_out && walk.nnz == csr.nnz &&
+                            t_perm->numel() == csr.nnz &&
+                            t_perm->scalar_type() == col.scalar_type() &&
+                            t_perm->is_contiguous() && t_perm->device() == col.device()),
+              "spmm: the cached transpose does not match the CSR and num_out");
   const int64_t algo = algo_bits & kOwnAlgoMask;
   const bool use_cusparse = algo >= kFirstCusparseAlgo && algo <= kLastCusparseAlgo;
   TORCH_CHECK(use_cusparse || algo <= int64_t(CsrKernel::kBlock), "spmm: unknown algo ", algo);
@@ -66,8 +72,6 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   const auto kernel = static_cast<CsrKernel>(algo);
   if (!transpose || cached_t) {
-    const CsrView walk = cached_t ? csr_view(*t_rowptr, *t_col, "spmm") : csr;
-    TORCH_CHECK(walk.rows == num_out, "spmm: the cached transpose does not match num_out");
     spmm_csr(float_type(x), walk, optional_ptr(value), cached_t ? t_perm->data_ptr() : nullptr,
              xc.data_ptr(), out.data_ptr(), width, kernel, stream());
     return out;

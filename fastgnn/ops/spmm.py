@@ -92,10 +92,10 @@ def _cuda_algos(g: Graph, value, flat: torch.Tensor, transposed, backward: bool)
         rowptr, col, value, flat, None, None, None, g.num_dst_nodes, False, key, algo))
     if not backward:
         return forward
-    probe = flat.new_ones((g.num_dst_nodes, flat.shape[1]))
     op = "spmm_bwd" if transposed[0] is not None else "spmm_bwd_optranspose"
-    grad_algo = _choose_algo(op, g, flat, lambda algo: spmm_op(
-        rowptr, col, value, probe, *transposed, g.num_src_nodes, True, key, algo))
+    grad_algo = _choose_algo(op, g, flat, lambda algo: spmm_op(  # timed on a stand-in gradient
+        rowptr, col, value, flat.new_ones((g.num_dst_nodes, flat.shape[1])), *transposed,
+        g.num_src_nodes, True, key, algo))
     return forward | grad_algo << _BACKWARD_SHIFT
 
 
