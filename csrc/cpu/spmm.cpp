@@ -114,7 +114,8 @@ FASTGNN_ALWAYS_INLINE void gather_rows(const Gather<scalar_t, index_t>& g, int64
 }
 
 template <typename scalar_t, typename index_t>
-void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t e) {
+FASTGNN_ALWAYS_INLINE void gather_rows_any(const Gather<scalar_t, index_t>& g, int64_t b,
+                                           int64_t e) {
   switch (g.weights()) {
     case Weights::kOne: return gather_rows<Weights::kOne>(g, b, e);
     case Weights::kDirect: return gather_rows<Weights::kDirect>(g, b, e);
@@ -122,15 +123,17 @@ void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t
   }
 }
 
+// The same loops compiled for the baseline ISA and for AVX2+FMA (see cpu_common.h).
+template <typename scalar_t, typename index_t>
+void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t e) {
+  gather_rows_any(g, b, e);
+}
+
 #if FASTGNN_HAVE_AVX2_CLONE
 template <typename scalar_t, typename index_t>
 FASTGNN_TARGET_AVX2 void gather_rows_avx2(const Gather<scalar_t, index_t>& g, int64_t b,
                                           int64_t e) {
-  switch (g.weights()) {
-    case Weights::kOne: return gather_rows<Weights::kOne>(g, b, e);
-    case Weights::kDirect: return gather_rows<Weights::kDirect>(g, b, e);
-    case Weights::kPermuted: return gather_rows<Weights::kPermuted>(g, b, e);
-  }
+  gather_rows_any(g, b, e);
 }
 #endif
 
