@@ -105,6 +105,24 @@ def test_empty_graph_and_zero_width():
     assert fastgnn.ops.spmm(g2, torch.randn(20, 0)).shape == (20, 0)
 
 
+def test_cpu_result_independent_of_thread_count():
+    g, ei = random_graph(200, 3000, seed=9)
+    x = torch.randn(200, 70, requires_grad=True)
+    weight = torch.rand(ei.shape[1], requires_grad=True)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            out = fastgnn.ops.spmm(g, x, norm="both", edge_weight=weight)
+            results.append((out,) + torch.autograd.grad(out.square().sum(), [x, weight]))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)  # each output sums its edges in one fixed order
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_cpu(graph_case, dtype):
     g, ei = graph_case
