@@ -150,9 +150,12 @@ def test_opcheck(device):
     x = torch.randn(g.num_src_nodes, 8, device=device, requires_grad=True)
     t_rowptr, t_col, t_perm = g.transpose()
     spmm_op, sddmm_op = torch.ops.fastgnn.spmm.default, torch.ops.fastgnn.sddmm.default
-    torch.library.opcheck(spmm_op, (g.rowptr, g.col, value, x, t_rowptr, t_col, t_perm,
+    t_value = g.transposed_norm_values("both")
+    torch.library.opcheck(spmm_op, (g.rowptr, g.col, value, x, t_rowptr, t_col, t_perm, None,
                                     g.num_dst_nodes, False, 0, 0))
-    torch.library.opcheck(spmm_op, (g.rowptr, g.col, None, x, None, None, None,
+    torch.library.opcheck(spmm_op, (g.rowptr, g.col, value, x, t_rowptr, t_col, t_perm, t_value,
+                                    g.num_dst_nodes, False, 0, 0))
+    torch.library.opcheck(spmm_op, (g.rowptr, g.col, None, x, None, None, None, None,
                                     g.num_dst_nodes, False, 0, 0))
     a = torch.randn(g.num_dst_nodes, 8, device=device, requires_grad=True)
     torch.library.opcheck(sddmm_op, (g.rowptr, g.col, a, x))
@@ -206,8 +209,8 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="index_dtype"):
         fastgnn.Graph.from_edge_index(ei, num_nodes=30, index_dtype=torch.int16)
     with pytest.raises(RuntimeError, match="spmm"):  # the C++ checks back the Python ones
-        torch.ops.fastgnn.spmm(g.rowptr, g.col, torch.rand(3), x, None, None, None, 30, False,
-                               0, 0)
+        torch.ops.fastgnn.spmm(g.rowptr, g.col, torch.rand(3), x, None, None, None, None, 30,
+                               False, 0, 0)
 
 
 @pytest.mark.gpu
@@ -221,11 +224,18 @@ def test_bad_device_inputs():
 
 # ---- GPU: every kernel, half precision, caches, determinism, CUDA graphs -------------------------
 def _direct(g, value, x, algo, *, transposed=None):
-    """One native product: forward (transposed=None) or A^T x with a given transpose mode."""
+    """One native product: forward (transposed=None) or A^T x, walking the cached transpose
+    with values gathered through t_perm ("cached"), given in transposed order ("cached_values"),
+    or through the device's transposed product ("optranspose")."""
     if transposed is None:
-        return torch.ops.fastgnn.spmm(g.rowptr, g.col, value, x, None, None, None,
+        return torch.ops.fastgnn.spmm(g.rowptr, g.col, value, x, None, None, None, None,
                                       g.num_dst_nodes, False, g.key, algo)
-    t = g.transpose() if transposed == "cached" else (None, None, None)
+    t = (None,) * 4
+    if transposed != "optranspose":
+        t_value = None
+        if transposed == "cached_values" and value is not None:
+            t_value = value[g.transpose()[2].long()]
+        t = g.transpose() + (t_value,)
     return torch.ops.fastgnn.spmm(g.rowptr, g.col, value, x, *t, g.num_src_nodes, True, g.key,
                                   algo)
 
@@ -253,7 +263,7 @@ def test_every_cuda_kernel(graph_case, name, width, dtype):
     except RuntimeError as exc:  # a cuSPARSE algorithm may not take this dtype or layout
         pytest.skip(f"{name} unavailable here: {exc}")
     torch.testing.assert_close(out.double(), A @ x.double(), rtol=tol, atol=tol)
-    for mode in ("cached", "optranspose"):
+    for mode in ("cached", "cached_values", "optranspose"):
         if mode == "optranspose" and algo < 16:
             continue  # our kernels fall back to atomics there; covered by the ops tests
         try:
