@@ -3,6 +3,9 @@
 The native op ``torch.ops.fastgnn.spmm`` multiplies by the CSR or its transpose; its backward
 is the same op with the transpose flag flipped (``dX = A^T dY``) and, for edge values, the
 fused ``torch.ops.fastgnn.sddmm`` (``dw_e = <dY[i], x[j]>``): no E x D tensor either way.
+On CUDA each product runs our CSR kernels or cuSPARSE (descriptors and workspace cached per
+graph in C++, freed with the Graph), whichever ``fastgnn.tuning`` measured fastest for the
+forward and for the backward separately (``ALGOS`` below).
 """
 from __future__ import annotations
 
