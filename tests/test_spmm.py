@@ -161,12 +161,13 @@ def test_opcheck(device):
     torch.library.opcheck(sddmm_op, (g.rowptr, g.col, a, x))
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["tolokers", "ogbn-arxiv"])
-def test_real_graph_structure(name):
+def test_real_graph_structure(name, device):
     data = load_dataset(name)
-    g = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
-    x = torch.randn(data.num_nodes, 8, requires_grad=True)
-    weight = torch.rand(g.num_edges, requires_grad=True)
+    g = fastgnn.Graph.from_edge_index(data.edge_index.to(device), num_nodes=data.num_nodes)
+    x = torch.randn(data.num_nodes, 8, device=device, requires_grad=True)
+    weight = torch.rand(g.num_edges, device=device, requires_grad=True)
     _check_against_reference(g, x, norm="both", edge_weight=weight, rtol=1e-4, atol=1e-4)
 
 
