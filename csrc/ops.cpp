@@ -14,12 +14,14 @@ TORCH_LIBRARY(fastgnn, m) {
   // out = A x with A[i, col[e]] = value[e] for e in row i (value 1 when absent), or, with
   // transpose=true, out = A^T x. The optional t_* tensors are the cached transpose of the same
   // structure (t_perm maps a transposed edge to its CSR position); without them a transposed
-  // product uses the device's fallback. num_out is the number of output rows. graph_key names
+  // product uses the device's fallback. t_value optionally holds value already in transposed
+  // order (value[t_perm], cached per graph by the caller) to spare the per-edge indirection. num_out is the number of output rows. graph_key names
   // the owning fastgnn.Graph for per-graph device caches (0: none); algo is the tuner's pick.
   // algo: bits 0-7 pick this call's kernel (0-3 ours, 16-19 cuSPARSE; see
   // fastgnn/ops/spmm.py ALGOS), bits 8-15 carry the backward's pick for the autograd formula.
   m.def("spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor? t_rowptr, "
-        "Tensor? t_col, Tensor? t_perm, int num_out, bool transpose, int graph_key, int algo) "
+        "Tensor? t_col, Tensor? t_perm, Tensor? t_value, int num_out, bool transpose, int graph_key, "
+        "int algo) "
         "-> Tensor");
   // out[e] = <a[row(e)], b[col(e)]> in float32: the edge-weight gradient of spmm, without an
   // E x D intermediate.

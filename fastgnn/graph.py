@@ -292,6 +292,18 @@ class Graph:
             return coef.to(dtype)
         return self._cached(("norm", norm, reduce, dtype), build)
 
+    def transposed_norm_values(self, norm: str, reduce: str = "sum",
+                               dtype: torch.dtype = torch.float32) -> Optional[torch.Tensor]:
+        """``norm_values`` in the edge order of :meth:`transpose` (what backward passes walk),
+        cached with the transpose; None when every coefficient is 1 or the transpose is not
+        cached.
+        """
+        value = self.norm_values(norm, reduce, dtype)
+        if value is None or not self.cache_transpose:
+            return None
+        return self._cached(("norm_t", norm, reduce, dtype),
+                            lambda: value[self.transpose()[2].to(torch.int64)])
+
     def edge_values_to_csr(self, values: torch.Tensor) -> torch.Tensor:
         """Reorders per-edge values given in input edge order into CSR order."""
         return values if self._edge_perm is None else values[self._edge_perm]

@@ -105,6 +105,24 @@ def test_empty_graph_and_zero_width():
     assert fastgnn.ops.spmm(g2, torch.randn(20, 0)).shape == (20, 0)
 
 
+def test_cpu_result_independent_of_thread_count():
+    g, ei = random_graph(200, 3000, seed=9)
+    x = torch.randn(200, 70, requires_grad=True)
+    weight = torch.rand(ei.shape[1], requires_grad=True)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            out = fastgnn.ops.spmm(g, x, norm="both", edge_weight=weight)
+            results.append((out,) + torch.autograd.grad(out.square().sum(), [x, weight]))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)  # each output sums its edges in one fixed order
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_cpu(graph_case, dtype):
     g, ei = graph_case
@@ -132,20 +150,24 @@ def test_opcheck(device):
     x = torch.randn(g.num_src_nodes, 8, device=device, requires_grad=True)
     t_rowptr, t_col, t_perm = g.transpose()
     spmm_op, sddmm_op = torch.ops.fastgnn.spmm.default, torch.ops.fastgnn.sddmm.default
-    torch.library.opcheck(spmm_op, (g.rowptr, g.col, value, x, t_rowptr, t_col, t_perm,
+    t_value = g.transposed_norm_values("both")
+    torch.library.opcheck(spmm_op, (g.rowptr, g.col, value, x, t_rowptr, t_col, t_perm, None,
                                     g.num_dst_nodes, False, 0, 0))
-    torch.library.opcheck(spmm_op, (g.rowptr, g.col, None, x, None, None, None,
+    torch.library.opcheck(spmm_op, (g.rowptr, g.col, value, x, t_rowptr, t_col, t_perm, t_value,
+                                    g.num_dst_nodes, False, 0, 0))
+    torch.library.opcheck(spmm_op, (g.rowptr, g.col, None, x, None, None, None, None,
                                     g.num_dst_nodes, False, 0, 0))
     a = torch.randn(g.num_dst_nodes, 8, device=device, requires_grad=True)
     torch.library.opcheck(sddmm_op, (g.rowptr, g.col, a, x))
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["tolokers", "ogbn-arxiv"])
-def test_real_graph_structure(name):
+def test_real_graph_structure(name, device):
     data = load_dataset(name)
-    g = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
-    x = torch.randn(data.num_nodes, 8, requires_grad=True)
-    weight = torch.rand(g.num_edges, requires_grad=True)
+    g = fastgnn.Graph.from_edge_index(data.edge_index.to(device), num_nodes=data.num_nodes)
+    x = torch.randn(data.num_nodes, 8, device=device, requires_grad=True)
+    weight = torch.rand(g.num_edges, device=device, requires_grad=True)
     _check_against_reference(g, x, norm="both", edge_weight=weight, rtol=1e-4, atol=1e-4)
 
 
@@ -188,8 +210,8 @@ def test_bad_inputs():
     with pytest.raises(TypeError, match="index_dtype"):
         fastgnn.Graph.from_edge_index(ei, num_nodes=30, index_dtype=torch.int16)
     with pytest.raises(RuntimeError, match="spmm"):  # the C++ checks back the Python ones
-        torch.ops.fastgnn.spmm(g.rowptr, g.col, torch.rand(3), x, None, None, None, 30, False,
-                               0, 0)
+        torch.ops.fastgnn.spmm(g.rowptr, g.col, torch.rand(3), x, None, None, None, None, 30,
+                               False, 0, 0)
 
 
 @pytest.mark.gpu
@@ -203,11 +225,18 @@ def test_bad_device_inputs():
 
 # ---- GPU: every kernel, half precision, caches, determinism, CUDA graphs -------------------------
 def _direct(g, value, x, algo, *, transposed=None):
-    """One native product: forward (transposed=None) or A^T x with a given transpose mode."""
+    """One native product: forward (transposed=None) or A^T x, walking the cached transpose
+    with values gathered through t_perm ("cached"), given in transposed order ("cached_values"),
+    or through the device's transposed product ("optranspose")."""
     if transposed is None:
-        return torch.ops.fastgnn.spmm(g.rowptr, g.col, value, x, None, None, None,
+        return torch.ops.fastgnn.spmm(g.rowptr, g.col, value, x, None, None, None, None,
                                       g.num_dst_nodes, False, g.key, algo)
-    t = g.transpose() if transposed == "cached" else (None, None, None)
+    t = (None,) * 4
+    if transposed != "optranspose":
+        t_value = None
+        if transposed == "cached_values" and value is not None:
+            t_value = value[g.transpose()[2].long()]
+        t = g.transpose() + (t_value,)
     return torch.ops.fastgnn.spmm(g.rowptr, g.col, value, x, *t, g.num_src_nodes, True, g.key,
                                   algo)
 
@@ -235,7 +264,7 @@ def test_every_cuda_kernel(graph_case, name, width, dtype):
     except RuntimeError as exc:  # a cuSPARSE algorithm may not take this dtype or layout
         pytest.skip(f"{name} unavailable here: {exc}")
     torch.testing.assert_close(out.double(), A @ x.double(), rtol=tol, atol=tol)
-    for mode in ("cached", "optranspose"):
+    for mode in ("cached", "cached_values", "optranspose"):
         if mode == "optranspose" and algo < 16:
             continue  # our kernels fall back to atomics there; covered by the ops tests
         try:
@@ -267,6 +296,7 @@ def test_cache_entries_per_graph_and_release():
     g2, _ = random_graph(60, 400, seed=12, device="cuda")  # same sizes, other structure
     assert (g1.num_src_nodes, g1.num_dst_nodes) == (g2.num_src_nodes, g2.num_dst_nodes)
     x = torch.randn(60, 32, device="cuda")
+    gc.collect()  # graphs of earlier tests must not leave during the count
     before = _cache_size()
     for g in (g1, g2, g1):
         out = _direct(g, None, x, cusparse)
@@ -284,6 +314,7 @@ def test_cache_entries_per_graph_and_release():
 def test_cache_keyed_by_width_and_dtype():
     g, _ = random_graph(60, 400, seed=13, device="cuda")
     value = g.norm_values("both")
+    gc.collect()
     before = _cache_size()
     for width, dtype in [(16, torch.float32), (48, torch.float32), (16, torch.float16),
                          (16, torch.float32), (300, torch.bfloat16)]:
@@ -296,6 +327,23 @@ def test_cache_keyed_by_width_and_dtype():
             want = _dense(g, value) @ x.double()
             torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
     assert _cache_size() == before + 4  # (16, f32), (48, f32), (16, f16), (300, bf16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cusparse_alg1", "cusparse_alg3"])
+def test_cusparse_preprocessing_follows_new_values(name):
+    """ALG1/ALG3 are preprocessed once per entry; later calls with other values stay right."""
+    g, _ = random_graph(60, 400, seed=16, device="cuda")
+    x = torch.randn(60, 64, device="cuda")
+    for seed in range(3):
+        value = torch.rand(g.num_edges, device="cuda",
+                           generator=torch.Generator("cuda").manual_seed(seed))
+        try:
+            out = _direct(g, value, x, ALGOS[name])
+        except RuntimeError as exc:
+            pytest.skip(f"{name} unavailable here: {exc}")
+        torch.testing.assert_close(out.double(), _dense(g, value) @ x.double(), rtol=1e-5,
+                                   atol=1e-5)
 
 
 @pytest.mark.gpu

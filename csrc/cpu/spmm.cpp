@@ -114,7 +114,8 @@ FASTGNN_ALWAYS_INLINE void gather_rows(const Gather<scalar_t, index_t>& g, int64
 }
 
 template <typename scalar_t, typename index_t>
-void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t e) {
+FASTGNN_ALWAYS_INLINE void gather_rows_any(const Gather<scalar_t, index_t>& g, int64_t b,
+                                           int64_t e) {
   switch (g.weights()) {
     case Weights::kOne: return gather_rows<Weights::kOne>(g, b, e);
     case Weights::kDirect: return gather_rows<Weights::kDirect>(g, b, e);
@@ -122,15 +123,17 @@ void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t
   }
 }
 
+// The same loops compiled for the baseline ISA and for AVX2+FMA (see cpu_common.h).
+template <typename scalar_t, typename index_t>
+void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t e) {
+  gather_rows_any(g, b, e);
+}
+
 #if FASTGNN_HAVE_AVX2_CLONE
 template <typename scalar_t, typename index_t>
 FASTGNN_TARGET_AVX2 void gather_rows_avx2(const Gather<scalar_t, index_t>& g, int64_t b,
                                           int64_t e) {
-  switch (g.weights()) {
-    case Weights::kOne: return gather_rows<Weights::kOne>(g, b, e);
-    case Weights::kDirect: return gather_rows<Weights::kDirect>(g, b, e);
-    case Weights::kPermuted: return gather_rows<Weights::kPermuted>(g, b, e);
-  }
+  gather_rows_any(g, b, e);
 }
 #endif
 
@@ -184,7 +187,8 @@ at::Tensor spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                     const c10::optional<at::Tensor>& value, const at::Tensor& x,
                     const c10::optional<at::Tensor>& t_rowptr,
                     const c10::optional<at::Tensor>& t_col,
-                    const c10::optional<at::Tensor>& t_perm, int64_t num_out, bool transpose,
+                    const c10::optional<at::Tensor>& t_perm,
+                    const c10::optional<at::Tensor>& t_value, int64_t num_out, bool transpose,
                     int64_t /*graph_key*/, int64_t /*algo: one CPU kernel*/) {
   check_csr(rowptr, col, "spmm");
   TORCH_CHECK(x.dim() == 2, "spmm: x must be 2-D, got ", x.dim(), " dims");
@@ -206,6 +210,13 @@ at::Tensor spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
     vc = value->contiguous();
     TORCH_CHECK(vc.scalar_type() == value_type_for(x) && vc.numel() == col.numel(),
                 "spmm: value must be float32 (float64 for float64 x) with one entry per edge");
+  }
+  const bool use_t_value = use_cached_t && vc.defined() && t_value.has_value();
+  at::Tensor t_vc;
+  if (use_t_value) {
+    t_vc = t_value->contiguous();
+    TORCH_CHECK(t_vc.scalar_type() == vc.scalar_type() && t_vc.numel() == vc.numel(),
+                "spmm: t_value must match value in dtype and size");
   }
   auto xc = x.contiguous();
   const int64_t width = x.size(1);
@@ -232,7 +243,8 @@ at::Tensor spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       if (use_cached_t) {
         g.rowptr = t_rowptr->data_ptr<index_t>();
         g.col = t_col->data_ptr<index_t>();
-        g.value_perm = vptr ? t_perm->data_ptr<index_t>() : nullptr;
+        if (use_t_value) g.value = t_vc.data_ptr<acc_t>();
+        else if (vptr) g.value_perm = t_perm->data_ptr<index_t>();
       }
       run_gather(g, num_out);
     });

@@ -22,7 +22,8 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const c10::optional<at::Tensor>& value, const at::Tensor& x,
                      const c10::optional<at::Tensor>& t_rowptr,
                      const c10::optional<at::Tensor>& t_col,
-                     const c10::optional<at::Tensor>& t_perm, int64_t num_out, bool transpose,
+                     const c10::optional<at::Tensor>& t_perm,
+                     const c10::optional<at::Tensor>& t_value, int64_t num_out, bool transpose,
                      int64_t graph_key, int64_t algo_bits) {
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "spmm");
@@ -38,6 +39,19 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                 "the graph's GPU with one entry per edge");
   const bool cached_t = transpose && t_rowptr.has_value() && t_col.has_value() &&
                         t_perm.has_value();
+  const CsrView walk = cached_t ? csr_view(*t_rowptr, *t_col, "spmm") : csr;
+  TORCH_CHECK(!cached_t || (walk.rows == num_out && walk.nnz == csr.nnz &&
+                            t_perm->numel() == csr.nnz &&
+                            t_perm->scalar_type() == col.scalar_type() &&
+                            t_perm->is_contiguous() && t_perm->device() == col.device()),
+              "spmm: the cached transpose does not match the CSR and num_out");
+  // Values in the transposed walk's order: given, or gathered through t_perm.
+  const bool use_t_value = cached_t && value.has_value() && t_value.has_value();
+  if (use_t_value)
+    TORCH_CHECK(t_value->scalar_type() == value->scalar_type() &&
+                    t_value->numel() == value->numel() && t_value->is_contiguous() &&
+                    t_value->device() == value->device(),
+                "spmm: t_value must match value in dtype, size and device");
   const int64_t algo = algo_bits & kOwnAlgoMask;
   const bool use_cusparse = algo >= kFirstCusparseAlgo && algo <= kLastCusparseAlgo;
   TORCH_CHECK(use_cusparse || algo <= int64_t(CsrKernel::kBlock), "spmm: unknown algo ", algo);
@@ -54,7 +68,9 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
       cusparse_spmm(rowptr, col, values, xc, out, x.size(0), SparseOperand::kForward, graph_key,
                     cusparse_algo);
     } else if (cached_t) {
-      const at::Tensor t_values = values.defined() ? values.index_select(0, *t_perm) : values;
+      const at::Tensor t_values = use_t_value          ? *t_value
+                                  : values.defined() ? values.index_select(0, *t_perm)
+                                                     : values;
       cusparse_spmm(*t_rowptr, *t_col, t_values, xc, out, x.size(0),
                     SparseOperand::kCachedTranspose, graph_key, cusparse_algo);
     } else {
@@ -66,10 +82,9 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   const auto kernel = static_cast<CsrKernel>(algo);
   if (!transpose || cached_t) {
-    const CsrView walk = cached_t ? csr_view(*t_rowptr, *t_col, "spmm") : csr;
-    TORCH_CHECK(walk.rows == num_out, "spmm: the cached transpose does not match num_out");
-    spmm_csr(float_type(x), walk, optional_ptr(value), cached_t ? t_perm->data_ptr() : nullptr,
-             xc.data_ptr(), out.data_ptr(), width, kernel, stream());
+    spmm_csr(float_type(x), walk, use_t_value ? t_value->data_ptr() : optional_ptr(value),
+             cached_t && !use_t_value ? t_perm->data_ptr() : nullptr, xc.data_ptr(),
+             out.data_ptr(), width, kernel, stream());
     return out;
   }
   at::globalContext().alertNotDeterministic(

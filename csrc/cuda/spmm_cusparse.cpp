@@ -19,6 +19,7 @@ cusparseHandle_t getCurrentCUDASparseHandle();
 }  // namespace at
 #endif
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>

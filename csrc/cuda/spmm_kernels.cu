@@ -3,6 +3,8 @@
 #include "cuda/common.cuh"
 #include "cuda/spmm_kernels.h"
 
+#include <type_traits>
+
 namespace fastgnn {
 namespace cuda {
 namespace {

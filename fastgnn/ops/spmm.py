@@ -3,6 +3,9 @@
 The native op ``torch.ops.fastgnn.spmm`` multiplies by the CSR or its transpose; its backward
 is the same op with the transpose flag flipped (``dX = A^T dY``) and, for edge values, the
 fused ``torch.ops.fastgnn.sddmm`` (``dw_e = <dY[i], x[j]>``): no E x D tensor either way.
+On CUDA each product runs our CSR kernels or cuSPARSE (descriptors and workspace cached per
+graph in C++, freed with the Graph), whichever ``fastgnn.tuning`` measured fastest for the
+forward and for the backward separately (``ALGOS`` below).
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from fastgnn.graph import NORMS, Graph, add_release_hook
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
 REDUCES = ("sum", "mean")
-_NO_GRAD_AFTER_VALUE = (None,) * 7  # t_rowptr, t_col, t_perm, num_out, transpose, key, algo
+# t_rowptr, t_col, t_perm, t_value, num_out, transpose, key, algo
+_NO_GRAD_AFTER_X = (None,) * 8
 
 
 def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
@@ -89,35 +93,40 @@ def _cuda_algos(g: Graph, value, flat: torch.Tensor, transposed, backward: bool)
     spmm_op = torch.ops.fastgnn.spmm
     rowptr, col, key = g.rowptr, g.col, g.key
     forward = _choose_algo("spmm_fwd", g, flat, lambda algo: spmm_op(
-        rowptr, col, value, flat, None, None, None, g.num_dst_nodes, False, key, algo))
+        rowptr, col, value, flat, None, None, None, None, g.num_dst_nodes, False, key, algo))
     if not backward:
         return forward
-    probe = flat.new_ones((g.num_dst_nodes, flat.shape[1]))
     op = "spmm_bwd" if transposed[0] is not None else "spmm_bwd_optranspose"
-    grad_algo = _choose_algo(op, g, flat, lambda algo: spmm_op(
-        rowptr, col, value, probe, *transposed, g.num_src_nodes, True, key, algo))
+    grad_algo = _choose_algo(op, g, flat, lambda algo: spmm_op(  # timed on a stand-in gradient
+        rowptr, col, value, flat.new_ones((g.num_dst_nodes, flat.shape[1])), *transposed,
+        g.num_src_nodes, True, key, algo))
     return forward | grad_algo << _BACKWARD_SHIFT
 
 
-def _transpose_for_backward(g: Graph, x: torch.Tensor):
-    """The transposed CSR the backward walks, or Nones for the device's transposed product.
+def _transpose_for_backward(g: Graph, x: torch.Tensor, norm: str, reduce: str, plain_norm: bool):
+    """``(t_rowptr, t_col, t_perm, t_value)`` for the backward's walk, or Nones for the
+    device's transposed product.
 
     Without a cached transpose CUDA uses cuSPARSE's transposed operation, which may sum in a
     varying order; under ``torch.use_deterministic_algorithms(True)`` the transpose is built
-    for the call instead.
+    for the call instead. ``t_value`` (the norm coefficients in transposed order, cached on the
+    graph) is given when the values are the plain norm, without per-call edge inputs.
     """
     if not wants_grad(x):
-        return None, None, None
+        return None, None, None, None
     if g.cache_transpose or (x.is_cuda and torch.are_deterministic_algorithms_enabled()):
-        return g.transpose()
-    return None, None, None
+        t_value = g.transposed_norm_values(norm, reduce, acc_dtype(x.dtype)) if plain_norm \
+            else None
+        return g.transpose() + (t_value,)
+    return None, None, None, None
 
 
 def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
                  edge_values) -> torch.Tensor:
     value = csr_values(g, x.dtype, norm, reduce, edge_weight, edge_values)
     flat = x.reshape(x.shape[0], -1)
-    transposed = _transpose_for_backward(g, x)
+    plain_norm = edge_weight is None and edge_values is None
+    transposed = _transpose_for_backward(g, x, norm, reduce, plain_norm)
     algo = 0
     if flat.is_cuda:
         detached = None if value is None else value.detach()
@@ -128,24 +137,25 @@ def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
 
 # ---- autograd and fake kernels of the native ops ----------------------------------------------
 def _spmm_setup(ctx, inputs, output):
-    rowptr, col, value, x, t_rowptr, t_col, t_perm, num_out, transpose, key, algo = inputs
-    ctx.save_for_backward(rowptr, col, value, x, t_rowptr, t_col, t_perm)
+    rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value, num_out, transpose, key, algo = inputs
+    ctx.save_for_backward(rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value)
     ctx.transpose, ctx.key, ctx.algo = transpose, key, algo
 
 
 def _spmm_backward(ctx, grad):
-    rowptr, col, value, x, t_rowptr, t_col, t_perm = ctx.saved_tensors
+    rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value = ctx.saved_tensors
     grad_x = grad_value = None
     if ctx.needs_input_grad[3]:
-        grad_x = _spmm(rowptr, col, value, grad.contiguous(), t_rowptr, t_col, t_perm, x.shape[0],
-                       not ctx.transpose, ctx.key, ctx.algo >> _BACKWARD_SHIFT)
+        grad_x = _spmm(rowptr, col, value, grad.contiguous(), t_rowptr, t_col, t_perm, t_value,
+                       x.shape[0], not ctx.transpose, ctx.key, ctx.algo >> _BACKWARD_SHIFT)
     if value is not None and ctx.needs_input_grad[2]:
         dst_side, src_side = (x, grad) if ctx.transpose else (grad, x)
         grad_value = _sddmm(rowptr, col, dst_side.contiguous(), src_side)
-    return (None, None, grad_value, grad_x) + _NO_GRAD_AFTER_VALUE
+    return (None, None, grad_value, grad_x) + _NO_GRAD_AFTER_X
 
 
-def _spmm_fake(rowptr, col, value, x, t_rowptr, t_col, t_perm, num_out, transpose, key, algo):
+def _spmm_fake(rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value, num_out, transpose, key,
+               algo):
     return x.new_empty((num_out, x.shape[1]))
 
 
@@ -158,9 +168,9 @@ def _sddmm_backward(ctx, grad):
     grad_a = grad_b = None
     grad = grad.to(acc_dtype(a.dtype))
     if ctx.needs_input_grad[2]:
-        grad_a = _spmm(rowptr, col, grad, b, None, None, None, a.shape[0], False, 0, 0)
+        grad_a = _spmm(rowptr, col, grad, b, None, None, None, None, a.shape[0], False, 0, 0)
     if ctx.needs_input_grad[3]:
-        grad_b = _spmm(rowptr, col, grad, a, None, None, None, b.shape[0], True, 0, 0)
+        grad_b = _spmm(rowptr, col, grad, a, None, None, None, None, b.shape[0], True, 0, 0)
     return None, None, grad_a, grad_b
 
 
