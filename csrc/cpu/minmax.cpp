@@ -156,7 +156,8 @@ void minmax_scatter(const index_t* arg, const scalar_t* grad_out, acc_type<scala
                     int64_t rows, int64_t width) {
   const int64_t threads = num_threads();
   constexpr int64_t kAlign = 16;  // a cache line of float: slices do not share lines
-  const int64_t slice = std::max<int64_t>(kAlign, (width + threads - 1) / threads / kAlign * kAlign);
+  const int64_t per_thread = (width + threads - 1) / threads;
+  const int64_t slice = std::max(kAlign, (per_thread + kAlign - 1) / kAlign * kAlign);
   const int64_t slices = (width + slice - 1) / slice;
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
   for (int64_t s = 0; s < slices; ++s) {

@@ -190,7 +190,8 @@ __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
       if (groups > 1) {
         if (group == 0) chunk_best[lane] = packed_identity<kMax>();
         __syncthreads();
-        if (f < width && best != packed_identity<kMax>()) atomic_merge<kMax>(chunk_best + lane, best);
+        if (f < width && best != packed_identity<kMax>())
+          atomic_merge<kMax>(chunk_best + lane, best);
         __syncthreads();
         best = chunk_best[lane];
         __syncthreads();  // chunk_best is reset for the next features
