@@ -396,7 +396,8 @@ void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
     using scalar_t = decltype(s);
     dispatch_index(index64, [&](auto i) {
       using index_t = decltype(i);
-      minmax_gather_kernel<scalar_t, index_t><<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+      minmax_gather_kernel<scalar_t, index_t>
+          <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
           static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
           static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), width);
     });
