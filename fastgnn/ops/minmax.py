@@ -51,10 +51,16 @@ def _plan_name(quantile: Optional[float], warps: int, edges_per_block: int = 0) 
 
 
 def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
-    """Every launch plan worth timing for this graph and input, and the untimed default."""
+    """Every launch plan worth timing for this graph and input, and the untimed default
+    (cached on the graph)."""
+    heavy_allowed = _heavy_allowed(g, x)
+    return g._cached(("minmax_plans", heavy_allowed), lambda: _build_plans(g, heavy_allowed))
+
+
+def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
     default = _plan_name(None, _DEFAULT_WARPS)
-    if not _heavy_allowed(g, x):
+    if not heavy_allowed:
         return plans, default
     for quantile in _QUANTILES:
         _, light, heavy = g.degree_buckets(quantile)
