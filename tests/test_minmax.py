@@ -115,7 +115,7 @@ def test_hub_above_ten_thousand(device, index_dtype):
 def test_every_gpu_plan_matches_reference(dtype, index_dtype):
     """Each launch plan the tuner may pick (light only; each quantile, warps, edge chunk)."""
     g = _hub_graph("cuda", index_dtype)
-    for width in (3, 40, 130):
+    for width in (3, 40, 130, 256):  # 40 and 256: the float32 16-byte-load light kernel
         x = _tied_features(g.num_src_nodes, (width,), dtype, "cuda", seed=width)
         plans, _ = minmax._plans(g, x)
         assert any(plan[1] is not None for plan in plans.values())  # heavy rows exist
@@ -126,6 +126,19 @@ def test_every_gpu_plan_matches_reference(dtype, index_dtype):
                 torch.testing.assert_close(out, ref_out, equal_nan=True, rtol=0, atol=0,
                                            msg=lambda m: f"{name}: {m}")
                 assert torch.equal(arg.long(), ref_arg), name
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_rows():
+    """A float32 view starting 4 bytes into its storage takes the scalar-load light kernel."""
+    g = _hub_graph("cuda")
+    storage = _tied_features(g.num_src_nodes * 16 + 1, (), torch.float32, "cuda", seed=17)
+    x = storage[1:].view(g.num_src_nodes, 16)
+    for reduce in REDUCES:
+        ref_out, ref_arg = reference.aggregate_with_arg(g, x, reduce)
+        out, arg = OP(g.rowptr, g.col, x, reduce == "max", None, None, 0, 0, None, None)
+        torch.testing.assert_close(out, ref_out, equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(arg.long(), ref_arg)
 
 
 @pytest.mark.gpu

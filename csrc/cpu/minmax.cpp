@@ -23,7 +23,14 @@ inline bool replaces(acc_t v, acc_t b) {
   return (kMax ? !(v <= b) : !(v >= b)) & (b == b);
 }
 
-// W-lane GCC vector types (no intrinsics: the same code builds for SSE2 and AVX2).
+// GCC's vector extensions (selects on vector masks included) carry the float32 fast path;
+// other compilers take the generic loop.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FASTGNN_VECTOR_TILES 1
+#endif
+
+#ifdef FASTGNN_VECTOR_TILES
+// W-lane vector types (no intrinsics: the same code builds for SSE2 and AVX2).
 template <int W>
 struct Lanes {
   typedef float f32 __attribute__((vector_size(4 * W)));
@@ -64,6 +71,8 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
   }
 }
 
+#endif  // FASTGNN_VECTOR_TILES
+
 // Any types: features [f0, width) of one row over edges [begin, end).
 template <bool kMax, typename scalar_t, typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_features(const index_t* col, index_t begin,
@@ -102,6 +111,7 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
   for (int64_t f = 0; f < width; ++f) b[f] = acc_t(x0[f]);
   for (int64_t f = 0; f < width; ++f) a[f] = first;
   int64_t f0 = 0;
+#ifdef FASTGNN_VECTOR_TILES
   if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<index_t, int32_t>) {
     constexpr int kVecs = 4;  // 4 + 4 registers of running values and sources
     for (; f0 + W * kVecs <= width; f0 += W * kVecs)
@@ -109,6 +119,7 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
     for (; f0 + W <= width; f0 += W)
       reduce_tile_f32<kMax, W, 1>(col, begin + 1, end, x, width, f0, b, a);
   }
+#endif
   if (f0 < width) reduce_features<kMax>(col, begin + 1, end, x, width, f0, b, a);
   for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
@@ -121,7 +132,7 @@ void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* 
   reduce_row<kMax, 4>(rowptr, col, x, out, arg, i, width, b);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(FASTGNN_VECTOR_TILES)
 #define FASTGNN_X86_DISPATCH 1
 template <bool kMax, typename scalar_t, typename index_t, typename acc_t>
 __attribute__((target("avx2,fma"))) void reduce_row_avx2(const index_t* rowptr,
@@ -156,7 +167,8 @@ void minmax_scatter(const index_t* arg, const scalar_t* grad_out, acc_type<scala
                     int64_t rows, int64_t width) {
   const int64_t threads = num_threads();
   constexpr int64_t kAlign = 16;  // a cache line of float: slices do not share lines
-  const int64_t slice = std::max<int64_t>(kAlign, (width + threads - 1) / threads / kAlign * kAlign);
+  const int64_t per_thread = (width + threads - 1) / threads;
+  const int64_t slice = std::max(kAlign, (per_thread + kAlign - 1) / kAlign * kAlign);
   const int64_t slices = (width + slice - 1) / slice;
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
   for (int64_t s = 0; s < slices; ++s) {

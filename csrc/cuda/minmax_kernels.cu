@@ -81,9 +81,37 @@ int log2_lanes(int64_t width, int max_lanes) {
   return lanes_log2;
 }
 
+// The kLightPerLane features a lane holds in one pass, from its first feature `base`: strided
+// by the group's lane count (kVector = false) or contiguous (kVector = true: float32 rows whose
+// width is a multiple of 4, fetched with one 16-byte load).
+template <bool kVector>
+__device__ __forceinline__ int64_t lane_feature(int64_t base, int u, int64_t lanes) {
+  return kVector ? base + u : base + u * lanes;
+}
+
+template <bool kVector, typename scalar_t>
+__device__ __forceinline__ void load_lane(const scalar_t* __restrict__ row, int64_t base,
+                                          int64_t lanes, int64_t width,
+                                          scalar_t (&v)[kLightPerLane]) {
+  if constexpr (kVector) {
+    static_assert(std::is_same_v<scalar_t, float> && kLightPerLane == 4, "float4 rows only");
+    const float4 q = *reinterpret_cast<const float4*>(row + base);  // base < width here
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < kLightPerLane; ++u) {
+      const int64_t f = lane_feature<kVector>(base, u, lanes);
+      if (f < width) v[u] = row[f];
+    }
+  }
+}
+
 // One group of 2^lanes_log2 lanes per destination row; each lane holds kLightPerLane running
 // (key, value, source) triples and scans the row's edges once per pass over the features.
-template <typename scalar_t, typename index_t, bool kMax>
+template <typename scalar_t, typename index_t, bool kMax, bool kVector>
 __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
@@ -97,7 +125,8 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
   if (group >= num_rows) return;
   const int64_t row = rows ? int64_t(rows[group]) : group;
   const index_t begin = rowptr[row], end = rowptr[row + 1];
-  for (int64_t f0 = lane; f0 < width; f0 += lanes * kLightPerLane) {
+  const int64_t first = kVector ? lane * kLightPerLane : lane;
+  for (int64_t base = first; base < width; base += lanes * kLightPerLane) {
     key_t key[kLightPerLane];
     scalar_t value[kLightPerLane];
     index_t source[kLightPerLane];
@@ -107,8 +136,6 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
       value[u] = Scalar<scalar_t>::store(acc_t(0));
       source[u] = index_t(-1);
     }
-    // Edges in pairs: both rows' loads are issued before either is compared (more loads in
-    // flight), and the comparisons still run in edge order.
     auto consider = [&](int u, index_t j, scalar_t v) {
       const key_t k = order_key<kMax>(Scalar<scalar_t>::load(v));
       if (better<kMax>(k, key[u])) {
@@ -117,21 +144,17 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
         source[u] = j;
       }
     };
+    // Edges in pairs: both rows' loads are issued before either is compared (more loads in
+    // flight), and the comparisons still run in edge order.
     index_t e = begin;
     for (; e + 1 < end; e += 2) {
       const index_t j0 = col[e], j1 = col[e + 1];
       scalar_t v0[kLightPerLane], v1[kLightPerLane];
+      load_lane<kVector>(x + int64_t(j0) * width, base, lanes, width, v0);
+      load_lane<kVector>(x + int64_t(j1) * width, base, lanes, width, v1);
 #pragma unroll
       for (int u = 0; u < kLightPerLane; ++u) {
-        const int64_t f = f0 + u * lanes;
-        if (f < width) {
-          v0[u] = x[int64_t(j0) * width + f];
-          v1[u] = x[int64_t(j1) * width + f];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kLightPerLane; ++u) {
-        if (f0 + u * lanes < width) {
+        if (lane_feature<kVector>(base, u, lanes) < width) {
           consider(u, j0, v0[u]);
           consider(u, j1, v1[u]);
         }
@@ -139,15 +162,15 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
     }
     if (e < end) {
       const index_t j = col[e];
+      scalar_t v[kLightPerLane];
+      load_lane<kVector>(x + int64_t(j) * width, base, lanes, width, v);
 #pragma unroll
-      for (int u = 0; u < kLightPerLane; ++u) {
-        const int64_t f = f0 + u * lanes;
-        if (f < width) consider(u, j, x[int64_t(j) * width + f]);
-      }
+      for (int u = 0; u < kLightPerLane; ++u)
+        if (lane_feature<kVector>(base, u, lanes) < width) consider(u, j, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
-      const int64_t f = f0 + u * lanes;
+      const int64_t f = lane_feature<kVector>(base, u, lanes);
       if (f < width) {
         out[row * width + f] = value[u];
         arg[row * width + f] = source[u];
@@ -190,7 +213,8 @@ __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
       if (groups > 1) {
         if (group == 0) chunk_best[lane] = packed_identity<kMax>();
         __syncthreads();
-        if (f < width && best != packed_identity<kMax>()) atomic_merge<kMax>(chunk_best + lane, best);
+        if (f < width && best != packed_identity<kMax>())
+          atomic_merge<kMax>(chunk_best + lane, best);
         __syncthreads();
         best = chunk_best[lane];
         __syncthreads();  // chunk_best is reset for the next features
@@ -300,16 +324,28 @@ void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
   const int threads = warps * kWarp;
   const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
   const int64_t blocks = ceil_div(num_rows << lanes_log2, threads);
+  // float32 rows of a multiple of 4 features (16-byte aligned) take one load per lane.
+  const bool vector_rows = type == FloatType::kFloat && width % kLightPerLane == 0 &&
+                           reinterpret_cast<uintptr_t>(x) % 16 == 0;
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
       dispatch_reduce(is_max, [&](auto m) {
-        minmax_light_kernel<scalar_t, index_t, decltype(m)::value>
-            <<<unsigned(blocks), threads, 0, stream>>>(
-                static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
-                static_cast<const index_t*>(rows), num_rows, static_cast<const scalar_t*>(x),
-                static_cast<scalar_t*>(out), static_cast<index_t*>(arg), width, lanes_log2);
+        constexpr bool kMax = decltype(m)::value;
+        auto launch = [&](auto kernel) {
+          kernel<<<unsigned(blocks), threads, 0, stream>>>(
+              static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+              static_cast<const index_t*>(rows), num_rows, static_cast<const scalar_t*>(x),
+              static_cast<scalar_t*>(out), static_cast<index_t*>(arg), width, lanes_log2);
+        };
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          if (vector_rows) {
+            launch(minmax_light_kernel<scalar_t, index_t, kMax, true>);
+            return;
+          }
+        }
+        launch(minmax_light_kernel<scalar_t, index_t, kMax, false>);
       });
     });
   });
@@ -360,7 +396,8 @@ void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
     using scalar_t = decltype(s);
     dispatch_index(index64, [&](auto i) {
       using index_t = decltype(i);
-      minmax_gather_kernel<scalar_t, index_t><<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+      minmax_gather_kernel<scalar_t, index_t>
+          <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
           static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
           static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), width);
     });

@@ -6,8 +6,12 @@ the backward scatters the gradient to those sources.
 
 On the GPU destinations are split by in-degree: light rows take a feature-parallel kernel,
 heavy rows (above a degree quantile) a kernel tiled over edge chunks whose partial results
-merge through 64-bit atomics on packed (value key, source) words. The quantile, warps per
-block and edges per heavy block are timed once per (graph, width) by ``fastgnn.tuning``.
+merge through 64-bit atomicMin/atomicMax on packed words: high half an order-preserving key
+of the value (zeros share a key, NaN takes the winning extreme), low half the source (inverted
+for max), so one atomic keeps the extreme value and, among ties, the smallest source. The
+packed scratch borrows the output's memory when it fits. The quantile, warps per block and
+edges per heavy block are timed once per (graph, width, dtype) by ``fastgnn.tuning``; float64
+and more than 2^31 - 1 sources take the light kernel only.
 The GPU backward uses atomics, except under ``torch.use_deterministic_algorithms(True)``,
 where it pulls per source through the cached transposed CSR (deterministic, slower).
 """
@@ -51,10 +55,16 @@ def _plan_name(quantile: Optional[float], warps: int, edges_per_block: int = 0) 
 
 
 def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
-    """Every launch plan worth timing for this graph and input, and the untimed default."""
+    """Every launch plan worth timing for this graph and input, and the untimed default
+    (cached on the graph)."""
+    heavy_allowed = _heavy_allowed(g, x)
+    return g._cached(("minmax_plans", heavy_allowed), lambda: _build_plans(g, heavy_allowed))
+
+
+def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
     default = _plan_name(None, _DEFAULT_WARPS)
-    if not _heavy_allowed(g, x):
+    if not heavy_allowed:
         return plans, default
     for quantile in _QUANTILES:
         _, light, heavy = g.degree_buckets(quantile)
