@@ -38,6 +38,14 @@ def _release(key: int) -> None:
         hook(key)
 
 
+def _row_pointers(sorted_key: torch.Tensor, num_rows: int, stride: int) -> torch.Tensor:
+    """Row pointers of a CSR whose edges carry sorted keys ``row * stride + column``.
+
+    A binary search per row boundary: deterministic on every device, unlike bincount."""
+    bounds = torch.arange(num_rows + 1, dtype=torch.int64, device=sorted_key.device) * stride
+    return torch.searchsorted(sorted_key, bounds)
+
+
 def _index_dtype(num_edges: int, num_nodes: int) -> torch.dtype:
     return torch.int32 if max(num_edges, num_nodes) <= _INT32_MAX else torch.int64
 
@@ -97,10 +105,7 @@ class Graph:
         key = dst.to(torch.int64) * max(num_src, 1) + src.to(torch.int64)
         sorted_key, perm = torch.sort(key, stable=True)
         col = (sorted_key % max(num_src, 1)).to(index_dtype)
-        counts = torch.bincount(dst.to(torch.int64), minlength=num_dst) if num_edges else \
-            torch.zeros(num_dst, dtype=torch.int64, device=src.device)
-        rowptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=src.device)
-        torch.cumsum(counts, 0, out=rowptr[1:])
+        rowptr = _row_pointers(sorted_key, num_dst, max(num_src, 1))
         identity = torch.arange(num_edges, device=src.device)
         edge_perm = None if torch.equal(perm, identity) else perm
         return cls(rowptr.to(index_dtype), col, num_src, edge_perm,
@@ -198,8 +203,11 @@ class Graph:
     @property
     def out_degree(self) -> torch.Tensor:
         """Out-degree of each source (int64)."""
-        return self._cached("out_degree", lambda: torch.bincount(
-            self._col.to(torch.int64), minlength=self._num_src))
+        def build():
+            sorted_col = torch.sort(self._col.to(torch.int64)).values
+            rowptr_t = _row_pointers(sorted_col, self._num_src, 1)
+            return rowptr_t[1:] - rowptr_t[:-1]
+        return self._cached("out_degree", build)
 
     @property
     def max_in_degree(self) -> int:
@@ -258,8 +266,7 @@ class Graph:
             key = self._col.to(torch.int64) * max(self._num_dst, 1) + self.row.to(torch.int64)
             sorted_key, perm = torch.sort(key, stable=True)
             col_t = (sorted_key % max(self._num_dst, 1)).to(self.index_dtype)
-            rowptr_t = torch.zeros(self._num_src + 1, dtype=torch.int64, device=self.device)
-            torch.cumsum(self.out_degree, 0, out=rowptr_t[1:])
+            rowptr_t = _row_pointers(sorted_key, self._num_src, max(self._num_dst, 1))
             return rowptr_t.to(self.index_dtype), col_t, perm.to(self.index_dtype)
         if not self.cache_transpose:
             return build()
