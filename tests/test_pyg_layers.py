@@ -238,6 +238,20 @@ def test_cache_reuses_rebuilds_and_forgets():
     assert len(fpyg.structure_cache) == entries - 1  # dies with its edge_index
 
 
+def test_cache_notices_in_place_changes_of_an_edge_index_object():
+    from torch_geometric import EdgeIndex
+    torch.manual_seed(0)
+    stock = pyg_nn.GATv2Conv(IN, OUT, heads=2)
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    ei = EdgeIndex(random_edge_index(30, 30, 100, seed=18), sparse_size=(30, 30))
+    x = torch.randn(30, IN)
+    fast(x, ei)
+    ei[1, :5] = 0  # through the wrapper
+    torch.testing.assert_close(fast(x, ei), stock(x, ei))
+    ei.as_tensor()[1, 5:10] = 1  # through its data
+    torch.testing.assert_close(fast(x, ei), stock(x, ei))
+
+
 def test_cache_is_bounded():
     cache = fpyg.structure.StructureCache(capacity=3)
     keep = [torch.zeros(2, 1, dtype=torch.long) for _ in range(5)]
