@@ -371,29 +371,31 @@ def test_directly_constructed_layers_match():
     assert_same(stock, fast, args)
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "gatv2-edge-mean",
+@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "sage-max", "gatv2-edge-mean",
                                   "transformer-beta-edge"])
-def test_autocast(name, dtype):
+def test_autocast(name, dtype, device):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
-    stock, fast = make_pair(_build(factory, IN))
+    stock, fast = make_pair(_build(factory, IN), True, device)
     ei = random_edge_index(40, 40, 200, seed=15)
-    args = (torch.randn(40, IN), ei) + (
-        () if extra is None else (edge_extra(extra, ei.size(1)),))
-    with torch.autocast("cpu", dtype=dtype):
+    args = to_device((torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),)), device)
+    with torch.autocast(device, dtype=dtype):
         expected, got = stock(*args), fast(*args)
     assert got.dtype == expected.dtype
     torch.testing.assert_close(got.float(), expected.float(), rtol=5e-2, atol=5e-2)
     got.float().sum().backward()
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["gcn-weight", "gatv2-edge-mean"])
-def test_torch_compile(name):
+def test_torch_compile(name, device):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
-    stock, fast = make_pair(_build(factory, IN))
+    stock, fast = make_pair(_build(factory, IN), True, device)
     ei = random_edge_index(40, 40, 200, seed=16)
-    args = (torch.randn(40, IN), ei) + (
-        () if extra is None else (edge_extra(extra, ei.size(1)),))
+    args = to_device((torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),)), device)
     torch._dynamo.reset()
     compiled = torch.compile(fast, backend="aot_eager")
     with warnings.catch_warnings():
@@ -417,3 +419,17 @@ def test_fallback_of_constructed_and_copied_layers(layer_cls):
     x = torch.randn(30, IN)
     with pytest.warns(fpyg.FallbackWarning, match="propagate_forward_hook"):
         torch.testing.assert_close(fast(x, ei), stock(x, ei))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "transformer-beta-edge"])
+def test_torch_compile_inductor_cuda(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, IN), True, "cuda")
+    ei = random_edge_index(40, 40, 200, seed=19)
+    args = to_device((torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),)), "cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(fast)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(*args), stock(*args), rtol=1e-4, atol=1e-5)
