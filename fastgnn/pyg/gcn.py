@@ -66,7 +66,8 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         if edge_weight is None:  # gcn_norm then uses weight 1 everywhere, loops included
             key = ("gcn", dtype)
             if key not in structure.memo:
-                ones = torch.ones(structure.graph.num_edges, dtype=dtype, device=structure.graph.device)
+                graph = structure.graph
+                ones = torch.ones(graph.num_edges, dtype=dtype, device=graph.device)
                 structure.memo[key] = _symmetric_values(structure, ones, num_nodes)
             return structure, structure.memo[key]
         fill = 2.0 if self.improved else 1.0
