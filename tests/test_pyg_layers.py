@@ -208,6 +208,17 @@ def test_edge_index_object_and_graph(name):
     torch.testing.assert_close(got_graph, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["sage-mean", "graphconv-add", "gin", "simple-mean-sum"])
+def test_bipartite_without_destination_features(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    ei = random_edge_index(30, 20, 100, seed=20)
+    stock, fast = make_pair(_build(factory, IN))
+    args = ((torch.randn(30, IN), None), ei)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        torch.testing.assert_close(fast(*args, size=(30, 20)), stock(*args, size=(30, 20)))
+
+
 def test_graph_size_mismatch_is_an_error():
     fast = fpyg.SAGEConv(IN, OUT)
     graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)
