@@ -4,7 +4,8 @@ fastgnn subclasses; ``fastgnn.disable(model)`` puts the stock classes back.
 A swap makes a new instance of the other class that shares the old one's ``__dict__``
 contents (the same parameter and buffer tensors, hooks and submodules), so optimizer state
 and ``state_dict`` keys stay valid. Nothing in the stock libraries is modified: adapters
-register (stock class, fastgnn class) pairs here.
+register (stock class, fastgnn class) pairs here, and ``enable`` imports the adapter of each
+installed library (``fastgnn.pyg`` for PyTorch Geometric) so that users need not.
 """
 from __future__ import annotations
 

@@ -54,7 +54,8 @@ CASES = [
     ("gatv2", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2), None, True),
     ("gatv2-mean-heads", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=3, concat=False,
                                                     negative_slope=0.1), None, True),
-    ("gatv2-noloops", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, add_self_loops=False), None, True),
+    ("gatv2-noloops", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, add_self_loops=False), None,
+     True),
     ("gatv2-edge-mean", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, edge_dim=3), "attr", True),
     ("gatv2-edge-fill-float", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, edge_dim=3,
                                                          fill_value=0.5), "attr", True),
@@ -207,6 +208,17 @@ def test_edge_index_object_and_graph(name):
     torch.testing.assert_close(got_graph, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["sage-mean", "graphconv-add", "gin", "simple-mean-sum"])
+def test_bipartite_without_destination_features(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    ei = random_edge_index(30, 20, 100, seed=20)
+    stock, fast = make_pair(_build(factory, IN))
+    args = ((torch.randn(30, IN), None), ei)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        torch.testing.assert_close(fast(*args, size=(30, 20)), stock(*args, size=(30, 20)))
+
+
 def test_graph_size_mismatch_is_an_error():
     fast = fpyg.SAGEConv(IN, OUT)
     graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)
@@ -236,6 +248,20 @@ def test_cache_reuses_rebuilds_and_forgets():
     del replacement
     gc.collect()
     assert len(fpyg.structure_cache) == entries - 1  # dies with its edge_index
+
+
+def test_cache_notices_in_place_changes_of_an_edge_index_object():
+    from torch_geometric import EdgeIndex
+    torch.manual_seed(0)
+    stock = pyg_nn.GATv2Conv(IN, OUT, heads=2)
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    ei = EdgeIndex(random_edge_index(30, 30, 100, seed=18), sparse_size=(30, 30))
+    x = torch.randn(30, IN)
+    fast(x, ei)
+    ei[1, :5] = 0  # through the wrapper
+    torch.testing.assert_close(fast(x, ei), stock(x, ei))
+    ei.as_tensor()[1, 5:10] = 1  # through its data
+    torch.testing.assert_close(fast(x, ei), stock(x, ei))
 
 
 def test_cache_is_bounded():
@@ -357,29 +383,33 @@ def test_directly_constructed_layers_match():
     assert_same(stock, fast, args)
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "gatv2-edge-mean",
+@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "sage-max", "gatv2-edge-mean",
                                   "transformer-beta-edge"])
-def test_autocast(name, dtype):
+def test_autocast(name, dtype, device):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
-    stock, fast = make_pair(_build(factory, IN))
+    stock, fast = make_pair(_build(factory, IN), True, device)
     ei = random_edge_index(40, 40, 200, seed=15)
-    args = (torch.randn(40, IN), ei) + (
-        () if extra is None else (edge_extra(extra, ei.size(1)),))
-    with torch.autocast("cpu", dtype=dtype):
+    args = to_device((torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),)), device)
+    with torch.autocast(device, dtype=dtype):
         expected, got = stock(*args), fast(*args)
-    assert got.dtype == expected.dtype
+    # PyG's arithmetic may leave autocast's dtype where it calls ops autocast runs in float32
+    # (CUDA's exp in softmax); the fused ops return their inputs' common dtype.
+    assert got.dtype in (expected.dtype, dtype)
     torch.testing.assert_close(got.float(), expected.float(), rtol=5e-2, atol=5e-2)
     got.float().sum().backward()
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["gcn-weight", "gatv2-edge-mean"])
-def test_torch_compile(name):
+def test_torch_compile(name, device):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
-    stock, fast = make_pair(_build(factory, IN))
+    stock, fast = make_pair(_build(factory, IN), True, device)
     ei = random_edge_index(40, 40, 200, seed=16)
-    args = (torch.randn(40, IN), ei) + (
-        () if extra is None else (edge_extra(extra, ei.size(1)),))
+    args = to_device((torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),)), device)
     torch._dynamo.reset()
     compiled = torch.compile(fast, backend="aot_eager")
     with warnings.catch_warnings():
@@ -403,3 +433,17 @@ def test_fallback_of_constructed_and_copied_layers(layer_cls):
     x = torch.randn(30, IN)
     with pytest.warns(fpyg.FallbackWarning, match="propagate_forward_hook"):
         torch.testing.assert_close(fast(x, ei), stock(x, ei))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "transformer-beta-edge"])
+def test_torch_compile_inductor_cuda(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, IN), True, "cuda")
+    ei = random_edge_index(40, 40, 200, seed=19)
+    args = to_device((torch.randn(40, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),)), "cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(fast)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(*args), stock(*args), rtol=1e-4, atol=1e-5)

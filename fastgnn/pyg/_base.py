@@ -83,12 +83,13 @@ def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor]
     for slot, x in ((0, x_src), (1, x_dst)):
         if known[slot] is None and x is not None:
             known[slot] = x.size(0)
+    structural = None
     if edges.is_sparse:
-        num_src, num_dst = sparse_size(edges.source)
-        known = [num_src if known[0] is None else known[0], num_dst if known[1] is None else known[1]]
+        structural = sparse_size(edges.source)
     elif edges.graph is not None:
-        known = [edges.graph.num_src_nodes if known[0] is None else known[0],
-                 edges.graph.num_dst_nodes if known[1] is None else known[1]]
+        structural = (edges.graph.num_src_nodes, edges.graph.num_dst_nodes)
+    if structural is not None:
+        known = [s if k is None else k for k, s in zip(known, structural)]
     if known[1] is None:
         raise Unsupported("destination features None without size")
     return int(known[0]), int(known[1])

@@ -41,18 +41,17 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
             raise Unsupported("bipartite (tuple) node features")
         check_features(x)
         num_nodes = x.size(0)
+        edges = as_edges(edge_index)  # first: unsupported formats must not reach the cache
         if not self.normalize:
-            edges = as_edges(edge_index)
             structure = resolve(edges, num_nodes, num_nodes)
             weight = edges.values if edges.is_sparse else edge_weight
             return self._propagate(structure, self.lin(x), edge_weight=weight)
         if self.cached and self._cached_edge_index is not None:
             cached_index, cached_values = self._cached_edge_index
-            edges = as_edges(cached_index)
-            structure = resolve(edges, num_nodes, num_nodes)
-            values = edges.values if edges.is_sparse else cached_values
+            cached = as_edges(cached_index)
+            structure = resolve(cached, num_nodes, num_nodes)
+            values = cached.values if cached.is_sparse else cached_values
             return self._propagate(structure, self.lin(x), edge_values=values)
-        edges = as_edges(edge_index)
         if edges.is_sparse:
             structure, values = self._normalised_sparse(edges, num_nodes, x.dtype)
         else:
@@ -67,7 +66,8 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         if edge_weight is None:  # gcn_norm then uses weight 1 everywhere, loops included
             key = ("gcn", dtype)
             if key not in structure.memo:
-                ones = torch.ones(structure.graph.num_edges, dtype=dtype, device=structure.graph.device)
+                graph = structure.graph
+                ones = torch.ones(graph.num_edges, dtype=dtype, device=graph.device)
                 structure.memo[key] = _symmetric_values(structure, ones, num_nodes)
             return structure, structure.memo[key]
         fill = 2.0 if self.improved else 1.0

@@ -37,9 +37,13 @@ class Unsupported(Exception):
 
 # ---- identity-keyed cache ---------------------------------------------------------------------
 def _stamp(source) -> Tuple:
-    if isinstance(source, torch.Tensor):
-        return (source._version, tuple(source.shape), source.device)
-    return ()
+    if not isinstance(source, torch.Tensor):
+        return ()  # a fastgnn.Graph is immutable
+    stamp = (source._version, tuple(source.shape), source.device)
+    if EdgeIndex is not None and isinstance(source, EdgeIndex):
+        # In-place ops on the wrapper bump its counter, on its data the data's.
+        stamp += (source.as_tensor()._version,)
+    return stamp
 
 
 class StructureCache:
@@ -134,13 +138,12 @@ def as_edges(structure) -> Edges:
         index, values = _sparse_edges(structure)
         return Edges(structure, index, values, is_sparse=True)
     if isinstance(structure, torch.Tensor):
+        index = structure
         if EdgeIndex is not None and isinstance(structure, EdgeIndex):
-            structure = structure.as_tensor()
-        if structure.dim() != 2 or structure.size(0) != 2 or structure.dtype not in (
-                torch.int32, torch.int64):
-            raise Unsupported(f"edge_index of shape {list(structure.shape)} and dtype "
-                              f"{structure.dtype}")
-        return Edges(structure, structure, None)
+            index = structure.as_tensor()
+        if index.dim() != 2 or index.size(0) != 2 or index.dtype not in (torch.int32, torch.int64):
+            raise Unsupported(f"edge_index of shape {list(index.shape)} and dtype {index.dtype}")
+        return Edges(structure, index, None)
     raise Unsupported(f"structure of type {type(structure).__name__}")
 
 
