@@ -71,7 +71,7 @@ Prepared prepare(AttentionKind kind, const at::Tensor& rowptr, const at::Tensor&
   r.p.b = r.b.data_ptr();
   r.p.c = r.c.data_ptr();
   r.p.edge = ptr_or_null(r.edge);
-  r.p.coef = float(coef);
+  r.p.coef = coef;
   r.p.heads = heads;
   r.p.dim = dim;
   r.p.dropout = make_dropout(dropout, seed, offset, heads);

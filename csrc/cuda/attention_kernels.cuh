@@ -20,6 +20,9 @@ namespace cuda {
 namespace attention {
 
 constexpr int kWarpsPerBlock = 8;
+// Register cap of the backward kernel, which holds many fragments: enough resident blocks to
+// hide the latency of its gathers, without spilling the K = 8 fragments.
+constexpr int backward_blocks_per_sm(int k) { return k >= 8 ? 1 : k >= 4 ? 3 : 4; }
 
 template <typename T, typename I>
 struct Args {
@@ -302,7 +305,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 // and edge_term. With do_src, n is the source of edge src_perm[q] into col[q]: gradients of b
 // (x_src / k) and c (v). Each (row, head) is written by one group: no atomics anywhere.
 template <AttentionKind kKind, int K, int kD, typename T, typename I>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
     backward_kernel(const Args<T, I> a, bool do_dst, bool do_src) {
   using acc_t = typename Scalar<T>::acc;
   constexpr bool kGat = kKind == AttentionKind::kGatv2;

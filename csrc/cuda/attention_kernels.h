@@ -32,7 +32,7 @@ struct AttentionParams {
   const void* b;
   const void* c;
   const void* edge;
-  float coef;              // negative slope (GATv2) or scale (dot product)
+  double coef;             // negative slope (GATv2) or scale (dot product)
   int64_t heads, dim;
   DropoutSpec dropout;
   bool aligned;            // every feature pointer is 16-byte aligned (vector loads allowed)
