@@ -171,6 +171,7 @@ def _op_args(kind, g, inputs, dropout=0.0, seed=0):
     return structure, (a, b, c, e, coef, dropout, seed, 0, None, None, 4)
 
 
+@pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck needs torch 2.4")
 @pytest.mark.parametrize("kind", KINDS)
 def test_opcheck(kind, graph_case):
     g, _ = graph_case
@@ -253,11 +254,24 @@ def test_bad_inputs_raise():
         fastgnn.ops.graph_attention(g, a, b, b, edge_term=torch.zeros(3, 2, 4))
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kind", KINDS)
+def test_graphs_without_edges(kind, device):
+    empty = torch.empty(2, 0, dtype=torch.long, device=device)
+    for g in (fastgnn.Graph.from_edge_index(empty, num_nodes=5),
+              fastgnn.Graph.from_edge_index(empty, num_src_nodes=4, num_dst_nodes=0)):
+        inputs = make_inputs(kind, g, 2, 4, torch.float64, device, edge_term=True)
+        ours = forward_and_grads(kind, g, inputs)
+        assert torch.equal(ours[0], torch.zeros_like(ours[0]))
+        assert all(torch.equal(t, torch.zeros_like(t)) for t in ours[1:])
+
+
 @pytest.mark.slow
 @pytest.mark.data
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("kind", KINDS)
-def test_tolokers(kind):
+def test_tolokers(kind, device):
     data = load_dataset("tolokers")
-    g = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
-    inputs = make_inputs(kind, g, 2, 8, torch.float32)
+    g = fastgnn.Graph.from_edge_index(data.edge_index.to(device), num_nodes=data.num_nodes)
+    inputs = make_inputs(kind, g, 2, 8, torch.float32, device)
     assert_matches_reference(kind, g, inputs, atol=1e-4, rtol=1e-4)

@@ -38,6 +38,8 @@ T sign_bit(T v) {
 
 // Starts loading a node's feature row ([H * D] values) into cache: neighbour rows are random
 // accesses, and the loops are bound by their latency.
+constexpr int kPrefetchAhead = 4;  // edges between a prefetch and the use of its row
+
 template <typename T>
 void prefetch_row(const T* row, int64_t count) {
   for (int64_t k = 0; k < count; k += 64 / int64_t(sizeof(T))) __builtin_prefetch(row + k);
@@ -222,7 +224,7 @@ void attention_forward(const Policy& p, const index_t* rowptr, const index_t* co
       std::fill(total.begin(), total.end(), acc_t(0));
       for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
         const int64_t j = col[e];
-        if (e + 1 < rowptr[i + 1]) p.prefetch_source(col[e + 1]);
+        if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
         for (int64_t h = 0; h < heads; ++h) {
           const acc_t logit = p.logit(i, j, e, h, z.data());
           acc_t* a = acc.data() + h * dim;
@@ -296,8 +298,8 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
       for (int64_t n = c * chunk_rows; n < std::min(rows, (c + 1) * chunk_rows); ++n) {
         for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
           const int64_t m = col[q];
-          if (q + 1 < rowptr[n + 1]) {
-            const int64_t next = col[q + 1];
+          if (q + kPrefetchAhead < rowptr[n + 1]) {
+            const int64_t next = col[q + kPrefetchAhead];
             if (do_dst) p.prefetch_source(next);
             if (do_src) {
               p.prefetch_destination(next);

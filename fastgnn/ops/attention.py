@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import _library, _native, _validate, backends, reference
+from fastgnn import _library, _native, _validate, backends, reference, tuning
 from fastgnn.graph import Graph
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
@@ -87,8 +87,12 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 # ---- native implementation ---------------------------------------------------------------------
-HEAVY_QUANTILE = 0.99  # destinations above this in-degree quantile get several warps (CUDA)
-HEAVY_WARPS = 4
+# Degree-aware launch plans (CUDA): destinations above the in-degree quantile get `warps`
+# warps each, the others one. tuning.choose times the forward with each plan once per graph
+# shape; the default won on tolokers (H100).
+# Only plans whose backward was also fast are candidates (the tuner times the forward).
+LAUNCH_PLANS = {"q0.5w8": (0.5, 8), "q0.6w8": (0.6, 8), "q0.75w8": (0.75, 8)}
+DEFAULT_PLAN = "q0.5w8"
 
 
 def _draw_seed(dropout: float) -> Tuple[int, int]:
@@ -101,38 +105,59 @@ def _draw_seed(dropout: float) -> Tuple[int, int]:
 
 
 def _structure(g: Graph, needs_grad: bool):
-    """Graph tensors the ops take: CSR, edge_perm, transpose (when a backward will run; on a
-    symmetric graph only t_perm, the CSR being its own transpose) and degree buckets."""
+    """Graph tensors the ops take: CSR, edge_perm and the transpose (when a backward will run;
+    on a symmetric graph only t_perm, the CSR being its own transpose)."""
     transposed = (None, None, None)
     if needs_grad:
         t_rowptr, t_col, t_perm = g.transpose()
         transposed = (None, None, t_perm) if g.is_symmetric else (t_rowptr, t_col, t_perm)
-    light = heavy = None
-    if g.device.type == "cuda":
-        _, light_rows, heavy_rows = g.degree_buckets(HEAVY_QUANTILE)
-        if heavy_rows.numel():
-            light, heavy = light_rows, heavy_rows
     edge_perm = None if g.edge_perm is None else g._cached(
         "edge_perm_index", lambda: g.edge_perm.to(g.index_dtype))
-    return (g.rowptr, g.col, edge_perm) + transposed, (light, heavy, HEAVY_WARPS)
+    return (g.rowptr, g.col, edge_perm) + transposed
+
+
+def _buckets(g: Graph, plan: str):
+    """(light_rows, heavy_rows, heavy_warps) for a launch plan; no buckets on CPU."""
+    quantile, warps = LAUNCH_PLANS[plan]
+    if g.device.type != "cuda":
+        return None, None, warps
+    _, light, heavy = g.degree_buckets(quantile)
+    return (light, heavy, warps) if heavy.numel() else (None, None, warps)
+
+
+def _launch(op_name: str, g: Graph, features: torch.Tensor, run):
+    """The tuned launch arguments; run(launch) runs the forward once without autograd."""
+    if g.device.type != "cuda":
+        return _buckets(g, DEFAULT_PLAN)
+
+    def candidate(plan):
+        def go():
+            with torch.no_grad():
+                run(_buckets(g, plan))
+        return go
+    width = features.shape[1] * features.shape[2]
+    plan = tuning.choose(op_name, g, width, features.dtype, features.device,
+                         {name: candidate(name) for name in LAUNCH_PLANS}, DEFAULT_PLAN)
+    return _buckets(g, plan)
 
 
 def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: float,
                   edge_term) -> torch.Tensor:
     seed, offset = _draw_seed(dropout)
-    graph, launch = _structure(g, wants_grad(x_dst, x_src, att, edge_term))
-    out, _ = _gatv2(*graph, x_dst, x_src, att, edge_term, negative_slope, dropout, seed, offset,
-                    *launch)
-    return out
+    graph = _structure(g, wants_grad(x_dst, x_src, att, edge_term))
+    args = (x_dst, x_src, att, edge_term, negative_slope, dropout, seed, offset)
+    launch = _launch("gatv2_attention", g, x_src, lambda plan: _gatv2(*graph, *args, *plan))
+    return _gatv2(*graph, *args, *launch)[0]
 
 
 def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: float,
                             edge_term) -> torch.Tensor:
     seed, offset = _draw_seed(dropout)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    graph, launch = _structure(g, wants_grad(q, k, v, edge_term))
-    out, _ = _graph_attention(*graph, q, k, v, edge_term, scale, dropout, seed, offset, *launch)
-    return out
+    graph = _structure(g, wants_grad(q, k, v, edge_term))
+    args = (q, k, v, edge_term, scale, dropout, seed, offset)
+    launch = _launch("graph_attention", g, k, lambda plan: _graph_attention(*graph, *args, *plan))
+    return _graph_attention(*graph, *args, *launch)[0]
 
 
 def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 0) -> torch.Tensor:

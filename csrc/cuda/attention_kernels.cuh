@@ -1,0 +1,546 @@
+// Fused attention kernels, shared by attention_gatv2.cu and attention_dot.cu (one
+// instantiation set per file so they compile in parallel).
+//
+// A group of warps_per_row warps owns one (row, head) pair: light rows get one warp, heavy
+// rows several that split the edge list and merge through shared memory. Lane l holds K
+// consecutive features [32K * chunk + lK, +K) in registers (vector loads on the fast paths
+// D = 16, 32, 64, 128, 256); any other D uses guarded loads and, above 256, blockIdx.z picks a
+// 256-feature chunk while logits are summed over every chunk. Accumulation and statistics are
+// float (double for double).
+#pragma once
+
+#include <cmath>
+
+#include "attention_dropout.h"
+#include "cuda/attention_kernels.h"
+#include "cuda/common.cuh"
+
+namespace fastgnn {
+namespace cuda {
+namespace attention {
+
+constexpr int kWarpsPerBlock = 8;
+// Register cap of the backward kernel, which holds many fragments: enough resident blocks to
+// hide the latency of its gathers, without spilling the K = 8 fragments.
+constexpr int backward_blocks_per_sm(int k) { return k >= 8 ? 1 : k >= 4 ? 3 : 4; }
+
+template <typename T, typename I>
+struct Args {
+  using acc_t = typename Scalar<T>::acc;
+  const I* rowptr;
+  const I* col;
+  const I* src_perm;
+  const I* rows;
+  int64_t num_rows;
+  int warps_per_row;
+  const I* edge_perm;
+  const T* a;
+  const T* b;
+  const T* c;
+  const T* edge;
+  acc_t coef;
+  int64_t heads, dim;
+  int chunks;
+  DropoutSpec dropout;
+  T* out;
+  acc_t* lse;
+  const T* grad_out;
+  const acc_t* lse_in;
+  const acc_t* delta;
+  T* grad_a;
+  T* grad_b;
+  T* grad_c;
+  T* grad_edge;
+  acc_t* att_partial;
+  int64_t partial_offset;
+};
+
+// K values of a row starting at feature f0 (zeros past the end). kD != 0: the fast path,
+// where f0 is a multiple of K and rows are aligned, so whole packs load at once.
+template <typename T, int K>
+struct alignas(sizeof(T) * K) Pack {
+  T v[K];
+};
+
+template <int K, int kD, typename T, typename acc_t>
+__device__ __forceinline__ void load_frag(const T* __restrict__ row, int64_t f0, int64_t dim,
+                                          acc_t (&out)[K]) {
+  if constexpr (kD != 0) {
+    constexpr int kVec = (16 / int(sizeof(T))) < K ? (16 / int(sizeof(T))) : K;
+    if (f0 < kD) {
+#pragma unroll
+      for (int c = 0; c < K; c += kVec) {
+        const Pack<T, kVec> pk = *reinterpret_cast<const Pack<T, kVec>*>(row + f0 + c);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) out[c + k] = Scalar<T>::load(pk.v[k]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k) out[k] = acc_t(0);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) out[k] = f0 + k < dim ? Scalar<T>::load(row[f0 + k]) : acc_t(0);
+  }
+}
+
+template <int K, typename T, typename acc_t>
+__device__ __forceinline__ void store_frag(T* __restrict__ row, int64_t f0, int64_t dim,
+                                           const acc_t (&v)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (f0 + k < dim) row[f0 + k] = Scalar<T>::store(v[k]);
+}
+
+template <int K, typename acc_t>
+__device__ __forceinline__ void zero(acc_t (&v)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = acc_t(0);
+}
+
+template <typename acc_t>
+__device__ __forceinline__ acc_t leaky(acc_t v, acc_t slope) { return v > 0 ? v : v * slope; }
+template <typename acc_t>
+__device__ __forceinline__ acc_t leaky_slope(acc_t v, acc_t slope) {
+  return v > 0 ? acc_t(1) : slope;
+}
+
+template <typename acc_t>
+__device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }
+template <>
+__device__ __forceinline__ float exp_acc<float>(float v) { return __expf(v); }
+
+template <typename T, typename I>
+__device__ __forceinline__ const T* node_row(const T* base, int64_t node, int64_t h,
+                                             const Args<T, I>& a) {
+  return base + (node * a.heads + h) * a.dim;
+}
+
+template <typename T, typename I>
+__device__ __forceinline__ int64_t edge_row(const Args<T, I>& a, int64_t e, int64_t h) {
+  const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[e]) : e;
+  return (pos * a.heads + h) * a.dim;
+}
+
+// Partial (this lane's features of one chunk) logit and <dout, value> of edge j -> i at CSR
+// position e. `dst` holds the destination row (x_dst or q) and `att` the attention vector
+// for the chunk; fills z (GATv2 pre-activation, or the key) and the value.
+template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void chunk_terms(const Args<T, I>& a, int64_t j, int64_t e,
+                                            int64_t h, int64_t f0, const acc_t (&dst)[K],
+                                            const acc_t (&att)[K], const acc_t (&dout)[K],
+                                            acc_t (&z)[K], acc_t (&val)[K], acc_t& logit,
+                                            acc_t& dval) {
+  acc_t bf[K], ef[K];
+  load_frag<K, kD>(node_row(a.b, j, h, a), f0, a.dim, bf);
+  if (a.edge)
+    load_frag<K, kD>(a.edge + edge_row(a, e, h), f0, a.dim, ef);
+  else
+    zero<K>(ef);
+  if constexpr (kKind == AttentionKind::kGatv2) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      z[k] = dst[k] + bf[k] + ef[k];
+      logit += att[k] * leaky(z[k], a.coef);
+      val[k] = bf[k];
+    }
+  } else {
+    acc_t vf[K];
+    load_frag<K, kD>(node_row(a.c, j, h, a), f0, a.dim, vf);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      z[k] = bf[k] + ef[k];
+      logit += dst[k] * z[k];
+      val[k] = vf[k] + ef[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) dval += dout[k] * val[k];
+}
+
+// Loads the destination-side fragments of node i for a chunk: dst row, att (GATv2), dout.
+template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void load_dst_side(const Args<T, I>& a, int64_t i, int64_t h,
+                                              int64_t f0, bool want_dout, acc_t (&dst)[K],
+                                              acc_t (&att)[K], acc_t (&dout)[K]) {
+  load_frag<K, kD>(node_row(a.a, i, h, a), f0, a.dim, dst);
+  if (kKind == AttentionKind::kGatv2)
+    load_frag<K, kD>(a.c + h * a.dim, f0, a.dim, att);
+  else
+    zero<K>(att);
+  if (want_dout)
+    load_frag<K, kD>(node_row(a.grad_out, i, h, a), f0, a.dim, dout);
+  else
+    zero<K>(dout);
+}
+
+// Full logit and <dout_i, value_j> of edge j -> i (warp-uniform results), with this lane's
+// own-chunk z and value. Chunks other than the lane's own are reloaded (general path only).
+template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void edge_eval(const Args<T, I>& a, int64_t i, int64_t j, int64_t e,
+                                          int64_t h, int lane, int chunk, bool want_dval,
+                                          const acc_t (&dst)[K], const acc_t (&att)[K],
+                                          const acc_t (&dout)[K], acc_t (&z)[K],
+                                          acc_t (&val)[K], acc_t& logit, acc_t& dval) {
+  logit = 0;
+  dval = 0;
+  chunk_terms<kKind, K, kD>(a, j, e, h, int64_t(chunk) * 32 * K + lane * K, dst, att, dout, z,
+                            val, logit, dval);
+  const int chunks = kD != 0 ? 1 : a.chunks;
+  for (int c = 0; c < chunks; ++c) {
+    if (c == chunk) continue;
+    const int64_t f0 = int64_t(c) * 32 * K + lane * K;
+    acc_t dc[K], ac[K], oc[K], zc[K], vc[K];
+    load_dst_side<kKind, K, kD>(a, i, h, f0, want_dval, dc, ac, oc);
+    chunk_terms<kKind, K, kD>(a, j, e, h, f0, dc, ac, oc, zc, vc, logit, dval);
+  }
+  logit = warp_sum(logit);
+  if (want_dval) dval = warp_sum(dval);
+  if (kKind == AttentionKind::kDotProduct) logit *= a.coef;
+}
+
+// The (row, head, chunk) this warp works on and its place in its group.
+struct Slot {
+  int warp, lane, member, group_size;
+  int64_t r;
+  bool valid;
+};
+
+template <typename T, typename I>
+__device__ __forceinline__ Slot slot_of(const Args<T, I>& a) {
+  Slot s;
+  s.warp = threadIdx.x / kWarp;
+  s.lane = threadIdx.x % kWarp;
+  s.group_size = a.warps_per_row;
+  s.member = s.warp % s.group_size;
+  const int groups = int(blockDim.x / kWarp) / s.group_size;
+  const int64_t r = int64_t(blockIdx.x) * groups + s.warp / s.group_size;
+  s.valid = r < a.num_rows;
+  s.r = s.valid ? (a.rows ? int64_t(a.rows[r]) : r) : 0;
+  return s;
+}
+
+// Sums v over the warps of this warp's group into the group's first warp (shared memory
+// `buf` of 32K values per warp). Every thread of the block must call it.
+template <int K, typename acc_t>
+__device__ __forceinline__ void group_sum(acc_t (&v)[K], const Slot& s, acc_t* buf) {
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) buf[s.warp * 32 * K + s.lane * K + k] = v[k];
+  __syncthreads();
+  if (s.member == 0)
+    for (int w = 1; w < s.group_size; ++w)
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] += buf[(s.warp + w) * 32 * K + s.lane * K + k];
+}
+
+template <AttentionKind kKind, int K, int kD, typename T, typename I>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+    forward_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  extern __shared__ unsigned char smem_raw[];
+  acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
+  const Slot s = slot_of(a);
+  const int64_t h = blockIdx.y;
+  const int chunk = blockIdx.z;
+  const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
+  const int64_t i = s.r;
+
+  acc_t dst[K], att[K], no_dout[K], acc[K];
+  zero<K>(acc);
+  acc_t peak = -INFINITY, total = 0;
+  if (s.valid) {
+    load_dst_side<kKind, K, kD>(a, i, h, f0, false, dst, att, no_dout);
+    for (int64_t e = int64_t(a.rowptr[i]) + s.member; e < int64_t(a.rowptr[i + 1]);
+         e += s.group_size) {
+      const int64_t j = a.col[e];
+      acc_t z[K], val[K], logit, unused;
+      edge_eval<kKind, K, kD>(a, i, j, e, h, s.lane, chunk, false, dst, att, no_dout, z, val,
+                              logit, unused);
+      if (logit > peak) {  // new running max: rescale what was accumulated so far
+        const acc_t corr = exp_acc(peak - logit);
+        total *= corr;
+#pragma unroll
+        for (int k = 0; k < K; ++k) acc[k] *= corr;
+        peak = logit;
+      }
+      const acc_t w = exp_acc(logit - peak);
+      total += w;
+      const acc_t wc = w * a.dropout.template factor<acc_t>(e, h);
+#pragma unroll
+      for (int k = 0; k < K; ++k) acc[k] += wc * val[k];
+    }
+  }
+  if (s.group_size > 1) {  // merge the group's softmax states into its first warp
+    acc_t* stats = smem + kWarpsPerBlock * 32 * K;  // [peaks | totals], one per warp
+    const int base = s.warp - s.member;
+    if (s.lane == 0) stats[s.warp] = peak;
+    __syncthreads();
+    acc_t top = -INFINITY;
+    for (int w = 0; w < s.group_size; ++w) top = max(top, stats[base + w]);
+    const acc_t rescale = peak == -INFINITY ? acc_t(0) : exp_acc(peak - top);
+    total *= rescale;
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc[k] *= rescale;
+    if (s.lane == 0) stats[kWarpsPerBlock + s.warp] = total;
+    group_sum<K>(acc, s, smem);  // its barriers also publish the totals
+    if (s.member == 0) {
+      total = 0;
+      for (int w = 0; w < s.group_size; ++w) total += stats[kWarpsPerBlock + base + w];
+      peak = top;
+    }
+  }
+  if (!s.valid || s.member != 0) return;
+  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] *= inv;
+  store_frag<K>(a.out + (i * a.heads + h) * a.dim, f0, a.dim, acc);
+  if (chunk == 0 && s.lane == 0)
+    a.lse[i * a.heads + h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
+}
+
+// Gradients from recomputed logits: alpha = exp(logit - lse_i), and with c the dropout factor,
+// dLogit = alpha (c <dOut_i, value_j> - delta_i). With do_dst, the walked row n is the
+// destination of edge q (source col[q]): gradients of a (x_dst / q), att (block partials)
+// and edge_term. With do_src, n is the source of edge src_perm[q] into col[q]: gradients of b
+// (x_src / k) and c (v). Each (row, head) is written by one group: no atomics anywhere.
+template <AttentionKind kKind, int K, int kD, typename T, typename I>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
+    backward_kernel(const Args<T, I> a, bool do_dst, bool do_src) {
+  using acc_t = typename Scalar<T>::acc;
+  constexpr bool kGat = kKind == AttentionKind::kGatv2;
+  extern __shared__ unsigned char smem_raw[];
+  acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
+  const Slot s = slot_of(a);
+  const int64_t h = blockIdx.y;
+  const int chunk = blockIdx.z;
+  const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
+  const int64_t n = s.r;
+  const acc_t slope = a.coef;
+
+  acc_t grad_dst[K], grad_att[K], grad_key[K], grad_val[K];
+  zero<K>(grad_dst);
+  zero<K>(grad_att);
+  zero<K>(grad_key);
+  zero<K>(grad_val);
+  if (s.valid) {
+    acc_t own_dst[K], own_att[K], own_dout[K];
+    acc_t lse_n = 0, delta_n = 0;
+    if (do_dst) {
+      load_dst_side<kKind, K, kD>(a, n, h, f0, true, own_dst, own_att, own_dout);
+      lse_n = a.lse_in[n * a.heads + h];
+      delta_n = a.delta[n * a.heads + h];
+    }
+    for (int64_t q = int64_t(a.rowptr[n]) + s.member; q < int64_t(a.rowptr[n + 1]);
+         q += s.group_size) {
+      const int64_t m = a.col[q];
+      if (do_dst) {  // edge m -> n at CSR position q
+        acc_t z[K], val[K], logit, dval;
+        edge_eval<kKind, K, kD>(a, n, m, q, h, s.lane, chunk, true, own_dst, own_att, own_dout,
+                                z, val, logit, dval);
+        const acc_t alpha = exp_acc(logit - lse_n);
+        const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
+        const acc_t g = wc * dval - alpha * delta_n;
+        acc_t edge_grad[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          if (kGat) {
+            const acc_t dz = g * own_att[k] * leaky_slope(z[k], slope);
+            grad_dst[k] += dz;
+            grad_att[k] += g * leaky(z[k], slope);
+            edge_grad[k] = dz;
+          } else {
+            grad_dst[k] += g * slope * z[k];
+            edge_grad[k] = g * slope * own_dst[k] + wc * own_dout[k];
+          }
+        }
+        if (a.grad_edge) store_frag<K>(a.grad_edge + edge_row(a, q, h), f0, a.dim, edge_grad);
+      }
+      if (do_src) {  // edge n -> m at CSR position src_perm[q]
+        const int64_t e = a.src_perm[q];
+        acc_t dst[K], att[K], dout[K], z[K], val[K], logit, dval;
+        load_dst_side<kKind, K, kD>(a, m, h, f0, true, dst, att, dout);
+        edge_eval<kKind, K, kD>(a, m, n, e, h, s.lane, chunk, true, dst, att, dout, z, val, logit,
+                                dval);
+        const acc_t alpha = exp_acc(logit - a.lse_in[m * a.heads + h]);
+        const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
+        const acc_t g = wc * dval - alpha * a.delta[m * a.heads + h];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          grad_key[k] += kGat ? g * att[k] * leaky_slope(z[k], slope) : g * slope * dst[k];
+          grad_val[k] += wc * dout[k];
+        }
+      }
+    }
+  }
+  if (s.group_size > 1) {
+    if (do_dst) group_sum<K>(grad_dst, s, smem);
+    if (do_src) {
+      group_sum<K>(grad_key, s, smem);
+      group_sum<K>(grad_val, s, smem);
+    }
+  }
+  if (s.valid && s.member == 0) {
+    if (do_dst) store_frag<K>(a.grad_a + (n * a.heads + h) * a.dim, f0, a.dim, grad_dst);
+    if (do_src && kGat) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) grad_key[k] += grad_val[k];
+      store_frag<K>(a.grad_b + (n * a.heads + h) * a.dim, f0, a.dim, grad_key);
+    } else if (do_src) {
+      store_frag<K>(a.grad_b + (n * a.heads + h) * a.dim, f0, a.dim, grad_key);
+      store_frag<K>(a.grad_c + (n * a.heads + h) * a.dim, f0, a.dim, grad_val);
+    }
+  }
+  if (kGat && do_dst) {  // this block's att-gradient partial: sum over its warps
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < K; ++k) smem[s.warp * 32 * K + s.lane * K + k] = grad_att[k];
+    __syncthreads();
+    if (s.warp == 0) {
+      for (int w = 1; w < int(blockDim.x / kWarp); ++w)
+#pragma unroll
+        for (int k = 0; k < K; ++k) grad_att[k] += smem[w * 32 * K + s.lane * K + k];
+      acc_t* row = a.att_partial + ((a.partial_offset + blockIdx.x) * a.heads + h) * a.dim;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (f0 + k < a.dim) row[f0 + k] = grad_att[k];
+    }
+  }
+}
+
+// grad[col] = sum over rows of partial[row, col]: one warp per 32 columns per row stripe,
+// then a fixed-order sum of the stripes (deterministic).
+template <typename acc_t>
+__global__ void reduce_partials_kernel(const acc_t* __restrict__ partial, int64_t rows,
+                                       int64_t width, acc_t* __restrict__ out) {
+  __shared__ acc_t buf[kWarpsPerBlock][kWarp];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t col = int64_t(blockIdx.x) * kWarp + lane;
+  acc_t sum = 0;
+  if (col < width)
+    for (int64_t r = warp; r < rows; r += kWarpsPerBlock) sum += partial[r * width + col];
+  buf[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && col < width) {
+    for (int w = 1; w < kWarpsPerBlock; ++w) sum += buf[w][lane];
+    out[col] = sum;
+  }
+}
+
+inline int groups_per_block(int warps_per_row) { return kWarpsPerBlock / warps_per_row; }
+
+// Fragment width per lane for a head dimension, the fast-path dimension (0: general), and
+// the number of 32K-feature chunks.
+struct DimPlan {
+  int k, fast_dim, chunks;
+};
+
+inline DimPlan plan_dim(int64_t dim, bool fast_ok) {
+  if (fast_ok && (dim == 16 || dim == 32)) return {1, int(dim), 1};
+  if (fast_ok && (dim == 64 || dim == 128 || dim == 256)) return {int(dim / 32), int(dim), 1};
+  const int k = dim <= 32 ? 1 : dim <= 64 ? 2 : dim <= 128 ? 4 : 8;
+  return {k, 0, int(ceil_div(dim, 32 * k))};
+}
+
+// Calls f.template operator()<K, kD>() for the plan.
+template <typename F>
+void dispatch_plan(const DimPlan& plan, F&& f) {
+  switch (plan.fast_dim) {
+    case 16: f.template operator()<1, 16>(); return;
+    case 32: f.template operator()<1, 32>(); return;
+    case 64: f.template operator()<2, 64>(); return;
+    case 128: f.template operator()<4, 128>(); return;
+    case 256: f.template operator()<8, 256>(); return;
+    default: break;
+  }
+  switch (plan.k) {
+    case 1: f.template operator()<1, 0>(); return;
+    case 2: f.template operator()<2, 0>(); return;
+    case 4: f.template operator()<4, 0>(); return;
+    default: f.template operator()<8, 0>(); return;
+  }
+}
+
+template <typename T, typename I>
+Args<T, I> make_args(const AttentionParams& p, const RowSet& rows, int chunks) {
+  using acc_t = typename Scalar<T>::acc;
+  Args<T, I> a;
+  a.rowptr = static_cast<const I*>(p.csr.rowptr);
+  a.col = static_cast<const I*>(p.csr.col);
+  a.src_perm = static_cast<const I*>(p.src_perm);
+  a.rows = static_cast<const I*>(rows.rows);
+  a.num_rows = rows.num_rows;
+  a.warps_per_row = rows.warps_per_row;
+  a.edge_perm = static_cast<const I*>(p.edge_perm);
+  a.a = static_cast<const T*>(p.a);
+  a.b = static_cast<const T*>(p.b);
+  a.c = static_cast<const T*>(p.c);
+  a.edge = static_cast<const T*>(p.edge);
+  a.coef = acc_t(p.coef);
+  a.heads = p.heads;
+  a.dim = p.dim;
+  a.chunks = chunks;
+  a.dropout = p.dropout;
+  a.out = static_cast<T*>(p.out);
+  a.lse = static_cast<acc_t*>(p.lse);
+  a.grad_out = static_cast<const T*>(p.grad_out);
+  a.lse_in = static_cast<const acc_t*>(p.lse_in);
+  a.delta = static_cast<const acc_t*>(p.delta);
+  a.grad_a = static_cast<T*>(p.grad_a);
+  a.grad_b = static_cast<T*>(p.grad_b);
+  a.grad_c = static_cast<T*>(p.grad_c);
+  a.grad_edge = static_cast<T*>(p.grad_edge);
+  a.att_partial = static_cast<acc_t*>(p.att_partial);
+  a.partial_offset = 0;
+  return a;
+}
+
+// Launches the forward or backward kernel of one attention kind, for the plan's K and D.
+template <AttentionKind kKind, typename T, typename I>
+struct Launcher {
+  using acc_t = typename Scalar<T>::acc;
+  const Args<T, I>& args;
+  dim3 grid;
+  bool backward, do_dst, do_src;
+  cudaStream_t stream;
+
+  template <int K, int kD>
+  void operator()() const {
+    const size_t smem = (size_t(kWarpsPerBlock) * 32 * K + 2 * kWarpsPerBlock) * sizeof(acc_t);
+    if (backward)
+      backward_kernel<kKind, K, kD, T, I>
+          <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args, do_dst, do_src);
+    else
+      forward_kernel<kKind, K, kD, T, I><<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
+  }
+};
+
+template <AttentionKind kKind>
+void launch(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
+            bool do_src, int64_t partial_offset, cudaStream_t stream) {
+  if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
+  const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
+  const DimPlan plan = plan_dim(p.dim, fast_ok);
+  const dim3 grid(unsigned(ceil_div(rows.num_rows, groups_per_block(rows.warps_per_row))),
+                  unsigned(p.heads), unsigned(plan.chunks));
+  dispatch_float(p.type, [&](auto s) {
+    using T = decltype(s);
+    dispatch_index(p.csr.index64, [&](auto i) {
+      using I = decltype(i);
+      Args<T, I> a = make_args<T, I>(p, rows, plan.chunks);
+      a.partial_offset = partial_offset;
+      dispatch_plan(plan, Launcher<kKind, T, I>{a, grid, backward, do_dst, do_src, stream});
+    });
+  });
+  check_launch(backward ? "attention_backward" : "attention_forward");
+}
+
+// Defined in attention_gatv2.cu and attention_dot.cu.
+void launch_gatv2(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
+                  bool do_src, int64_t partial_offset, cudaStream_t stream);
+void launch_dot(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
+                bool do_src, int64_t partial_offset, cudaStream_t stream);
+
+}  // namespace attention
+}  // namespace cuda
+}  // namespace fastgnn

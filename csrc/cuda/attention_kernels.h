@@ -1,0 +1,69 @@
+// Launchers of the fused attention CUDA kernels (raw pointers, sizes, stream; no torch types).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attention_dropout.h"
+#include "kernel_types.h"
+
+namespace fastgnn {
+namespace cuda {
+
+enum class AttentionKind : int { kGatv2 = 0, kDotProduct = 1 };
+
+// One traversal: rows (a list of row ids, or null for 0..num_rows-1) of a CSR, each (row,
+// head) handled by warps_per_row warps.
+struct RowSet {
+  const void* rows;  // index dtype, or null
+  int64_t num_rows;
+  int warps_per_row;
+};
+
+// Everything the kernels read and write. Features are [N, H, D] in `type`; a = x_dst or q
+// (destinations), b = x_src or k, c = att [H, D] or v (sources); edge [E, H, D] input order,
+// located through edge_perm. Statistics are float (double for double features).
+struct AttentionParams {
+  AttentionKind kind;
+  FloatType type;
+  CsrView csr;             // the CSR walked (forward CSR, or transposed CSR for a source pass)
+  const void* src_perm;    // source passes: CSR position of each walked edge
+  const void* edge_perm;   // CSR position -> input position (null: identity)
+  const void* a;
+  const void* b;
+  const void* c;
+  const void* edge;
+  double coef;             // negative slope (GATv2) or scale (dot product)
+  int64_t heads, dim;
+  DropoutSpec dropout;
+  bool aligned;            // every feature pointer is 16-byte aligned (vector loads allowed)
+  // forward outputs
+  void* out;
+  void* lse;
+  // backward inputs and outputs (grad_edge may be null)
+  const void* grad_out;
+  const void* lse_in;
+  const void* delta;
+  void* grad_a;
+  void* grad_b;
+  void* grad_c;            // v gradient (dot product); unused for GATv2
+  void* grad_edge;
+  void* att_partial;       // [partial rows, H, D] float/double, GATv2 destination passes
+};
+
+// Number of att-gradient partial rows a destination pass over `rows` writes.
+int64_t attention_partial_rows(const RowSet& rows);
+
+void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_t stream);
+
+// do_dst: rows are destinations, gradients of a/att/edge; do_src: rows are sources of the
+// walked edges (src_perm gives their CSR positions), gradients of b/c. Both at once on a
+// symmetric graph. partial_offset: first att_partial row this launch writes.
+void attention_backward(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
+                        int64_t partial_offset, cudaStream_t stream);
+
+// grad_att[h, d] = sum over partial rows (deterministic order).
+void attention_reduce_partials(FloatType type, const void* partial, int64_t partial_rows,
+                               int64_t width, void* grad_att, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace fastgnn
