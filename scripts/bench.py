@@ -46,6 +46,8 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root",
                    help="datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--heads", type=int, default=4,
+                   help="attention heads: attention workloads use H heads of width // H")
     p.add_argument("--readme", help="also rewrite this file's bench section from the results")
     return p
 
@@ -102,7 +104,8 @@ def main_run(argv) -> int:
     opts = suite.Options(device, args.graphs or default_graphs, workloads,
                          args.widths or default_widths,
                          warmup if args.warmup is None else args.warmup,
-                         repeats if args.repeats is None else args.repeats, jsonl, args.seed)
+                         repeats if args.repeats is None else args.repeats, jsonl, args.seed,
+                         args.heads)
     print(f"fastgnn bench on {report.device_name(device)}; results -> {jsonl}")
     rows = suite.run(opts)
     regenerate(rows, prefix, args.readme)

@@ -32,6 +32,8 @@ def test_op_has_cpu_kernel(qualname):
 def test_op_has_cuda_kernel_when_built_with_cuda(qualname):
     if not _native.cuda_built:
         pytest.skip("CPU-only build")
+    if qualname == "fastgnn::attention_dropout_mask":
+        pytest.skip("test utility: materialises the kernels' dropout formula on the CPU")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CUDA")
 
 

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-ROW_FIELDS = ("graph", "workload", "level", "width", "implementation", "kind", "backend",
+ROW_FIELDS = ("graph", "workload", "level", "width", "heads", "implementation", "kind", "backend",
               "device", "device_name", "threads", "torch", "fastgnn_commit", "date", "fwd_ms",
               "bwd_ms", "peak_mb", "mem_kind", "check", "status", "error", "nodes", "edges")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -26,7 +26,9 @@ _PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 # ---- environment and rows ----------------------------------------------------------------------
 def git_commit(path: str = _PROJECT) -> str:
     """Short commit of the checkout holding fastgnn (``+dirty`` with local changes), or
-    "unknown" outside a git checkout."""
+    ``FASTGNN_COMMIT`` where the tree is a copy (a device machine), else "unknown"."""
+    if os.environ.get("FASTGNN_COMMIT"):
+        return os.environ["FASTGNN_COMMIT"]
     try:
         commit = subprocess.run(["git", "-C", path, "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True, timeout=10, check=True).stdout

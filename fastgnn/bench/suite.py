@@ -40,6 +40,7 @@ class Options:
     repeats: int
     jsonl: str
     seed: int = 0
+    heads: int = 4
 
 
 def default_suite(device: torch.device, quick: bool):
@@ -142,8 +143,10 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
     for width in opts.widths:
         for name in opts.workloads:
             case_emit = functools.partial(emit, **on_graph, workload=name,
-                                          level=WORKLOADS[name].level, width=width)
-            case = _build(name, Context(bench_graph, width, opts.device, opts.seed), case_emit)
+                                          level=WORKLOADS[name].level, width=width,
+                                          heads=opts.heads)
+            context = Context(bench_graph, width, opts.device, opts.seed, opts.heads)
+            case = _build(name, context, case_emit)
             if case is not None:
                 run_case(case, opts, case_emit)
                 del case

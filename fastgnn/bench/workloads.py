@@ -56,6 +56,7 @@ class Context:
     width: int
     device: torch.device
     seed: int = 0
+    heads: int = HEADS  # attention workloads split the width into heads x (width // heads)
     _cache: Dict[str, object] = field(default_factory=dict)
     _draws: int = 0
 
@@ -255,7 +256,7 @@ def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor],
 
 
 def _heads(ctx: Context):
-    return HEADS, max(1, ctx.width // HEADS)
+    return ctx.heads, max(1, ctx.width // ctx.heads)
 
 
 @register("gatv2-attention", "op")
@@ -297,7 +298,7 @@ def _layer_case(ctx: Context, make_layer: Callable[[int], torch.nn.Module],
     (same parameters) after ``fastgnn.enable``, and is skipped when enable swaps nothing."""
     g = ctx.graph
     torch.manual_seed(ctx.seed)
-    stock = make_layer(ctx.width).to(ctx.device).train()
+    stock = make_layer(ctx.width, ctx.heads).to(ctx.device).train()
     x = ctx.features(g.num_src_nodes, ctx.width)
     inputs = [x] + [p for p in stock.parameters() if p.requires_grad]
     if g.is_bipartite and not bipartite_ok:
@@ -322,21 +323,21 @@ def _layer_case(ctx: Context, make_layer: Callable[[int], torch.nn.Module],
     return Case(inputs, run(stock), impls, oracle_name="pyg-stock")
 
 
-def _pyg_layer(class_name: str, **kwargs):
-    def make(width: int) -> torch.nn.Module:
+def _pyg_layer(class_name: str, multi_head: bool = False, **kwargs):
+    def make(width: int, heads: int) -> torch.nn.Module:
         nn, reason = _optional_module("torch_geometric.nn")
         if nn is None:
             raise ImportError(reason)
         cls = getattr(nn, class_name)
-        if "heads" in kwargs:
-            return cls(width, max(1, width // kwargs["heads"]), **kwargs)
+        if multi_head:
+            return cls(width, max(1, width // heads), heads=heads, **kwargs)
         return cls(width, width, **kwargs)
     return make
 
 
 _LAYERS = {
-    "gatv2conv": (_pyg_layer("GATv2Conv", heads=HEADS, add_self_loops=False, bias=False), True),
-    "transformerconv": (_pyg_layer("TransformerConv", heads=HEADS, root_weight=False,
+    "gatv2conv": (_pyg_layer("GATv2Conv", multi_head=True, add_self_loops=False, bias=False), True),
+    "transformerconv": (_pyg_layer("TransformerConv", multi_head=True, root_weight=False,
                                    bias=False), True),
     "gcnconv": (_pyg_layer("GCNConv"), False),
     "sageconv-max": (_pyg_layer("SAGEConv", aggr="max"), True),
