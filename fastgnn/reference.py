@@ -50,10 +50,16 @@ def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[to
 
 
 def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
-    """Sum, mean, min or max of in-neighbour features; isolated destinations get zeros."""
+    """Sum, mean, min or max of in-neighbour features; isolated destinations get zeros.
+
+    Min/max are a gather at the winning source, so the whole gradient goes to that source
+    (ties: the smallest index), not split among tied sources as scatter_reduce's is.
+    """
     if reduce in ("sum", "mean"):
         return spmm(g, x, reduce=reduce)
-    return aggregate_with_arg(g, x, reduce)[0]
+    _, arg = aggregate_with_arg(g, x.detach(), reduce)
+    won = torch.gather(x, 0, arg.clamp(min=0))
+    return torch.where(arg >= 0, won, torch.zeros_like(won))
 
 
 def aggregate_with_arg(g: Graph, x: torch.Tensor, reduce: str) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -63,6 +63,13 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   if (use_cusparse) {
     const int cusparse_algo = int(algo - kFirstCusparseAlgo);
+    // Measured on an H100 (cuSPARSE 12): with 64-bit indices, and CSR_ALG2/ALG3 on rows that
+    // are not 16-byte aligned, cusparseSpMM faults instead of returning an error, which
+    // poisons the CUDA context. Refuse those combinations with an error the caller can catch.
+    TORCH_CHECK(cusparse_supports(col.scalar_type() == at::kLong, cusparse_algo,
+                                  width * x.element_size()),
+                "spmm: cuSPARSE algorithm ", cusparse_algo, " is not used with ",
+                col.scalar_type() == at::kLong ? "int64 indices" : "rows of this width");
     const at::Tensor values = value.has_value() ? *value : at::Tensor();
     if (!transpose) {
       cusparse_spmm(rowptr, col, values, xc, out, x.size(0), SparseOperand::kForward, graph_key,

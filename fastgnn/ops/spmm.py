@@ -79,11 +79,24 @@ _BACKWARD_SHIFT = 8
 _CUSPARSE_MIN_WIDTH = 32  # below it our kernels are the untuned default
 
 
+def _usable(name: str, g: Graph, x: torch.Tensor) -> bool:
+    """Mirrors csrc/cuda/spmm_cusparse.h cusparse_supports: cuSPARSE faults (rather than
+    failing cleanly) on 64-bit indices and, for CSR_ALG2/ALG3, on rows not 16-byte aligned."""
+    if not name.startswith("cusparse"):
+        return True
+    if g.index_dtype == torch.int64:
+        return False
+    return name in ("cusparse_default", "cusparse_alg1") or \
+        x.shape[1] * x.element_size() % 16 == 0
+
+
 def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
     """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key."""
     width = x.shape[1]
-    default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH else "csr_auto"
-    candidates = {name: (lambda code=code: run(code)) for name, code in ALGOS.items()}
+    default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH and _usable(
+        "cusparse_default", g, x) else "csr_auto"
+    candidates = {name: (lambda code=code: run(code)) for name, code in ALGOS.items()
+                  if _usable(name, g, x)}
     with torch.no_grad():
         name = tuning.choose(op, g, width, x.dtype, x.device, candidates, default)
     return ALGOS[name]
@@ -166,7 +179,7 @@ def _sddmm_setup(ctx, inputs, output):
 def _sddmm_backward(ctx, grad):
     rowptr, col, a, b = ctx.saved_tensors
     grad_a = grad_b = None
-    grad = grad.to(acc_dtype(a.dtype))
+    grad = grad.to(acc_dtype(a.dtype)).contiguous()  # spmm takes contiguous edge values
     if ctx.needs_input_grad[2]:
         grad_a = _spmm(rowptr, col, grad, b, None, None, None, None, a.shape[0], False, 0, 0)
     if ctx.needs_input_grad[3]:
