@@ -176,7 +176,9 @@ class Graph:
     def is_bipartite(self) -> bool:
         return self._num_src != self._num_dst
 
-    def _cached(self, key, build):
+    def cached(self, key, build):
+        """``build()``'s value, computed once per key and kept for the graph's lifetime: the
+        home of everything derived from the structure (formats, statistics, tuned choices)."""
         value = self._derived.get(key)
         if value is None:
             value = build()
@@ -186,7 +188,7 @@ class Graph:
     @property
     def row(self) -> torch.Tensor:
         """Destination of each CSR edge (the expanded row pointers)."""
-        return self._cached("row", lambda: torch.repeat_interleave(
+        return self.cached("row", lambda: torch.repeat_interleave(
             torch.arange(self._num_dst, device=self.device, dtype=self.index_dtype),
             self.in_degree.to(torch.int64), output_size=self.num_edges))
 
@@ -198,7 +200,7 @@ class Graph:
     @property
     def in_degree(self) -> torch.Tensor:
         """In-degree of each destination (int64)."""
-        return self._cached("in_degree", lambda: (self._rowptr[1:] - self._rowptr[:-1]).to(torch.int64))
+        return self.cached("in_degree", lambda: (self._rowptr[1:] - self._rowptr[:-1]).to(torch.int64))
 
     @property
     def out_degree(self) -> torch.Tensor:
@@ -207,15 +209,15 @@ class Graph:
             sorted_col = torch.sort(self._col.to(torch.int64)).values
             rowptr_t = _row_pointers(sorted_col, self._num_src, 1)
             return rowptr_t[1:] - rowptr_t[:-1]
-        return self._cached("out_degree", build)
+        return self.cached("out_degree", build)
 
     @property
     def max_in_degree(self) -> int:
-        return self._cached("max_in_degree", lambda: int(self.in_degree.max()) if self._num_dst else 0)
+        return self.cached("max_in_degree", lambda: int(self.in_degree.max()) if self._num_dst else 0)
 
     @property
     def has_self_loops(self) -> bool:
-        return self._cached("has_self_loops", lambda: bool((self._col == self.row).any()))
+        return self.cached("has_self_loops", lambda: bool((self._col == self.row).any()))
 
     @property
     def is_symmetric(self) -> bool:
@@ -225,7 +227,7 @@ class Graph:
                 return False
             t_rowptr, t_col, _ = self.transpose()
             return bool(torch.equal(t_rowptr, self._rowptr) and torch.equal(t_col, self._col))
-        return self._cached("is_symmetric", build)
+        return self.cached("is_symmetric", build)
 
     def degree_buckets(self, quantile: float = 0.99) -> Tuple[int, torch.Tensor, torch.Tensor]:
         """Splits destinations by in-degree at the given quantile.
@@ -242,7 +244,7 @@ class Graph:
             heavy = deg > threshold
             rows = torch.arange(self._num_dst, device=self.device, dtype=self.index_dtype)
             return threshold, rows[~heavy], rows[heavy]
-        return self._cached(("buckets", float(quantile)), build)
+        return self.cached(("buckets", float(quantile)), build)
 
     def signature(self) -> Tuple:
         """A short description of the structure for tuning keys: sizes and degree shape."""
@@ -254,7 +256,7 @@ class Graph:
                                                   device=deg.device)).tolist()
             return (self._num_src, self._num_dst, self.num_edges, int(q[0]), int(q[1]),
                     self.max_in_degree)
-        return self._cached("signature", build)
+        return self.cached("signature", build)
 
     # ---- transpose and normalised values ----------------------------------------------------
     def transpose(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -270,7 +272,7 @@ class Graph:
             return rowptr_t.to(self.index_dtype), col_t, perm.to(self.index_dtype)
         if not self.cache_transpose:
             return build()
-        return self._cached("transpose", build)
+        return self.cached("transpose", build)
 
     def norm_values(self, norm: str, reduce: str = "sum",
                     dtype: torch.dtype = torch.float32) -> Optional[torch.Tensor]:
@@ -297,7 +299,7 @@ class Graph:
             if reduce == "mean":
                 coef = coef / in_deg[row]
             return coef.to(dtype)
-        return self._cached(("norm", norm, reduce, dtype), build)
+        return self.cached(("norm", norm, reduce, dtype), build)
 
     def transposed_norm_values(self, norm: str, reduce: str = "sum",
                                dtype: torch.dtype = torch.float32) -> Optional[torch.Tensor]:
@@ -308,7 +310,7 @@ class Graph:
         value = self.norm_values(norm, reduce, dtype)
         if value is None or not self.cache_transpose:
             return None
-        return self._cached(("norm_t", norm, reduce, dtype),
+        return self.cached(("norm_t", norm, reduce, dtype),
                             lambda: value[self.transpose()[2].to(torch.int64)])
 
     def edge_values_to_csr(self, values: torch.Tensor) -> torch.Tensor:

@@ -74,11 +74,12 @@ def make_key(op: str, graph, width: int, dtype: torch.dtype, device) -> str:
     return f"{op}|{signature}|{width}|{str(dtype).replace('torch.', '')}|{device_name(device)}"
 
 
-def _cannot_time(device: torch.device) -> bool:
+def can_time(device) -> bool:
+    """False while torch.compile traces or a CUDA graph is captured: no timing then."""
     compiling = getattr(torch.compiler, "is_compiling", None)
     if compiling is not None and compiling():
-        return True
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        return False
+    return not (torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 def time_once(fn: Callable[[], object], device: torch.device) -> float:
@@ -119,7 +120,7 @@ def choose(op: str, graph, width: int, dtype: torch.dtype, device,
         cached = _memory.get(key)
     if cached in candidates:
         return cached
-    if _cannot_time(device):
+    if not can_time(device):
         return default
     timings = {}
     for name, fn in candidates.items():

@@ -65,6 +65,17 @@ def environment(device: torch.device) -> Dict[str, object]:
     }
 
 
+_MULTI_HEAD = ("gatv2", "graph-attention", "transformerconv")
+
+
+def shape(row: Dict[str, object]) -> str:
+    """The feature shape a row ran at: the width, or heads x head dim for attention."""
+    width, heads = row.get("width"), row.get("heads")
+    if width and heads and any(key in (row.get("workload") or "") for key in _MULTI_HEAD):
+        return f"{heads}x{max(1, width // heads)}"
+    return str(width)
+
+
 def make_row(env: Dict[str, object], **fields) -> Dict[str, object]:
     row = {name: None for name in ROW_FIELDS}
     row.update(env)
@@ -100,7 +111,7 @@ def comparisons(rows: Iterable[Dict]) -> List[Dict]:
     """For each successful fastgnn row: the best baseline and the speedups and memory ratio."""
     groups: Dict[Tuple, List[Dict]] = defaultdict(list)
     for row in rows:
-        groups[(row["graph"], row["workload"], row["width"])].append(row)
+        groups[(row["graph"], row["workload"], shape(row))].append(row)
     found = []
     for (graph, workload, width), members in groups.items():
         ok = [r for r in members if r["status"] == "ok"]
@@ -152,7 +163,7 @@ def speedup_table(rows: List[Dict]) -> str:
 
 def results_table(rows: List[Dict]) -> str:
     """Every row: times, memory and status (skips, mismatches, OOMs and errors included)."""
-    lines = [[r["graph"], r["workload"], r["width"], r["implementation"], r["backend"] or "-",
+    lines = [[r["graph"], r["workload"], shape(r), r["implementation"], r["backend"] or "-",
               r["fwd_ms"], r["bwd_ms"], r["peak_mb"],
               r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error'] or ''}"]
              for r in rows]

@@ -111,7 +111,7 @@ def _structure(g: Graph, needs_grad: bool):
     if needs_grad:
         t_rowptr, t_col, t_perm = g.transpose()
         transposed = (None, None, t_perm) if g.is_symmetric else (t_rowptr, t_col, t_perm)
-    edge_perm = None if g.edge_perm is None else g._cached(
+    edge_perm = None if g.edge_perm is None else g.cached(
         "edge_perm_index", lambda: g.edge_perm.to(g.index_dtype))
     return (g.rowptr, g.col, edge_perm) + transposed
 

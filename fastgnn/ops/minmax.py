@@ -58,7 +58,7 @@ def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
     """Every launch plan worth timing for this graph and input, and the untimed default
     (cached on the graph)."""
     heavy_allowed = _heavy_allowed(g, x)
-    return g._cached(("minmax_plans", heavy_allowed), lambda: _build_plans(g, heavy_allowed))
+    return g.cached(("minmax_plans", heavy_allowed), lambda: _build_plans(g, heavy_allowed))
 
 
 def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:

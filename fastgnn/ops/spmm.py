@@ -91,7 +91,16 @@ def _usable(name: str, g: Graph, x: torch.Tensor) -> bool:
 
 
 def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
-    """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key."""
+    """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key and then
+    remembered on the graph, so later calls skip building the tuner's key."""
+    def build():
+        return _tuned_algo(op, g, x, run)
+    if not tuning.can_time(x.device):  # the fallback default must not stick
+        return build()
+    return g.cached(("spmm_algo", op, x.shape[1], x.dtype, x.device), build)
+
+
+def _tuned_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
     width = x.shape[1]
     default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH and _usable(
         "cusparse_default", g, x) else "csr_auto"
