@@ -80,6 +80,7 @@ def test_unknown_graph_is_an_error():
 
 # ---- a tiny run end to end ---------------------------------------------------------------------
 def test_tiny_cpu_run_writes_jsonl_table_and_plots(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
     out = tmp_path / "out"
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{report.BEGIN}\nold\n{report.END}\ntail\n")
@@ -120,6 +121,7 @@ def test_tiny_cpu_run_writes_jsonl_table_and_plots(tmp_path, monkeypatch, capsys
 
 
 def test_bipartite_block_runs_and_gcn_is_skipped(tmp_path):
+    pytest.importorskip("torch_geometric")
     rows = suite.run(_options(tmp_path, graphs=[TINY_BLOCK],
                               workloads=["graph-attention", "gcnconv", "sageconv-max"]),
                      log=lambda _: None)
@@ -130,6 +132,7 @@ def test_bipartite_block_runs_and_gcn_is_skipped(tmp_path):
 
 
 def test_layer_row_runs_when_enable_swaps_the_class(tmp_path, monkeypatch):
+    pytest.importorskip("torch_geometric")
     from torch_geometric.nn import SAGEConv
     enable = importlib.import_module("fastgnn.enable")  # the module, not fastgnn.enable()
 
@@ -203,6 +206,7 @@ def test_nothing_running_records_the_failure_on_every_row(tmp_path):
 
 
 def test_every_registered_workload_builds():
+    pytest.importorskip("torch_geometric")
     ctx_graph = graphs.load(TINY)
     for name, workload in WORKLOADS.items():
         case = workload.build(Context(ctx_graph, 8, torch.device("cpu")))
