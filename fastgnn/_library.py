@@ -33,16 +33,17 @@ def register_autograd(name: str, backward: Callable, setup_context: Callable) ->
 
     ``setup_context(ctx, inputs, output)`` and ``backward(ctx, *grads)`` follow
     ``torch.library.register_autograd``; backward returns one gradient (or None) per input.
+    The formula is registered on the op (torch >= 2.4) for torch.compile and opcheck; eager
+    calls go through a plain ``autograd.Function`` with the same formula, which skips the
+    registered wrapper's per-call work (about 40 us a call on CPU).
     """
     fn = op(name)
-    if HAS_OP_AUTOGRAD:
-        torch.library.register_autograd(f"fastgnn::{name}", backward, setup_context=setup_context)
-        return fn
 
     class _Function(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
-            output = fn(*inputs)
+            with torch._C._AutoDispatchBelowAutograd():
+                output = fn(*inputs)
             setup_context(ctx, inputs, output)
             return output
 
@@ -51,4 +52,13 @@ def register_autograd(name: str, backward: Callable, setup_context: Callable) ->
             return backward(ctx, *grads)
 
     _Function.__name__ = f"{name}_autograd"
-    return _Function.apply
+    if not HAS_OP_AUTOGRAD:
+        return _Function.apply
+    torch.library.register_autograd(f"fastgnn::{name}", backward, setup_context=setup_context)
+
+    def call(*inputs):
+        if torch.compiler.is_compiling():
+            return fn(*inputs)  # traced: the op with its registered formula
+        return _Function.apply(*inputs)
+
+    return call
