@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import time
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Union
 
 import torch
 
@@ -106,13 +106,32 @@ def measure(fn: Callable[[], object], device: torch.device, warmup: int = WARMUP
 
 
 def choose(op: str, graph, width: int, dtype: torch.dtype, device,
-           candidates: Mapping[str, Callable[[], object]], default: str) -> str:
-    """The name of the fastest candidate for this key (timed on first use)."""
+           candidates: Union[Mapping[str, Callable[[], object]],
+                             Callable[[], Mapping[str, Callable[[], object]]]],
+           default: str) -> str:
+    """The name of the fastest candidate for this key (timed on first use).
+
+    ``candidates`` maps names to runs, or is a function returning that mapping, built only
+    when a choice must be made. The choice is remembered on ``graph``, so every later call
+    for the same (op, width, dtype, device) is one lookup.
+    """
+    device = torch.device(device)
+
+    def decide() -> str:
+        return _decide(op, graph, width, dtype, device,
+                       candidates() if callable(candidates) else candidates, default)
+
+    if not can_time(device):  # a fallback default must not be remembered
+        return decide()
+    return graph.cached(("tuned", op, width, dtype, device), decide)
+
+
+def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device,
+            candidates: Mapping[str, Callable[[], object]], default: str) -> str:
     if default not in candidates:
         raise ValueError(f"default {default!r} is not among the candidates {list(candidates)}")
     if not enabled() or len(candidates) == 1:
         return default
-    device = torch.device(device)
     key = make_key(op, graph, width, dtype, device)
     with _lock:
         if not _loaded_disk:

@@ -78,7 +78,20 @@ def test_failing_candidate_is_skipped(fresh_cache, graph):
                            {"broken": broken, "ok": lambda: None}, "broken")
     assert choice == "ok"
     with pytest.raises(ValueError, match="default"):
-        tuning.choose("op", graph, 8, torch.float32, "cpu", {"ok": lambda: None}, "missing")
+        tuning.choose("op2", graph, 8, torch.float32, "cpu", {"ok": lambda: None}, "missing")
+
+
+def test_choice_is_remembered_on_the_graph_and_candidates_built_once(fresh_cache, graph):
+    builds = []
+
+    def candidates():
+        builds.append(1)
+        return {"a": lambda: None, "b": lambda: None}
+
+    first = tuning.choose("op", graph, 8, torch.float32, "cpu", candidates, "a")
+    for _ in range(3):
+        assert tuning.choose("op", graph, 8, torch.float32, "cpu", candidates, "a") == first
+    assert builds == [1]
 
 
 def test_measure_returns_median_ms():

@@ -137,7 +137,7 @@ def _launch(op_name: str, g: Graph, features: torch.Tensor, run):
         return go
     width = features.shape[1] * features.shape[2]
     plan = tuning.choose(op_name, g, width, features.dtype, features.device,
-                         {name: candidate(name) for name in LAUNCH_PLANS}, DEFAULT_PLAN)
+                         lambda: {name: candidate(name) for name in LAUNCH_PLANS}, DEFAULT_PLAN)
     return _buckets(g, plan)
 
 

@@ -90,7 +90,7 @@ def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool) -> Plan:
         return run
 
     name = tuning.choose("minmax_aggregate", g, x.shape[1], x.dtype, x.device,
-                         {name: runner(plan) for name, plan in plans.items()}, default)
+                         lambda: {name: runner(plan) for name, plan in plans.items()}, default)
     return plans[name]
 
 

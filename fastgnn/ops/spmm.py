@@ -91,21 +91,14 @@ def _usable(name: str, g: Graph, x: torch.Tensor) -> bool:
 
 
 def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
-    """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key and then
-    remembered on the graph, so later calls skip building the tuner's key."""
-    def build():
-        return _tuned_algo(op, g, x, run)
-    if not tuning.can_time(x.device):  # the fallback default must not stick
-        return build()
-    return g.cached(("spmm_algo", op, x.shape[1], x.dtype, x.device), build)
-
-
-def _tuned_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
+    """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key."""
     width = x.shape[1]
     default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH and _usable(
         "cusparse_default", g, x) else "csr_auto"
-    candidates = {name: (lambda code=code: run(code)) for name, code in ALGOS.items()
-                  if _usable(name, g, x)}
+
+    def candidates():
+        return {name: (lambda code=code: run(code)) for name, code in ALGOS.items()
+                if _usable(name, g, x)}
     with torch.no_grad():
         name = tuning.choose(op, g, width, x.dtype, x.device, candidates, default)
     return ALGOS[name]
