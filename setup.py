@@ -62,8 +62,12 @@ def _extension():
     with_cuda = _want_cuda()
     sources = _sources("csrc/*.cpp") + _sources("csrc/cpu/*.cpp")
     openmp = ["-fopenmp"] if sys.platform != "darwin" else []
-    cxx_flags = ["-O3"] + openmp  # the C++ standard comes from torch.utils.cpp_extension
-    define_macros = []
+    # -g0 overrides the interpreter's -g: debug info on these templates costs a third of the
+    # build time. The libstdc++ ABI is torch's own, spelled out because recent torch no longer
+    # passes it and some compilers (devtoolset-style GCCs) default to the other one, which
+    # breaks every std::string crossing into libtorch (a C++ error message, for one).
+    cxx_flags = ["-O3", "-g0"] + openmp  # the C++ standard comes from torch.utils.cpp_extension
+    define_macros = [("_GLIBCXX_USE_CXX11_ABI", str(int(torch.compiled_with_cxx11_abi())))]
     kwargs = {}
     if with_cuda:
         sources += _sources("csrc/cuda/*.cpp") + _sources("csrc/cuda/*.cu")

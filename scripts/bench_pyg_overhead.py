@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
+import sys
 import time
 
-import torch
-import torch_geometric.nn as pyg_nn
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import fastgnn
-import fastgnn.pyg
-from fastgnn import datasets
+import torch  # noqa: E402
+import torch_geometric.nn as pyg_nn  # noqa: E402
+
+import fastgnn  # noqa: E402
+import fastgnn.pyg  # noqa: E402
+from fastgnn import datasets  # noqa: E402
 
 
 def _timed(fn, device, repeats):

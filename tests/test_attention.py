@@ -81,6 +81,7 @@ def test_matches_reference_float64(graph_case, kind, edge_term, device):
     assert_matches_reference(kind, g, inputs, atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("edge_term", [False, True])
 @pytest.mark.parametrize("kind", KINDS)
@@ -116,6 +117,7 @@ def test_half_precision(kind, dtype, device):
         torch.testing.assert_close(x.float(), y, atol=tol, rtol=tol)
 
 
+@pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("kind", KINDS)
 def test_int64_index_graph(kind, device):
@@ -140,6 +142,7 @@ def test_large_logits_do_not_overflow(kind, device):
     torch.testing.assert_close(ours[0], theirs[0], atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("kind", KINDS)
 def test_isolated_destinations_get_zeros(kind, device):

@@ -77,6 +77,7 @@ def test_feature_shapes(device, shape):
         _check(g, x, reduce)
 
 
+@pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_index_widths(device, index_dtype):
@@ -109,6 +110,7 @@ def test_hub_above_ten_thousand(device, index_dtype):
         _check(g, x, reduce)
 
 
+@pytest.mark.sanitize
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])

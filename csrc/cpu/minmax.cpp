@@ -189,7 +189,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
     int64_t /*config*/, const c10::optional<at::Tensor>& /*t_rowptr*/,
     const c10::optional<at::Tensor>& /*t_col*/) {
   check_csr(rowptr, col, "minmax_aggregate");
-  TORCH_CHECK(x.dim() == 2, "minmax_aggregate: x must be 2-D [num_src, F], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 2, "minmax_aggregate: x must be 2-D [num_src, F], got ", x.dim(), " dims");
   const int64_t rows = rowptr.numel() - 1, width = x.size(1);
   auto xc = x.contiguous();
   auto out = at::empty({rows, width}, x.options());
@@ -213,8 +213,7 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
                                          const c10::optional<at::Tensor>& /*t_rowptr*/,
                                          const c10::optional<at::Tensor>& /*t_col*/) {
   TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes(),
-              "minmax_aggregate_backward: grad_out and arg must both be [T, F], got ",
-              grad_out.sizes(), " and ", arg.sizes());
+              "minmax_aggregate_backward: grad_out and arg must be [T, F] of one shape");
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");
   auto ac = arg.contiguous(), gc = grad_out.contiguous();
   const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

@@ -5,27 +5,24 @@
 namespace fastgnn {
 namespace cuda {
 
-namespace {
-void launch_kind(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
-                 bool do_src, int64_t partial_offset, cudaStream_t stream) {
-  if (p.kind == AttentionKind::kGatv2)
-    attention::launch_gatv2(p, rows, backward, do_dst, do_src, partial_offset, stream);
-  else
-    attention::launch_dot(p, rows, backward, do_dst, do_src, partial_offset, stream);
-}
-}  // namespace
-
 int64_t attention_partial_rows(const RowSet& rows) {
   return ceil_div(rows.num_rows, attention::groups_per_block(rows.warps_per_row));
 }
 
 void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_t stream) {
-  launch_kind(p, rows, false, false, false, 0, stream);
+  if (p.kind == AttentionKind::kGatv2)
+    attention::launch<AttentionKind::kGatv2, false>(p, rows, false, false, 0, stream);
+  else
+    attention::launch<AttentionKind::kDotProduct, false>(p, rows, false, false, 0, stream);
 }
 
 void attention_backward(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
                         int64_t partial_offset, cudaStream_t stream) {
-  launch_kind(p, rows, true, do_dst, do_src, partial_offset, stream);
+  if (p.kind == AttentionKind::kGatv2)
+    attention::launch<AttentionKind::kGatv2, true>(p, rows, do_dst, do_src, partial_offset, stream);
+  else
+    attention::launch<AttentionKind::kDotProduct, true>(p, rows, do_dst, do_src, partial_offset,
+                                                        stream);
 }
 
 void attention_reduce_partials(FloatType type, const void* partial, int64_t partial_rows,

@@ -1,4 +1,4 @@
-// Fused attention kernels, shared by attention_gatv2.cu and attention_dot.cu (one
+// Fused attention kernels, instantiated in attention_{gatv2,dot}_{forward,backward}.cu (one
 // instantiation set per file so they compile in parallel).
 //
 // A group of warps_per_row warps owns one (row, head) pair: light rows get one warp, heavy
@@ -496,18 +496,18 @@ Args<T, I> make_args(const AttentionParams& p, const RowSet& rows, int chunks) {
 }
 
 // Launches the forward or backward kernel of one attention kind, for the plan's K and D.
-template <AttentionKind kKind, typename T, typename I>
+template <AttentionKind kKind, bool kBackward, typename T, typename I>
 struct Launcher {
   using acc_t = typename Scalar<T>::acc;
   const Args<T, I>& args;
   dim3 grid;
-  bool backward, do_dst, do_src;
+  bool do_dst, do_src;
   cudaStream_t stream;
 
   template <int K, int kD>
   void operator()() const {
     const size_t smem = (size_t(kWarpsPerBlock) * 32 * K + 2 * kWarpsPerBlock) * sizeof(acc_t);
-    if (backward)
+    if constexpr (kBackward)
       backward_kernel<kKind, K, kD, T, I>
           <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args, do_dst, do_src);
     else
@@ -515,9 +515,12 @@ struct Launcher {
   }
 };
 
-template <AttentionKind kKind>
-void launch(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
-            bool do_src, int64_t partial_offset, cudaStream_t stream) {
+// The kernels of one (kind, direction) for every dtype, index type and width plan. Each of the
+// four combinations is instantiated in its own attention_<kind>_<direction>.cu, so they compile
+// in parallel; everyone else sees them through the extern declarations below.
+template <AttentionKind kKind, bool kBackward>
+void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
+            int64_t partial_offset, cudaStream_t stream) {
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
   const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
   const DimPlan plan = plan_dim(p.dim, fast_ok);
@@ -529,17 +532,19 @@ void launch(const AttentionParams& p, const RowSet& rows, bool backward, bool do
       using I = decltype(i);
       Args<T, I> a = make_args<T, I>(p, rows, plan.chunks);
       a.partial_offset = partial_offset;
-      dispatch_plan(plan, Launcher<kKind, T, I>{a, grid, backward, do_dst, do_src, stream});
+      dispatch_plan(plan, Launcher<kKind, kBackward, T, I>{a, grid, do_dst, do_src, stream});
     });
   });
-  check_launch(backward ? "attention_backward" : "attention_forward");
+  check_launch(kBackward ? "attention_backward" : "attention_forward");
 }
 
-// Defined in attention_gatv2.cu and attention_dot.cu.
-void launch_gatv2(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
-                  bool do_src, int64_t partial_offset, cudaStream_t stream);
-void launch_dot(const AttentionParams& p, const RowSet& rows, bool backward, bool do_dst,
-                bool do_src, int64_t partial_offset, cudaStream_t stream);
+#define FASTGNN_ATTENTION_LAUNCH(prefix, kind, backward)                                   \
+  prefix template void launch<kind, backward>(const AttentionParams&, const RowSet&, bool, \
+                                              bool, int64_t, cudaStream_t);
+FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kGatv2, false)
+FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kGatv2, true)
+FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kDotProduct, false)
+FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kDotProduct, true)
 
 }  // namespace attention
 }  // namespace cuda

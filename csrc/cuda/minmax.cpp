@@ -42,7 +42,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2 && x.is_cuda(),
-              "minmax_aggregate: x must be a 2-D [num_src, F] GPU tensor, got ", x.sizes());
+              "minmax_aggregate: x must be a 2-D [num_src, F] GPU tensor, got ", x.dim(), " dims");
   const LaunchConfig launch = decode(config);
   const int64_t width = x.size(1);
   auto xc = x.contiguous();
@@ -88,8 +88,7 @@ at::Tensor minmax_aggregate_backward_cuda(const at::Tensor& arg, const at::Tenso
   const c10::cuda::CUDAGuard guard(grad_out.device());
   TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes() && arg.is_cuda() &&
                   grad_out.is_cuda(),
-              "minmax_aggregate_backward: grad_out and arg must both be [T, F] GPU tensors, got ",
-              grad_out.sizes(), " and ", arg.sizes());
+              "minmax_aggregate_backward: grad_out and arg must be [T, F] GPU tensors of one shape");
   TORCH_CHECK(arg.scalar_type() == at::kInt || arg.scalar_type() == at::kLong,
               "minmax_aggregate_backward: arg must be int32 or int64");
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");

@@ -11,7 +11,7 @@ namespace cuda {
 namespace {
 
 constexpr int64_t kFirstCusparseAlgo = 16;
-constexpr int64_t kLastCusparseAlgo = 19;
+constexpr int64_t kLastCusparseAlgo = 17;
 constexpr int64_t kOwnAlgoMask = 0xff;  // higher bits carry the backward's choice
 
 const void* optional_ptr(const c10::optional<at::Tensor>& t) {
@@ -63,13 +63,9 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   if (use_cusparse) {
     const int cusparse_algo = int(algo - kFirstCusparseAlgo);
-    // Measured on an H100 (cuSPARSE 12): with 64-bit indices, and CSR_ALG2/ALG3 on rows that
-    // are not 16-byte aligned, cusparseSpMM faults instead of returning an error, which
-    // poisons the CUDA context. Refuse those combinations with an error the caller can catch.
-    TORCH_CHECK(cusparse_supports(col.scalar_type() == at::kLong, cusparse_algo,
-                                  width * x.element_size()),
-                "spmm: cuSPARSE algorithm ", cusparse_algo, " is not used with ",
-                col.scalar_type() == at::kLong ? "int64 indices" : "rows of this width");
+    // Measured on an H100: with 64-bit indices cusparseSpMM faults instead of returning an
+    // error, which poisons the CUDA context. Refuse them with an error the caller can catch.
+    TORCH_CHECK(col.scalar_type() == at::kInt, "spmm: cuSPARSE is not used with int64 indices");
     const at::Tensor values = value.has_value() ? *value : at::Tensor();
     if (!transpose) {
       cusparse_spmm(rowptr, col, values, xc, out, x.size(0), SparseOperand::kForward, graph_key,

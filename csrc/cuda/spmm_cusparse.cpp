@@ -37,9 +37,8 @@ void check(cusparseStatus_t status, const char* what) {
               cusparseGetErrorString(status));
 }
 
-constexpr cusparseSpMMAlg_t kAlgorithms[] = {CUSPARSE_SPMM_ALG_DEFAULT, CUSPARSE_SPMM_CSR_ALG1,
-                                             CUSPARSE_SPMM_CSR_ALG2, CUSPARSE_SPMM_CSR_ALG3};
-constexpr int kNumAlgorithms = 4;
+constexpr cusparseSpMMAlg_t kAlgorithms[] = {CUSPARSE_SPMM_ALG_DEFAULT, CUSPARSE_SPMM_CSR_ALG1};
+constexpr int kNumAlgorithms = 2;
 
 cudaDataType data_type(at::ScalarType type) {
   switch (type) {
@@ -58,7 +57,7 @@ struct Entry {
   int64_t rows = 0, cols = 0, nnz = 0, input_rows = 0, output_rows = 0;
   at::Tensor ones;       // values of an unweighted graph, in the feature dtype
   at::Tensor workspace;  // grows to the largest size any algorithm asked for
-  int64_t workspace_bytes[kNumAlgorithms] = {-1, -1, -1, -1};
+  int64_t workspace_bytes[kNumAlgorithms] = {-1, -1};
   // The preprocessing done for (algorithm, structure, workspace); redone when one changes.
   int prepared_algo = -1;
   const void* prepared_for[3] = {nullptr, nullptr, nullptr};
@@ -181,8 +180,7 @@ void run(Entry& entry, const at::Tensor& rowptr, const at::Tensor& col, const at
     entry.prepared_algo = -1;
   }
   void* workspace = entry.workspace.data_ptr();
-  const bool wants_preprocess =
-      alg == CUSPARSE_SPMM_CSR_ALG1 || alg == CUSPARSE_SPMM_CSR_ALG3;
+  const bool wants_preprocess = alg == CUSPARSE_SPMM_CSR_ALG1;
   if (wants_preprocess && (entry.prepared_algo != algo || entry.prepared_for[0] != rowptr.data_ptr() ||
                            entry.prepared_for[1] != col.data_ptr() ||
                            entry.prepared_for[2] != workspace)) {

@@ -12,12 +12,8 @@ enum class SparseOperand : int { kForward = 0, kCachedTranspose = 1, kForwardTra
 
 // out = op(A) x with cuSPARSE, A the CSR (rowptr, col, value) of `rows` x `cols`; value is
 // undefined for all ones, else float32 (float64 for double x) in the CSR's edge order.
-// cusparse_algo is 0-3: ALG_DEFAULT, CSR_ALG1, CSR_ALG2, CSR_ALG3. graph_key 0: no caching.
-// Whether cusparse_spmm may run this shape: 32-bit indices only, and CSR_ALG2/ALG3 only on
-// 16-byte aligned rows (see spmm.cpp: other shapes fault inside cuSPARSE).
-inline bool cusparse_supports(bool index64, int cusparse_algo, int64_t row_bytes) {
-  return !index64 && (cusparse_algo < 2 || row_bytes % 16 == 0);
-}
+// cusparse_algo is 0 (ALG_DEFAULT) or 1 (CSR_ALG1); CSR_ALG2/ALG3 are not offered because they
+// faulted on an H100 (cuSPARSE 13) for some widths. graph_key 0: no caching.
 
 void cusparse_spmm(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& value,
                    const at::Tensor& x, at::Tensor& out, int64_t cols, SparseOperand operand,

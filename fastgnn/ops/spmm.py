@@ -72,33 +72,26 @@ ALGOS = {
     "csr_block": 3,         # one block per row, edges split across its warps (heavy rows)
     "cusparse_default": 16,  # cusparseSpMM, CUSPARSE_SPMM_ALG_DEFAULT
     "cusparse_alg1": 17,    # CUSPARSE_SPMM_CSR_ALG1
-    "cusparse_alg2": 18,    # CUSPARSE_SPMM_CSR_ALG2
-    "cusparse_alg3": 19,    # CUSPARSE_SPMM_CSR_ALG3
-}
+}  # CSR_ALG2/ALG3 are left out: on an H100 (cuSPARSE 13) they faulted at widths such as 8 and 40
 _BACKWARD_SHIFT = 8
 _CUSPARSE_MIN_WIDTH = 32  # below it our kernels are the untuned default
 
 
-def _usable(name: str, g: Graph, x: torch.Tensor) -> bool:
-    """Mirrors csrc/cuda/spmm_cusparse.h cusparse_supports: cuSPARSE faults (rather than
-    failing cleanly) on 64-bit indices and, for CSR_ALG2/ALG3, on rows not 16-byte aligned."""
-    if not name.startswith("cusparse"):
-        return True
-    if g.index_dtype == torch.int64:
-        return False
-    return name in ("cusparse_default", "cusparse_alg1") or \
-        x.shape[1] * x.element_size() % 16 == 0
+def _usable(name: str, g: Graph) -> bool:
+    """cuSPARSE only with 32-bit indices: with 64-bit ones it faults rather than failing
+    cleanly (the C++ op refuses them too)."""
+    return not name.startswith("cusparse") or g.index_dtype == torch.int32
 
 
 def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
     """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key."""
     width = x.shape[1]
     default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH and _usable(
-        "cusparse_default", g, x) else "csr_auto"
+        "cusparse_default", g) else "csr_auto"
 
     def candidates():
         return {name: (lambda code=code: run(code)) for name, code in ALGOS.items()
-                if _usable(name, g, x)}
+                if _usable(name, g)}
     with torch.no_grad():
         name = tuning.choose(op, g, width, x.dtype, x.device, candidates, default)
     return ALGOS[name]

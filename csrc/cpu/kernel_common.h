@@ -1,0 +1,80 @@
+// Helpers of the CPU kernels that need no ATen operators: kernel-only translation units
+// include this alone and compile in a fraction of the time of one including ATen.h.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace fastgnn {
+namespace cpu {
+
+// Threads for an OpenMP region: torch's intra-op setting, so torch.set_num_threads() applies.
+inline int num_threads() { return std::max(1, at::get_num_threads()); }
+
+// Accumulation type of a feature type: float for halves and float, double for double.
+template <typename scalar_t>
+using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+
+#define FASTGNN_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// 32 bytes of accumulators (8 floats or 4 doubles) as a GCC/Clang vector: the compiler maps it
+// to one AVX register, or two SSE ones on the baseline ISA, and keeps tiles in registers.
+// (Its load/store are always inlined, so the ABI note GCC gives for the baseline ISA is moot.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <typename scalar_t>
+struct AccVec {
+  using acc_t = acc_type<scalar_t>;
+  typedef acc_t type __attribute__((vector_size(32)));
+  static constexpr int kLanes = 32 / sizeof(acc_t);
+
+  static FASTGNN_ALWAYS_INLINE type load(const scalar_t* p) {
+    type v;
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      std::memcpy(&v, p, sizeof(v));
+    } else {
+      for (int k = 0; k < kLanes; ++k) v[k] = acc_t(p[k]);
+    }
+    return v;
+  }
+
+  static FASTGNN_ALWAYS_INLINE void store(type v, scalar_t* p) {
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      std::memcpy(p, &v, sizeof(v));
+    } else {
+      for (int k = 0; k < kLanes; ++k) p[k] = scalar_t(v[k]);
+    }
+  }
+};
+
+// Runs body(begin, end) over [0, n) in chunks of `chunk`, handed out dynamically so that
+// skewed rows (hubs) do not leave threads idle.
+template <typename Body>
+void parallel_chunks(int64_t n, int64_t chunk, const Body& body) {
+  const int64_t num_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 1)
+  for (int64_t c = 0; c < num_chunks; ++c) body(c * chunk, std::min(n, (c + 1) * chunk));
+}
+
+// True when the CPU running us has AVX2 and FMA (checked once). Kernels are built for the
+// baseline ISA and, where the compiler allows, once more for AVX2+FMA, picked at run time.
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define FASTGNN_HAVE_AVX2_CLONE 1
+#define FASTGNN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+inline bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#else
+#define FASTGNN_HAVE_AVX2_CLONE 0
+#define FASTGNN_TARGET_AVX2
+inline bool cpu_has_avx2() { return false; }
+#endif
+
+}  // namespace cpu
+}  // namespace fastgnn

@@ -1,0 +1,129 @@
+// The CPU SpMM gather kernels. Rows (destinations) are handed out dynamically, so hubs do not
+// stall a thread; each row's features are processed in compile-time tiles held in registers
+// (64, 32, 16, 8 wide, then a short tail), so the edge list is walked once per tile and every
+// gathered source row is read in full cache lines. The loops are compiled for the baseline ISA
+// and once more for AVX2+FMA, chosen at run time. Included only by spmm_gather_<dtype>.cpp.
+#pragma once
+
+#include <vector>
+
+#include "cpu/spmm_gather.h"
+
+namespace fastgnn {
+namespace cpu {
+namespace gather_detail {
+
+// Features [f0, f0 + kVecs * lanes) of one output row, accumulated in vector registers.
+template <int kVecs, Weights kWeights, typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void gather_tile(const Gather<scalar_t, index_t>& g, index_t begin,
+                                       index_t end, int64_t f0, scalar_t* out_row) {
+  using Vec = AccVec<scalar_t>;
+  typename Vec::type acc[kVecs] = {};
+  for (index_t e = begin; e < end; ++e) {
+    const auto w = g.template weight<kWeights>(e);
+    const scalar_t* src = g.x + int64_t(g.col[e]) * g.width + f0;
+#pragma GCC unroll 16
+    for (int v = 0; v < kVecs; ++v) acc[v] += w * Vec::load(src + v * Vec::kLanes);
+  }
+#pragma GCC unroll 16
+  for (int v = 0; v < kVecs; ++v) Vec::store(acc[v], out_row + f0 + v * Vec::kLanes);
+}
+
+// The last `count` (< one vector) features of a row.
+template <Weights kWeights, typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void gather_tail(const Gather<scalar_t, index_t>& g, index_t begin,
+                                       index_t end, int64_t f0, int64_t count, scalar_t* out_row) {
+  using acc_t = acc_type<scalar_t>;
+  acc_t acc[AccVec<scalar_t>::kLanes] = {};
+  for (index_t e = begin; e < end; ++e) {
+    const acc_t w = g.template weight<kWeights>(e);
+    const scalar_t* src = g.x + int64_t(g.col[e]) * g.width + f0;
+    for (int64_t k = 0; k < count; ++k) acc[k] += w * acc_t(src[k]);
+  }
+  for (int64_t k = 0; k < count; ++k) out_row[f0 + k] = scalar_t(acc[k]);
+}
+
+// One output row, edges [begin, end) of g, tile by tile.
+template <Weights kWeights, typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void gather_row(const Gather<scalar_t, index_t>& g, index_t begin,
+                                      index_t end, scalar_t* out_row) {
+  constexpr int64_t kLanes = AccVec<scalar_t>::kLanes;
+  const int64_t width = g.width;
+  int64_t f = 0;
+  for (; f + 8 * kLanes <= width; f += 8 * kLanes)
+    gather_tile<8, kWeights>(g, begin, end, f, out_row);
+  if (width - f >= 4 * kLanes) { gather_tile<4, kWeights>(g, begin, end, f, out_row); f += 4 * kLanes; }
+  if (width - f >= 2 * kLanes) { gather_tile<2, kWeights>(g, begin, end, f, out_row); f += 2 * kLanes; }
+  if (width - f >= kLanes) { gather_tile<1, kWeights>(g, begin, end, f, out_row); f += kLanes; }
+  if (f < width) gather_tail<kWeights>(g, begin, end, f, width - f, out_row);
+}
+
+template <Weights kWeights, typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void gather_rows(const Gather<scalar_t, index_t>& g, int64_t row_begin,
+                                       int64_t row_end) {
+  using acc_t = acc_type<scalar_t>;
+  constexpr int64_t kTileWidth = 8 * AccVec<scalar_t>::kLanes;
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const index_t begin = g.rowptr[i], end = g.rowptr[i + 1];
+    scalar_t* out_row = g.out + i * g.width;
+    if constexpr (kWeights == Weights::kPermuted) {
+      if (g.width > kTileWidth) {
+        // Several tiles would each fetch value[perm[e]] at random: fetch the row's weights
+        // once into a per-thread buffer and walk the row with direct weights.
+        static thread_local std::vector<acc_t> row_weights;
+        const int64_t degree = int64_t(end - begin);
+        if (int64_t(row_weights.size()) < degree) row_weights.resize(degree);
+        for (index_t e = begin; e < end; ++e) row_weights[e - begin] = g.value[g.value_perm[e]];
+        const Gather<scalar_t, index_t> row{nullptr, g.col + begin, row_weights.data(),
+                                            nullptr, g.x, g.out, g.width};
+        gather_row<Weights::kDirect>(row, index_t(0), index_t(degree), out_row);
+        continue;
+      }
+    }
+    gather_row<kWeights>(g, begin, end, out_row);
+  }
+}
+
+template <typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void gather_rows_any(const Gather<scalar_t, index_t>& g, int64_t b,
+                                           int64_t e) {
+  switch (g.weights()) {
+    case Weights::kOne: return gather_rows<Weights::kOne>(g, b, e);
+    case Weights::kDirect: return gather_rows<Weights::kDirect>(g, b, e);
+    case Weights::kPermuted: return gather_rows<Weights::kPermuted>(g, b, e);
+  }
+}
+
+// The same loops compiled for the baseline ISA and for AVX2+FMA (see cpu_common.h).
+template <typename scalar_t, typename index_t>
+void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t e) {
+  gather_rows_any(g, b, e);
+}
+
+#if FASTGNN_HAVE_AVX2_CLONE
+template <typename scalar_t, typename index_t>
+FASTGNN_TARGET_AVX2 void gather_rows_avx2(const Gather<scalar_t, index_t>& g, int64_t b,
+                                          int64_t e) {
+  gather_rows_any(g, b, e);
+}
+#endif
+
+}  // namespace gather_detail
+
+template <typename scalar_t, typename index_t>
+void run_gather(const Gather<scalar_t, index_t>& g, int64_t rows) {
+  auto rows_fn = &gather_detail::gather_rows_baseline<scalar_t, index_t>;
+#if FASTGNN_HAVE_AVX2_CLONE
+  if (cpu_has_avx2()) rows_fn = &gather_detail::gather_rows_avx2<scalar_t, index_t>;
+#endif
+  parallel_chunks(rows, rows_per_chunk(rows, int64_t(g.rowptr[rows])),
+                  [&](int64_t b, int64_t e) { rows_fn(g, b, e); });
+}
+
+// Explicit instances of run_gather for one feature dtype (both index dtypes).
+#define FASTGNN_GATHER_INSTANCES(scalar_t)                                                   \
+  template void run_gather<scalar_t, int32_t>(const Gather<scalar_t, int32_t>&, int64_t); \
+  template void run_gather<scalar_t, int64_t>(const Gather<scalar_t, int64_t>&, int64_t);
+
+}  // namespace cpu
+}  // namespace fastgnn

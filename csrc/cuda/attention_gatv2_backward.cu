@@ -1,0 +1,10 @@
+// GATv2 backward kernels of the fused attention (see attention_kernels.cuh).
+#include "cuda/attention_kernels.cuh"
+
+namespace fastgnn {
+namespace cuda {
+namespace attention {
+FASTGNN_ATTENTION_LAUNCH(, AttentionKind::kGatv2, true)
+}  // namespace attention
+}  // namespace cuda
+}  // namespace fastgnn
