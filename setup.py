@@ -63,11 +63,13 @@ def _extension():
     sources = _sources("csrc/*.cpp") + _sources("csrc/cpu/*.cpp")
     openmp = ["-fopenmp"] if sys.platform != "darwin" else []
     # -g0 overrides the interpreter's -g: debug info on these templates costs a third of the
-    # build time. The libstdc++ ABI is torch's own, spelled out because recent torch no longer
-    # passes it and some compilers (devtoolset-style GCCs) default to the other one, which
-    # breaks every std::string crossing into libtorch (a C++ error message, for one).
+    # build time.
     cxx_flags = ["-O3", "-g0"] + openmp  # the C++ standard comes from torch.utils.cpp_extension
-    define_macros = [("_GLIBCXX_USE_CXX11_ABI", str(int(torch.compiled_with_cxx11_abi())))]
+    # The shared libstdc++, named before the driver's own libraries: some GCC wrappers link it
+    # statically, and a private copy of the C++ runtime turns every C++ exception we throw (an
+    # error message for bad input) into a crash, since libtorch catches it with another copy.
+    link_args = openmp + (["-lstdc++"] if sys.platform.startswith("linux") else [])
+    define_macros = []
     kwargs = {}
     if with_cuda:
         sources += _sources("csrc/cuda/*.cpp") + _sources("csrc/cuda/*.cu")
@@ -83,7 +85,7 @@ def _extension():
         kwargs["extra_compile_args"] = cxx_flags
         make = CppExtension
     return make("fastgnn._C", sources, define_macros=define_macros,
-                extra_link_args=openmp, include_dirs=[os.path.join(ROOT, "csrc")], **kwargs)
+                extra_link_args=link_args, include_dirs=[os.path.join(ROOT, "csrc")], **kwargs)
 
 
 setup(

@@ -158,7 +158,12 @@ def test_tolokers(name, device):
         pytest.skip("reference attention and min/max on the full graph: GPU only")
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
     stock, fast = make_pair(_build(factory, data.x.shape[1]), True, device)
-    args = (data.x.float(), data.edge_index)
+    x = data.x.float()
+    if name == "sage-max":
+        # tolokers' features are mostly 0/1, so a max has many tied sources: fastgnn gives the
+        # gradient to the smallest one, PyG splits it evenly. Compare on tie-free features.
+        x = x + 1e-3 * torch.rand(x.shape, generator=torch.Generator().manual_seed(0))
+    args = (x, data.edge_index)
     if extra is not None:
         args += (edge_extra(extra, data.edge_index.size(1)),)
     assert_same(stock, fast, to_device(args, device), rtol=1e-4, atol=5e-5)
