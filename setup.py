@@ -65,10 +65,6 @@ def _extension():
     # -g0 overrides the interpreter's -g: debug info on these templates costs a third of the
     # build time.
     cxx_flags = ["-O3", "-g0"] + openmp  # the C++ standard comes from torch.utils.cpp_extension
-    # The shared libstdc++, named before the driver's own libraries: some GCC wrappers link it
-    # statically, and a private copy of the C++ runtime turns every C++ exception we throw (an
-    # error message for bad input) into a crash, since libtorch catches it with another copy.
-    link_args = openmp + (["-lstdc++"] if sys.platform.startswith("linux") else [])
     define_macros = []
     kwargs = {}
     if with_cuda:
@@ -85,7 +81,7 @@ def _extension():
         kwargs["extra_compile_args"] = cxx_flags
         make = CppExtension
     return make("fastgnn._C", sources, define_macros=define_macros,
-                extra_link_args=link_args, include_dirs=[os.path.join(ROOT, "csrc")], **kwargs)
+                extra_link_args=openmp, include_dirs=[os.path.join(ROOT, "csrc")], **kwargs)
 
 
 setup(

@@ -5,6 +5,8 @@ When it is missing (not built, or built for another torch) the package still imp
 """
 from __future__ import annotations
 
+import ctypes
+import warnings
 from typing import Optional
 
 import torch
@@ -21,6 +23,32 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 available = _C is not None
 cuda_built = bool(build_info["cuda"])
+
+
+def has_private_cxx_runtime(library_path: str) -> bool:
+    """Whether a shared library carries its own copy of the C++ runtime.
+
+    Some GCC wrappers link libstdc++ statically. A C++ error thrown by such a copy of
+    fastgnn._C is not caught by libtorch, which uses the process's libstdc++: the process
+    crashes on bad input instead of raising. The library's ``__cxa_throw`` is then not the one
+    the process's libstdc++ exports.
+    """
+    try:
+        ours = ctypes.CDLL(library_path).__cxa_throw
+        shared = ctypes.CDLL("libstdc++.so.6").__cxa_throw
+    except (OSError, AttributeError):  # not Linux/libstdc++, or no C++ runtime at all
+        return False
+    as_address = ctypes.cast(ours, ctypes.c_void_p).value
+    return as_address != ctypes.cast(shared, ctypes.c_void_p).value
+
+
+private_cxx_runtime = available and has_private_cxx_runtime(_C.__file__)
+if private_cxx_runtime:  # pragma: no cover - depends on the compiler that built _C
+    warnings.warn(
+        "fastgnn._C was linked with its own copy of libstdc++ (the C++ compiler links it "
+        "statically), so its C++ errors crash the process instead of raising. Rebuild with the "
+        "system compiler, for example: CC=/usr/bin/gcc CXX=/usr/bin/g++ "
+        "LDSHARED='/usr/bin/g++ -shared' pip install --no-build-isolation -e .", RuntimeWarning)
 
 
 def devices():

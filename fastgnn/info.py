@@ -15,7 +15,9 @@ def collect() -> dict:
     return {
         "fastgnn": _version(),
         "torch": torch.__version__,
-        "native_extension": "loaded" if _native.available else f"missing ({_native.load_error})",
+        "native_extension": ("loaded" if _native.available else f"missing ({_native.load_error})")
+        + (" with a private libstdc++: C++ errors crash (see the build notes in the README)"
+           if _native.private_cxx_runtime else ""),
         "cuda_build": bool(build["cuda"]),
         "cuda_runtime": build["cuda_runtime_version"],
         "cuda_archs": build["cuda_archs"],

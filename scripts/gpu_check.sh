@@ -46,6 +46,10 @@ step() {  # step NAME LOGFILE COMMAND...: runs, times and records one step
 
 step build build.log python3 -m pip install --no-build-isolation --no-deps -v -e .
 step info info.txt python3 -m fastgnn info
+# A compiler that links libstdc++ statically makes every C++ error a crash: stop early then.
+step "C++ runtime shared with torch" cxx_runtime.txt python3 -c \
+  "from fastgnn import _native; assert not _native.private_cxx_runtime, 'rebuild: see README'"
+if [ $status -ne 0 ]; then echo "overall: FAIL (stopped after the build checks)" >>"$summary"; cat "$summary"; exit 1; fi
 step "tests (all, GPU included)" tests.log python3 -m pytest -q -rs --junitxml="$report/tests.xml" tests
 step "memcheck (gpu and sanitize tests)" memcheck.log compute-sanitizer --tool memcheck \
   --error-exitcode 1 python3 -m pytest -q -x -m "gpu and sanitize" tests

@@ -161,8 +161,10 @@ def test_tolokers(name, device):
     x = data.x.float()
     if name == "sage-max":
         # tolokers' features are mostly 0/1, so a max has many tied sources: fastgnn gives the
-        # gradient to the smallest one, PyG splits it evenly. Compare on tie-free features.
-        x = x + 1e-3 * torch.rand(x.shape, generator=torch.Generator().manual_seed(0))
+        # gradient to the smallest one, PyG splits it evenly. Normal features on the same
+        # structure have no ties (checked: one winner per row and feature; a small jitter of
+        # the 0/1 values still left 183 ties at the hubs).
+        x = torch.randn(x.shape, generator=torch.Generator().manual_seed(0))
     args = (x, data.edge_index)
     if extra is not None:
         args += (edge_extra(extra, data.edge_index.size(1)),)

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -178,12 +178,21 @@ def graph_table(rows: List[Dict]) -> str:
     return _markdown(["graph", "nodes", "edges"], [[g, n, e] for g, (n, e) in seen.items()])
 
 
+def commits(rows: List[Dict]) -> str:
+    """The fastgnn commits of the rows (a merged results file can hold several runs), each
+    with its number of rows."""
+    counts = Counter(r.get("fastgnn_commit") for r in rows)
+    if len(counts) == 1:
+        return f"commit `{next(iter(counts))}`"
+    return "commits " + ", ".join(f"`{c}` ({n} rows)" for c, n in counts.items())
+
+
 def summary(rows: List[Dict]) -> str:
     first = rows[0] if rows else {}
     mem_kinds = sorted({r["mem_kind"] for r in rows if r.get("mem_kind")})
     return (f"Device: {first.get('device_name')} ({first.get('device')}, "
-            f"{first.get('threads')} threads), torch {first.get('torch')}, fastgnn commit "
-            f"{first.get('fastgnn_commit')}, date {first.get('date')}. Peak memory: "
+            f"{first.get('threads')} threads), torch {first.get('torch')}, fastgnn "
+            f"{commits(rows)}, date {first.get('date')}. Peak memory: "
             f"{', '.join(mem_kinds) or 'not measured'} (growth above the inputs).")
 
 
@@ -252,7 +261,7 @@ def readme_section(rows: List[Dict], outputs: Dict[str, object], readme_dir: str
     images = "\n".join(f"![{os.path.basename(p)}]({rel(p)})" for p in outputs["plots"])
     return "\n\n".join([
         f"Measured on {first.get('device_name')} ({first.get('device')}) on "
-        f"{str(first.get('date', ''))[:10]} at fastgnn commit `{first.get('fastgnn_commit')}`, "
+        f"{str(first.get('date', ''))[:10]} at fastgnn {commits(rows)}, "
         f"torch {first.get('torch')}. Full results: [{os.path.basename(outputs['table'])}]"
         f"({rel(outputs['table'])}).",
         speedup_table(rows), images])
