@@ -21,9 +21,8 @@ import fastgnn.pyg  # noqa: E402
 from fastgnn import datasets  # noqa: E402
 
 
-def _timed(fn, device, repeats):
-    for _ in range(3):
-        fn()
+def _timed_batch(fn, device, repeats):
+    """Milliseconds per call of ``repeats`` back-to-back calls."""
     if device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -32,6 +31,19 @@ def _timed(fn, device, repeats):
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - start) / repeats * 1e3
+
+
+def _compare(fns, device, repeats, rounds=7):
+    """Median per-call time of each function; the functions take turns batch by batch, so a
+    drift in clocks or temperature touches them alike."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    samples = {label: [] for label in fns}
+    for _ in range(rounds):
+        for label, fn in fns.items():
+            samples[label].append(_timed_batch(fn, device, repeats))
+    return {label: sorted(times)[len(times) // 2] for label, times in samples.items()}
 
 
 def _direct_gcn(layer, graph, values):
@@ -78,9 +90,10 @@ def main():
     }
     print(f"{args.dataset} on {device}: forward+backward, ms per call")
     for name, (stock, adapter, direct) in cases.items():
-        timings = {label: _timed(lambda f=f: f().sum().backward(), device, args.repeats)
-                   for label, f in (("stock", stock), ("adapter", adapter),
-                                    ("direct", lambda d=direct: d(x)))}
+        timings = _compare({label: (lambda f=f: f().sum().backward())
+                            for label, f in (("stock", stock), ("adapter", adapter),
+                                             ("direct", lambda d=direct: d(x)))},
+                           device, args.repeats)
         overhead = timings["adapter"] / timings["direct"] - 1
         print(f"{name:10s} stock {timings['stock']:8.3f}  adapter {timings['adapter']:8.3f}  "
               f"direct {timings['direct']:8.3f}  adapter overhead {overhead:+.1%}")
