@@ -20,7 +20,7 @@ import torch
 _memory: Dict[str, str] = {}
 _loaded_disk = False
 _lock = threading.Lock()
-WARMUP, REPEATS = 1, 3
+WARMUP, REPEATS = 2, 7
 
 
 def enabled() -> bool:
@@ -105,6 +105,24 @@ def measure(fn: Callable[[], object], device: torch.device, warmup: int = WARMUP
     return times[len(times) // 2]
 
 
+def _race(candidates: Mapping[str, Callable[[], object]], device: torch.device) -> Dict[str, float]:
+    """Median milliseconds of each candidate that can run this shape. The candidates take
+    turns run by run, so clocks ramping up or caches warming favour none of them."""
+    runnable = {}
+    for name, fn in candidates.items():
+        try:
+            for _ in range(WARMUP):
+                fn()
+        except (RuntimeError, ValueError):
+            continue  # a candidate that cannot run this shape is simply not chosen
+        runnable[name] = fn
+    samples = {name: [] for name in runnable}
+    for _ in range(REPEATS):
+        for name, fn in runnable.items():
+            samples[name].append(time_once(fn, device))
+    return {name: sorted(times)[len(times) // 2] for name, times in samples.items()}
+
+
 def choose(op: str, graph, width: int, dtype: torch.dtype, device,
            candidates: Union[Mapping[str, Callable[[], object]],
                              Callable[[], Mapping[str, Callable[[], object]]]],
@@ -141,12 +159,7 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
         return cached
     if not can_time(device):
         return default
-    timings = {}
-    for name, fn in candidates.items():
-        try:
-            timings[name] = measure(fn, device)
-        except (RuntimeError, ValueError):
-            continue  # a candidate that cannot run this shape is simply not chosen
+    timings = _race(candidates, device)
     best = min(timings, key=timings.get) if timings else default
     with _lock:
         _memory[key] = best

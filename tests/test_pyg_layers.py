@@ -195,6 +195,45 @@ def test_torch_sparse_adjacency(name, layout):
         assert_same(stock, fast, (features(40, 40, IN, False), adj))
 
 
+SPARSE_TENSOR_CASES = FORMAT_CASES + ["gcn-cached", "sage-max", "graphconv-max"]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("name", SPARSE_TENSOR_CASES)
+def test_torch_sparse_sparse_tensor(name, weighted):
+    """torch_sparse's SparseTensor (transposed, as PyG takes it), with and without values."""
+    torch_sparse = pytest.importorskip("torch_sparse")
+    if weighted and name == "graphconv-max":
+        pytest.skip("sparse values with max: the stock layer's own fallback, tested elsewhere")
+    _, factory, _, _ = CASES[CASE_IDS.index(name)]
+    ei = torch.unique(random_edge_index(40, 40, 200, seed=5), dim=1)
+    value = torch.rand(ei.size(1), generator=torch.Generator().manual_seed(3)) if weighted \
+        else None
+    adj_t = torch_sparse.SparseTensor(row=ei[1], col=ei[0], value=value, sparse_sizes=(40, 40))
+    stock, fast = make_pair(_build(factory, IN))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fpyg.FallbackWarning)
+        assert_same(stock, fast, (features(40, 40, IN, False), adj_t))
+        assert_same(stock, fast, (features(40, 40, IN, False, seed=1), adj_t))  # cached
+    if name == "gcn-cached":
+        assert fast._cached_adj_t is not None and fast._cached_edge_index is None
+
+
+def test_sparse_tensor_changed_in_place_is_rebuilt():
+    torch_sparse = pytest.importorskip("torch_sparse")
+    ei = torch.unique(random_edge_index(30, 30, 150, seed=7), dim=1)
+    adj_t = torch_sparse.SparseTensor(row=ei[1], col=ei[0], value=torch.rand(ei.size(1)),
+                                      sparse_sizes=(30, 30))
+    stock, fast = make_pair(_build(CASES[CASE_IDS.index("gcn-nonorm")][1], IN))
+    x = features(30, 30, IN, False)
+    assert_same(stock, fast, (x, adj_t))
+    adj_t.storage.value().mul_(2.0)  # same object, new values
+    assert_same(stock, fast, (x, adj_t))
+    col = adj_t.storage.col()
+    col[0] = (col[0] + 1) % 30  # same object, another structure: the cached Graph is stale
+    assert_same(stock, fast, (x, adj_t))
+
+
 @pytest.mark.parametrize("name", ["gcn", "gcn-weight", "gcn-noloops-weight", "sage-max",
                                   "graphconv-add", "simple-selfloop", "gatv2-edge-mean",
                                   "transformer-beta-edge"])

@@ -5,11 +5,11 @@ Importing this package registers them with :func:`fastgnn.enable`, which swaps s
 instances for them (``fastgnn.enable`` imports it by itself when PyG is installed). Options
 without a fused path run PyG's own forward, with a one-time :class:`FallbackWarning`.
 
-Fused: edge_index tensors, EdgeIndex, fastgnn.Graph and torch sparse COO/CSR adjacencies
-(attention layers: not sparse ones); every constructor option of GCNConv, SAGEConv (aggr
-mean/sum/max/min), GraphConv, GINConv, SimpleConv, GATv2Conv and TransformerConv with string
-aggregations. Fallback: return_attention_weights, Aggregation modules or aggregation lists,
-edge weights (or sparse values) with min/max, torch_sparse SparseTensor, sparse CSC,
+Fused: edge_index tensors, EdgeIndex, fastgnn.Graph, torch sparse COO/CSR adjacencies and
+torch_sparse SparseTensors (attention layers: not sparse ones); every constructor option of
+GCNConv, SAGEConv (aggr mean/sum/max/min), GraphConv, GINConv, SimpleConv, GATv2Conv and
+TransformerConv with string aggregations. Fallback: return_attention_weights, Aggregation
+modules or aggregation lists, edge weights (or sparse values) with min/max, sparse CSC,
 flow="target_to_source", explain, decomposed_layers > 1, MessagePassing hooks, node features
 that are not 2-D, and inputs the stock layer itself rejects (it then raises its own error).
 """

@@ -11,12 +11,16 @@ import torch_geometric.nn as pyg_nn
 from fastgnn import ops
 from fastgnn.pyg._base import (FastLayer, cast, check_features, common_dtype, node_counts,
                                reduce_of, split_pair)
-from fastgnn.pyg.structure import Edges, Structure, Unsupported, as_edges, resolve
+from fastgnn.pyg.structure import Edges, SparseTensor, Structure, Unsupported, as_edges, resolve
 
 
-def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str):
-    """The per-edge multipliers PyG applies: a torch sparse adjacency's values (its
-    edge_weight argument is then unused), else ``edge_weight``."""
+def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str,
+             sparse_tensor_values: bool = True):
+    """The per-edge multipliers PyG applies: a sparse adjacency's values (its edge_weight
+    argument is then unused), else ``edge_weight``. ``sparse_tensor_values=False`` for the
+    layers that drop a SparseTensor's values (SAGEConv, GINConv: ``set_value(None)``)."""
+    if edges.is_sparse and not sparse_tensor_values and isinstance(edges.source, SparseTensor):
+        return None
     weight = edges.values if edges.is_sparse else edge_weight
     if weight is not None and reduce in ("min", "max"):
         raise Unsupported(f"edge weights (or a sparse adjacency) with aggr={reduce!r}")
@@ -48,7 +52,7 @@ class SAGEConv(FastLayer, pyg_nn.SAGEConv):
     def _fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
         x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
-        weight = _weights(edges, None, reduce)
+        weight = _weights(edges, None, reduce, sparse_tensor_values=False)
         if self.project and hasattr(self, "lin"):
             x_src = self.lin(x_src).relu()
         out = self.lin_l(_reduce(structure, x_src, reduce, weight))
@@ -80,7 +84,8 @@ class GINConv(FastLayer, pyg_nn.GINConv):
     def _fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
         x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
-        out = _reduce(structure, x_src, reduce, _weights(edges, None, reduce))
+        out = _reduce(structure, x_src, reduce,
+                      _weights(edges, None, reduce, sparse_tensor_values=False))
         if x_dst is not None:
             out = out + (1 + self.eps) * x_dst
         return self.nn(out)

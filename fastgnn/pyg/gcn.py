@@ -9,7 +9,8 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fastgnn import ops
 from fastgnn.pyg._base import FastLayer, cast, check_features, common_dtype
-from fastgnn.pyg.structure import Edges, Structure, Unsupported, as_edges, cache, resolve
+from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges, cache,
+                                   resolve)
 
 
 def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
@@ -46,8 +47,12 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
             structure = resolve(edges, num_nodes, num_nodes)
             weight = edges.values if edges.is_sparse else edge_weight
             return self._propagate(structure, self.lin(x), edge_weight=weight)
-        if self.cached and self._cached_edge_index is not None:
-            cached_index, cached_values = self._cached_edge_index
+        # PyG keeps a normalised SparseTensor in _cached_adj_t, anything else in
+        # _cached_edge_index as (edge_index or sparse adjacency, weights).
+        is_adj_t = isinstance(edge_index, SparseTensor)
+        hit = self._cached_adj_t if is_adj_t else self._cached_edge_index
+        if self.cached and hit is not None:
+            cached_index, cached_values = (hit, None) if is_adj_t else hit
             cached = as_edges(cached_index)
             structure = resolve(cached, num_nodes, num_nodes)
             values = cached.values if cached.is_sparse else cached_values
@@ -77,15 +82,19 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
 
     def _normalised_sparse(self, edges: Edges, num_nodes: int, dtype: torch.dtype):
         adj_t = edges.source
-        if edges.values.requires_grad:
+        if edges.values is not None and edges.values.requires_grad:
             raise Unsupported("a sparse adjacency whose values require grad")
 
         def build():
-            return gcn_norm(adj_t, None, num_nodes, self.improved, self.add_self_loops,
-                            self.flow, dtype)[0]
+            normalised = gcn_norm(adj_t, None, num_nodes, self.improved, self.add_self_loops,
+                                  self.flow, dtype)
+            # a SparseTensor comes back alone, a torch sparse tensor with weights None
+            return normalised if isinstance(adj_t, SparseTensor) else normalised[0]
         normalised = cache.get(adj_t, ("gcn", num_nodes, self.improved, self.add_self_loops,
                                        dtype), build)
-        if self.cached:
+        if self.cached and isinstance(adj_t, SparseTensor):
+            self._cached_adj_t = normalised
+        elif self.cached:
             self._cached_edge_index = (normalised, None)
         sparse_edges = as_edges(normalised)
         return resolve(sparse_edges, num_nodes, num_nodes), sparse_edges.values

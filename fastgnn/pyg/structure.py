@@ -1,5 +1,5 @@
-"""PyG structure inputs (edge_index, EdgeIndex, torch sparse adjacency, fastgnn.Graph) turned
-into fastgnn Graphs, cached per input object.
+"""PyG structure inputs (edge_index, EdgeIndex, torch sparse adjacency, torch_sparse's
+SparseTensor, fastgnn.Graph) turned into fastgnn Graphs, cached per input object.
 
 A cache entry is keyed by the input's identity (a weak reference, so entries die with their
 input and a recycled address never matches) and stamped with its ``_version``, shape and
@@ -21,6 +21,9 @@ try:  # PyG >= 2.5
     from torch_geometric import EdgeIndex
 except ImportError:  # pragma: no cover
     EdgeIndex = None
+# PyG's SparseTensor is torch_sparse's when that is installed, else a placeholder class that
+# no input is an instance of.
+from torch_geometric.typing import SparseTensor  # noqa: E402
 
 
 def _eager(fn):
@@ -37,6 +40,10 @@ class Unsupported(Exception):
 
 # ---- identity-keyed cache ---------------------------------------------------------------------
 def _stamp(source) -> Tuple:
+    if isinstance(source, SparseTensor):  # its tensors can still be changed in place
+        storage = source.storage
+        return tuple((t._version, tuple(t.shape), t.device) if t is not None else None
+                     for t in (storage.rowptr(), storage.col(), storage.value()))
     if not isinstance(source, torch.Tensor):
         return ()  # a fastgnn.Graph is immutable
     stamp = (source._version, tuple(source.shape), source.device)
@@ -103,13 +110,18 @@ class Edges:
 
 
 def is_sparse_tensor(value) -> bool:
-    return isinstance(value, torch.Tensor) and value.layout in (
-        torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+    """A torch sparse adjacency or a torch_sparse SparseTensor."""
+    return isinstance(value, SparseTensor) or (isinstance(value, torch.Tensor) and value.layout in (
+        torch.sparse_coo, torch.sparse_csr, torch.sparse_csc))
 
 
-def _sparse_edges(adj_t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Edges and values of a transposed adjacency (row = destination, column = source)."""
+def _sparse_edges(adj_t) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Edges and values (None: all ones) of a transposed adjacency (row = destination, column =
+    source)."""
     def build():
+        if isinstance(adj_t, SparseTensor):
+            dst, src, _ = adj_t.coo()
+            return torch.stack([src, dst])
         if adj_t.layout == torch.sparse_coo:
             coalesced = adj_t.coalesce()
             dst, src = coalesced.indices()
@@ -122,6 +134,8 @@ def _sparse_edges(adj_t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         raise Unsupported(f"sparse adjacency layout {adj_t.layout}")
     index = cache.get(adj_t, ("sparse-edges",), build)
     # Values are re-read on every call: they may carry a gradient.
+    if isinstance(adj_t, SparseTensor):
+        return index, adj_t.storage.value()
     if adj_t.layout == torch.sparse_coo:
         return index, adj_t.coalesce().values()
     return index, adj_t.values()
@@ -133,7 +147,7 @@ def as_edges(structure) -> Edges:
     if isinstance(structure, Graph):
         return Edges(structure, None, None, graph=structure)
     if is_sparse_tensor(structure):
-        if structure.layout == torch.sparse_csc:
+        if not isinstance(structure, SparseTensor) and structure.layout == torch.sparse_csc:
             raise Unsupported("sparse CSC adjacency")
         index, values = _sparse_edges(structure)
         return Edges(structure, index, values, is_sparse=True)
