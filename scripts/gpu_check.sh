@@ -50,11 +50,28 @@ step info info.txt python3 -m fastgnn info
 step "C++ runtime shared with torch" cxx_runtime.txt python3 -c \
   "from fastgnn import _native; assert not _native.private_cxx_runtime, 'rebuild: see README'"
 if [ $status -ne 0 ]; then echo "overall: FAIL (stopped after the build checks)" >>"$summary"; cat "$summary"; exit 1; fi
-step "tests (all, GPU included)" tests.log python3 -m pytest -q -rs --junitxml="$report/tests.xml" tests
+run_tests() {  # the suite in three pytest processes sharing the GPU, files dealt by size
+  local files=($(ls -S tests/test_*.py)) rc=0 pids=() group i
+  for group in 0 1 2; do
+    local part=()
+    for i in "${!files[@]}"; do [ $((i % 3)) -eq $group ] && part+=("${files[$i]}"); done
+    python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$report/tests-$group.xml" \
+      "${part[@]}" >"$report/tests-$group.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  cat "$report"/tests-[012].log && rm -f "$report"/tests-[012].log
+  return $rc
+}
+
+# The suite and both sanitizers at once: serially they take longer than a 10-minute slot.
+step "tests (all, GPU included)" tests.log run_tests &
 step "memcheck (gpu and sanitize tests)" memcheck.log compute-sanitizer --tool memcheck \
-  --error-exitcode 1 python3 -m pytest -q -x -m "gpu and sanitize" tests
+  --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and sanitize" tests &
 step "racecheck (gpu and sanitize tests)" racecheck.log compute-sanitizer --tool racecheck \
-  --error-exitcode 1 python3 -m pytest -q -x -m "gpu and sanitize" tests
+  --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and sanitize" tests &
+wait
+grep -q "| FAIL" "$summary" && status=1
 if [ -f scripts/bench.py ]; then
   step "benchmark smoke" bench.log python3 scripts/bench.py --device cuda --quick --out "$report/bench"
 fi
