@@ -18,7 +18,8 @@ import torch
 
 ROW_FIELDS = ("graph", "workload", "level", "width", "heads", "implementation", "kind", "backend",
               "device", "device_name", "threads", "torch", "fastgnn_commit", "date", "fwd_ms",
-              "bwd_ms", "peak_mb", "mem_kind", "check", "status", "error", "nodes", "edges")
+              "bwd_ms", "peak_mb", "mem_kind", "check", "status", "error", "nodes", "edges",
+              "tuned")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 _PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

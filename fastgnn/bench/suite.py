@@ -7,7 +7,6 @@ what it measured.
 """
 from __future__ import annotations
 
-import functools
 import time
 import warnings
 from dataclasses import dataclass
@@ -144,10 +143,14 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
                     edges=bench_graph.stats["edges"])
     for width in opts.widths:
         for name in opts.workloads:
-            case_emit = functools.partial(emit, **on_graph, workload=name,
-                                          level=WORKLOADS[name].level, width=width,
-                                          heads=opts.heads)
             context = Context(bench_graph, width, opts.device, opts.seed, opts.heads)
+
+            def case_emit(context=context, name=name, width=width, **fields):
+                # the kernels the native fastgnn ops tuned on this case's graph
+                native = fields.get("backend") == "native" and context.has("graph")
+                tuned = context.graph.tuned_choices() if native else {}
+                emit(**on_graph, workload=name, level=WORKLOADS[name].level, width=width,
+                     heads=opts.heads, tuned=tuned or None, **fields)
             case = _build(name, context, case_emit)
             if case is not None:
                 run_case(case, opts, case_emit)

@@ -83,6 +83,10 @@ class Context:
     def small(self) -> bool:
         return self.graph.num_edges * self.width <= SMALL_EDGE_ELEMENTS.get(self.device.type, 0)
 
+    def has(self, key) -> bool:
+        """Whether ``cached`` has built ``key`` already."""
+        return key in self._cache
+
     def cached(self, key, build):
         """``build()`` once per context (graph conversions shared by implementations)."""
         if key not in self._cache:
