@@ -1,4 +1,4 @@
-// Dot-product (Graph Transformer) backward kernels of the fused attention (see attention_kernels.cuh).
+// Graph Transformer (dot-product) backward kernels of the fused attention.
 #include "cuda/attention_kernels.cuh"
 
 namespace fastgnn {

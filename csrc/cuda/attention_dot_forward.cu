@@ -1,4 +1,4 @@
-// Dot-product (Graph Transformer) forward kernels of the fused attention (see attention_kernels.cuh).
+// Graph Transformer (dot-product) forward kernels of the fused attention.
 #include "cuda/attention_kernels.cuh"
 
 namespace fastgnn {

@@ -88,7 +88,8 @@ at::Tensor minmax_aggregate_backward_cuda(const at::Tensor& arg, const at::Tenso
   const c10::cuda::CUDAGuard guard(grad_out.device());
   TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes() && arg.is_cuda() &&
                   grad_out.is_cuda(),
-              "minmax_aggregate_backward: grad_out and arg must be [T, F] GPU tensors of one shape");
+              "minmax_aggregate_backward: grad_out and arg must be [T, F] GPU tensors of one "
+              "shape");
   TORCH_CHECK(arg.scalar_type() == at::kInt || arg.scalar_type() == at::kLong,
               "minmax_aggregate_backward: arg must be int32 or int64");
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");

@@ -181,9 +181,9 @@ void run(Entry& entry, const at::Tensor& rowptr, const at::Tensor& col, const at
   }
   void* workspace = entry.workspace.data_ptr();
   const bool wants_preprocess = alg == CUSPARSE_SPMM_CSR_ALG1;
-  if (wants_preprocess && (entry.prepared_algo != algo || entry.prepared_for[0] != rowptr.data_ptr() ||
-                           entry.prepared_for[1] != col.data_ptr() ||
-                           entry.prepared_for[2] != workspace)) {
+  if (wants_preprocess &&
+      (entry.prepared_algo != algo || entry.prepared_for[0] != rowptr.data_ptr() ||
+       entry.prepared_for[1] != col.data_ptr() || entry.prepared_for[2] != workspace)) {
     check(cusparseSpMM_preprocess(handle, op, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha,
                                   entry.matrix, entry.input, beta, entry.output, compute, alg,
                                   workspace),
