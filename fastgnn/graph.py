@@ -185,13 +185,6 @@ class Graph:
             self._derived[key] = value
         return value
 
-    def tuned_choices(self) -> Dict[str, str]:
-        """The launch choices tuned on this graph so far, as ``"op/width/dtype": choice``."""
-        return {f"{op}/{width}/{str(dtype).replace('torch.', '')}": choice
-                for key, choice in self._derived.items()
-                if isinstance(key, tuple) and key[0] == "tuned"
-                for op, width, dtype in [key[1:4]]}
-
     @property
     def row(self) -> torch.Tensor:
         """Destination of each CSR edge (the expanded row pointers)."""

@@ -21,6 +21,7 @@ _memory: Dict[str, str] = {}
 _loaded_disk = False
 _lock = threading.Lock()
 WARMUP, REPEATS = 2, 7
+_TUNED = "tuned choices"  # the Graph.cached key of a graph's {(op, width, dtype, device): name}
 
 
 def enabled() -> bool:
@@ -141,7 +142,17 @@ def choose(op: str, graph, width: int, dtype: torch.dtype, device,
 
     if not can_time(device):  # a fallback default must not be remembered
         return decide()
-    return graph.cached(("tuned", op, width, dtype, device), decide)
+    memo = graph.cached(_TUNED, dict)
+    key = (op, width, dtype, device)
+    if key not in memo:
+        memo[key] = decide()
+    return memo[key]
+
+
+def choices(graph) -> Dict[str, str]:
+    """The choices made on ``graph`` so far, as ``"op/width/dtype": choice`` (bench rows)."""
+    return {f"{op}/{width}/{str(dtype).replace('torch.', '')}": choice
+            for (op, width, dtype, _), choice in graph.cached(_TUNED, dict).items()}
 
 
 def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device,

@@ -92,7 +92,7 @@ def test_choice_is_remembered_on_the_graph_and_candidates_built_once(fresh_cache
     for _ in range(3):
         assert tuning.choose("op", graph, 8, torch.float32, "cpu", candidates, "a") == first
     assert builds == [1]
-    assert graph.tuned_choices() == {"op/8/float32": first}  # what bench rows record
+    assert tuning.choices(graph) == {"op/8/float32": first}  # what bench rows record
 
 
 def test_measure_returns_median_ms():

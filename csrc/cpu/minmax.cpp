@@ -12,9 +12,6 @@ namespace fastgnn {
 namespace cpu {
 namespace {
 
-template <typename scalar_t>
-using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-
 // Whether v replaces the running best b. Edges arrive in ascending source order, so a strict
 // comparison keeps the smallest source among ties. NaN beats every number and, once held, is
 // never replaced: !(v >= b) is true for v NaN, and b == b is false for b NaN.

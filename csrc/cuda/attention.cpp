@@ -17,8 +17,6 @@ bool aligned16(const at::Tensor& t) {
   return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-
 // Inputs made contiguous (kept alive here) and the parameters the kernels read.
 struct Prepared {
   at::Tensor a, b, c, edge, edge_perm;
@@ -66,11 +64,11 @@ Prepared prepare(AttentionKind kind, const at::Tensor& rowptr, const at::Tensor&
   r.acc = acc_type(b);
   r.p.kind = kind;
   r.p.type = float_type(b);
-  r.p.edge_perm = ptr_or_null(r.edge_perm);
+  r.p.edge_perm = data_or_null(r.edge_perm);
   r.p.a = r.a.data_ptr();
   r.p.b = r.b.data_ptr();
   r.p.c = r.c.data_ptr();
-  r.p.edge = ptr_or_null(r.edge);
+  r.p.edge = data_or_null(r.edge);
   r.p.coef = coef;
   r.p.heads = heads;
   r.p.dim = dim;

@@ -35,6 +35,12 @@ inline at::ScalarType acc_type(const at::Tensor& features) {
   return features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// Raw pointer of a tensor the kernels may go without (null when absent or undefined).
+inline const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+inline const void* data_or_null(const c10::optional<at::Tensor>& t) {
+  return t.has_value() ? data_or_null(*t) : nullptr;
+}
+
 inline cudaStream_t stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 
 }  // namespace cuda

@@ -14,10 +14,6 @@ constexpr int64_t kFirstCusparseAlgo = 16;
 constexpr int64_t kLastCusparseAlgo = 17;
 constexpr int64_t kOwnAlgoMask = 0xff;  // higher bits carry the backward's choice
 
-const void* optional_ptr(const c10::optional<at::Tensor>& t) {
-  return t.has_value() ? t->data_ptr() : nullptr;
-}
-
 at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const c10::optional<at::Tensor>& value, const at::Tensor& x,
                      const c10::optional<at::Tensor>& t_rowptr,
@@ -85,7 +81,7 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   const auto kernel = static_cast<CsrKernel>(algo);
   if (!transpose || cached_t) {
-    spmm_csr(float_type(x), walk, use_t_value ? t_value->data_ptr() : optional_ptr(value),
+    spmm_csr(float_type(x), walk, use_t_value ? t_value->data_ptr() : data_or_null(value),
              cached_t && !use_t_value ? t_perm->data_ptr() : nullptr, xc.data_ptr(),
              out.data_ptr(), width, kernel, stream());
     return out;
@@ -93,7 +89,7 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   at::globalContext().alertNotDeterministic(
       "fastgnn spmm backward without a cached transpose (Graph(cache_transpose=False))");
   auto acc = at::zeros({num_out, width}, x.options().dtype(acc_type(x)));
-  spmm_csr_transposed_atomic(float_type(x), csr, optional_ptr(value), xc.data_ptr(),
+  spmm_csr_transposed_atomic(float_type(x), csr, data_or_null(value), xc.data_ptr(),
                              acc.data_ptr(), width, stream());
   return acc.scalar_type() == x.scalar_type() ? acc : acc.to(x.scalar_type());
 }

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fastgnn import datasets
+from fastgnn import datasets, tuning
 from fastgnn.bench import graphs as graph_specs
 from fastgnn.bench import measure, report
 from fastgnn.bench.workloads import WORKLOADS, Case, Context, Implementation
@@ -148,7 +148,7 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
             def case_emit(context=context, name=name, width=width, **fields):
                 # the kernels the native fastgnn ops tuned on this case's graph
                 native = fields.get("backend") == "native" and context.has("graph")
-                tuned = context.graph.tuned_choices() if native else {}
+                tuned = tuning.choices(context.graph) if native else {}
                 emit(**on_graph, workload=name, level=WORKLOADS[name].level, width=width,
                      heads=opts.heads, tuned=tuned or None, **fields)
             case = _build(name, context, case_emit)
