@@ -102,8 +102,11 @@ def measure(fn: Callable[[], object], device: torch.device, warmup: int = WARMUP
     """Median milliseconds of ``fn`` over ``repeats`` runs after ``warmup`` runs."""
     for _ in range(warmup):
         fn()
-    times = sorted(time_once(fn, device) for _ in range(repeats))
-    return times[len(times) // 2]
+    return _median([time_once(fn, device) for _ in range(repeats)])
+
+
+def _median(times) -> float:
+    return sorted(times)[len(times) // 2]
 
 
 def _race(candidates: Mapping[str, Callable[[], object]], device: torch.device) -> Dict[str, float]:
@@ -121,7 +124,7 @@ def _race(candidates: Mapping[str, Callable[[], object]], device: torch.device) 
     for _ in range(REPEATS):
         for name, fn in runnable.items():
             samples[name].append(time_once(fn, device))
-    return {name: sorted(times)[len(times) // 2] for name, times in samples.items()}
+    return {name: _median(times) for name, times in samples.items()}
 
 
 def choose(op: str, graph, width: int, dtype: torch.dtype, device,

@@ -2,7 +2,9 @@
 comparison of outputs and gradients."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 
 import torch
 
@@ -82,3 +84,12 @@ def assert_same(stock, fast, args, rtol=RTOL, atol=ATOL, seed=0):
             torch.testing.assert_close(params_f[name].grad, p.grad, rtol=rtol, atol=atol,
                                        msg=lambda m: f"{name}: {m}")
     return out_s
+
+
+@contextlib.contextmanager
+def fused_only():
+    """Turns a FallbackWarning into an error: the layer must take its fused path."""
+    from fastgnn.pyg import FallbackWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        yield

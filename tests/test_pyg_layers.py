@@ -15,7 +15,8 @@ import fastgnn  # noqa: E402
 import fastgnn.pyg as fpyg  # noqa: E402
 from fastgnn.pyg import _base  # noqa: E402
 from conftest import devices, load_dataset, random_edge_index  # noqa: E402
-from pyg_cases import assert_same, edge_extra, features, make_pair, to_device  # noqa: E402
+from pyg_cases import (assert_same, edge_extra, features, fused_only, make_pair,  # noqa: E402
+                       to_device)
 
 IN, OUT, DST_IN = 8, 6, 5
 
@@ -101,8 +102,7 @@ def test_random_directed(case, train, device):
     if extra is not None:
         args += (edge_extra(extra, ei.size(1)),)
     args = to_device(args, device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         assert_same(stock, fast, args)
         assert_same(stock, fast, args, seed=1)  # second call: cached structures
 
@@ -124,8 +124,7 @@ def test_random_bipartite(case, train, more_dst, device):
     if extra is not None:
         args += (edge_extra(extra, ei.size(1)),)
     args = to_device(args, device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         assert_same(stock, fast, args)
 
 
@@ -189,9 +188,8 @@ def test_torch_sparse_adjacency(name, layout):
     ei = torch.unique(random_edge_index(40, 40, 200, seed=5), dim=1)
     adj = _adj_t(ei, 40, 40, layout)
     stock, fast = make_pair(_build(factory, IN))
-    with warnings.catch_warnings():
+    with fused_only():
         warnings.filterwarnings("ignore", message="Converting sparse tensor")
-        warnings.simplefilter("error", fpyg.FallbackWarning)
         assert_same(stock, fast, (features(40, 40, IN, False), adj))
 
 
@@ -211,8 +209,7 @@ def test_torch_sparse_sparse_tensor(name, weighted):
         else None
     adj_t = torch_sparse.SparseTensor(row=ei[1], col=ei[0], value=value, sparse_sizes=(40, 40))
     stock, fast = make_pair(_build(factory, IN))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         assert_same(stock, fast, (features(40, 40, IN, False), adj_t))
         assert_same(stock, fast, (features(40, 40, IN, False, seed=1), adj_t))  # cached
     if name == "gcn-cached":
@@ -246,8 +243,7 @@ def test_edge_index_object_and_graph(name):
     stock, fast = make_pair(_build(factory, IN))
     expected = stock(x, ei, *extra_value)
     graph = fastgnn.Graph.from_edge_index(ei, num_nodes=50)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         got_index = fast(x, EdgeIndex(ei, sparse_size=(50, 50)), *extra_value)
         got_graph = fast(x, graph, *extra_value)
     torch.testing.assert_close(got_index, expected, rtol=1e-4, atol=1e-5)
@@ -260,8 +256,7 @@ def test_bipartite_without_destination_features(name):
     ei = random_edge_index(30, 20, 100, seed=20)
     stock, fast = make_pair(_build(factory, IN))
     args = ((torch.randn(30, IN), None), ei)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         torch.testing.assert_close(fast(*args, size=(30, 20)), stock(*args, size=(30, 20)))
 
 
@@ -342,8 +337,7 @@ def test_fallback_warns_once_and_matches(layer_cls):
     expected, (index_s, alpha_s) = stock(x, ei, return_attention_weights=True)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(alpha, alpha_s)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         fast(x, ei, return_attention_weights=True)  # no second warning
 
 
@@ -458,8 +452,7 @@ def test_torch_compile(name, device):
         () if extra is None else (edge_extra(extra, ei.size(1)),)), device)
     torch._dynamo.reset()
     compiled = torch.compile(fast, backend="aot_eager")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", fpyg.FallbackWarning)
+    with fused_only():
         for _ in range(2):
             torch.testing.assert_close(compiled(*args), stock(*args), rtol=1e-4, atol=1e-5)
 
