@@ -17,4 +17,21 @@ struct CsrView {
   bool index64;
 };
 
+// The work list of the load-balanced CUDA kernels (SpMM, min/max) over one CSR, index arrays
+// in the CSR's index type: item t covers edges [item_start[t], min(item_start[t] + chunk,
+// rowptr[item_row[t] + 1])). A row of one item has item_slot -1 and is written directly; the
+// k-th row of several items, split_row[k], has its partial results in slots
+// [split_first[k], split_first[k + 1]).
+struct SplitWorkView {
+  const void* item_row;
+  const void* item_start;
+  const void* item_slot;
+  const void* split_row;
+  const void* split_first;
+  int64_t items;
+  int64_t split_rows;
+  int64_t slots;
+  int64_t chunk;
+};
+
 }  // namespace fastgnn

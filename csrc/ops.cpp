@@ -17,7 +17,7 @@ TORCH_LIBRARY(fastgnn, m) {
   // product uses the device's fallback. t_value optionally holds value already in transposed
   // order (value[t_perm], cached per graph by the caller) to spare the per-edge indirection. num_out is the number of output rows. graph_key names
   // the owning fastgnn.Graph for per-graph device caches (0: none); algo is the tuner's pick.
-  // algo: bits 0-7 pick this call's kernel (0-3 ours, 16-19 cuSPARSE; see
+  // algo: bits 0-7 pick this call's kernel (0-6 ours, 16-17 cuSPARSE; see
   // fastgnn/ops/spmm.py ALGOS), bits 8-15 carry the backward's pick for the autograd formula.
   m.def("spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor? t_rowptr, "
         "Tensor? t_col, Tensor? t_perm, Tensor? t_value, int num_out, bool transpose, int graph_key, "
@@ -39,12 +39,14 @@ TORCH_LIBRARY(fastgnn, m) {
   // NaN wins (the first NaN source), rows without edges get out 0 and arg -1. arg has col's
   // dtype. GPU only: light_rows/heavy_rows split the rows by degree (both absent: every row
   // takes the light path), max_degree bounds the heavy rows' degree, config packs the tuner's
-  // launch choice (warps per block in bits 0-7, edges per heavy block above; 0: defaults).
+  // launch choice (warps per block in bits 0-7, edges per heavy block in bits 8-31; 0:
+  // defaults; bits 32-47: the edges per work item of the load-balanced path, which then does
+  // every row, its work list cached per graph_key, 0: built for the call).
   // t_rowptr/t_col (the transposed CSR) are not read here: they are passed through so that
   // autograd keeps them for a deterministic GPU backward.
   m.def("minmax_aggregate(Tensor rowptr, Tensor col, Tensor x, bool is_max, Tensor? light_rows, "
-        "Tensor? heavy_rows, int max_degree, int config, Tensor? t_rowptr, Tensor? t_col) "
-        "-> (Tensor, Tensor)");
+        "Tensor? heavy_rows, int max_degree, int config, Tensor? t_rowptr, Tensor? t_col, "
+        "int graph_key=0) -> (Tensor, Tensor)");
   // grad_x[arg[i, f], f] += grad_out[i, f] (arg -1: nothing), grad_x with num_src rows. With
   // the transposed CSR the GPU pulls per source (deterministic); without it, it uses atomics.
   m.def("minmax_aggregate_backward(Tensor arg, Tensor grad_out, int num_src, Tensor? t_rowptr, "

@@ -143,13 +143,14 @@ def choose(op: str, graph, width: int, dtype: torch.dtype, device,
         return _decide(op, graph, width, dtype, device,
                        candidates() if callable(candidates) else candidates, default)
 
-    if not can_time(device):  # a fallback default must not be remembered
-        return decide()
     memo = graph.cached(_TUNED, dict)
     key = (op, width, dtype, device)
-    if key not in memo:
-        memo[key] = decide()
-    return memo[key]
+    choice = memo.get(key)
+    if choice is None:
+        choice = decide()
+        if can_time(device):  # a fallback default must not be remembered
+            memo[key] = choice
+    return choice
 
 
 def choices(graph) -> Dict[str, str]:

@@ -213,6 +213,52 @@ def test_every_registered_workload_builds():
         assert case.implementations and all(i.forward or i.skip for i in case.implementations), name
 
 
+# ---- timing ------------------------------------------------------------------------------------
+class _Square(torch.autograd.Function):
+    """x * x, counting its forwards and backwards; saves x, so a second backward through one
+    graph needs ``retain_graph``."""
+    forwards = backwards = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        _Square.forwards += 1
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        _Square.backwards += 1
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+def test_batch_is_ten_on_cuda_one_on_cpu():
+    assert measure.BATCH == 10
+    assert measure._batch(torch.device("cuda")) == measure.BATCH
+    assert measure._batch(torch.device("cpu")) == 1
+
+
+@pytest.mark.parametrize("warmup,repeats,batch", [(2, 3, 4), (0, 1, 1)])
+def test_timing_runs_warmup_then_repeats_batches(monkeypatch, warmup, repeats, batch):
+    monkeypatch.setattr(measure, "_batch", lambda device: batch)
+    monkeypatch.setattr(_Square, "forwards", 0)
+    monkeypatch.setattr(_Square, "backwards", 0)
+    cpu = torch.device("cpu")
+    x = torch.randn(5, requires_grad=True)
+
+    ms = measure.time_forward(lambda: _Square.apply(x), cpu, warmup, repeats)
+    assert ms > 0 and _Square.forwards == warmup + repeats * batch and _Square.backwards == 0
+
+    _Square.forwards = 0
+    ms = measure.time_backward(lambda: _Square.apply(x), [x], torch.ones(5), cpu, warmup,
+                               repeats)
+    # one forward per warmup call and per sample; every sample differentiates its graph
+    # `batch` times
+    assert ms > 0 and _Square.backwards == warmup + repeats * batch
+    assert _Square.forwards == warmup + repeats
+    assert x.grad is None  # torch.autograd.grad leaves .grad alone
+
+
 # ---- README section ----------------------------------------------------------------------------
 def test_replace_section_only_between_markers(tmp_path):
     path = tmp_path / "README.md"

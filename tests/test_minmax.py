@@ -234,10 +234,12 @@ def test_opcheck(device):
     if device == "cuda":
         _, light, heavy = g.degree_buckets(0.9)
         plans.append((light, heavy, g.max_in_degree, minmax.encode_config(4, 32)))
+        plans.append((None, None, 0, minmax.encode_config(4, 0, split_chunk=8)))
     for plan in plans:
         for is_max in (False, True):
             torch.library.opcheck(OP, (g.rowptr, g.col, x, is_max, *plan, None, None))
-            torch.library.opcheck(OP, (g.rowptr, g.col, x, is_max, *plan, t_rowptr, t_col))
+            torch.library.opcheck(OP, (g.rowptr, g.col, x, is_max, *plan, t_rowptr, t_col,
+                                       g.key))
     _, arg = OP(g.rowptr, g.col, x.detach(), True, None, None, 0, 0, None, None)
     grad = torch.randn(arg.shape, device=device)
     torch.library.opcheck(BACKWARD_OP, (arg, grad, 30, None, None))

@@ -272,6 +272,38 @@ def test_every_cuda_kernel(graph_case, name, width, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", [n for n in ALGOS if n.startswith("csr_split")])
+@pytest.mark.parametrize("width", [1, 3, 64, 130, 512])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_split_kernels_on_heavy_rows(name, width, dtype):
+    """Rows cut into many items both ways: a destination with 3000 in-edges and a source with
+    2500 out-edges (duplicates included), beside empty rows; bitwise repeatable."""
+    gen = torch.Generator().manual_seed(21)
+    src = torch.cat([torch.randint(0, 200, (3000,), generator=gen), torch.full((2500,), 7),
+                     torch.randint(0, 200, (1500,), generator=gen)])
+    dst = torch.cat([torch.zeros(3000, dtype=torch.long),
+                     torch.randint(0, 150, (2500,), generator=gen),
+                     torch.randint(0, 150, (1500,), generator=gen)])
+    g = fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=220).to("cuda")
+    value = g.norm_values("both", dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    tol = {torch.float16: 2e-2}.get(dtype, 1e-5)
+    gc.collect()
+    before = torch.ops.fastgnn.graph_cache_size()
+    A = _dense(g, value)
+    x = torch.randn(g.num_src_nodes, width, device="cuda").to(dtype)
+    out = _direct(g, value, x, ALGOS[name])
+    torch.testing.assert_close(out.double(), A @ x.double(), rtol=tol, atol=tol)
+    assert torch.equal(out, _direct(g, value, x, ALGOS[name]))
+    for mode in ("cached", "cached_values"):
+        grad = _direct(g, value, x, ALGOS[name], transposed=mode)
+        torch.testing.assert_close(grad.double(), A.t() @ x.double(), rtol=tol, atol=tol)
+    assert torch.ops.fastgnn.graph_cache_size() == before + 2  # the two work lists
+    del g
+    gc.collect()
+    assert torch.ops.fastgnn.graph_cache_size() == before
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("norm", NORMS)
 def test_half_precision_cuda(graph_case, dtype, norm):

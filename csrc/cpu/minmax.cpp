@@ -184,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*max_degree*/,
     int64_t /*config*/, const c10::optional<at::Tensor>& /*t_rowptr*/,
-    const c10::optional<at::Tensor>& /*t_col*/) {
+    const c10::optional<at::Tensor>& /*t_col*/, int64_t /*graph_key*/) {
   check_csr(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2, "minmax_aggregate: x must be 2-D [num_src, F], got ", x.dim(), " dims");
   const int64_t rows = rowptr.numel() - 1, width = x.size(1);

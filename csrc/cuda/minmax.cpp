@@ -5,6 +5,7 @@
 
 #include "cuda/glue.h"
 #include "cuda/minmax_kernels.h"
+#include "cuda/spmm_split_work.h"
 
 namespace fastgnn {
 namespace cuda {
@@ -13,19 +14,21 @@ namespace {
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultEdgesPerBlock = 128;
 
-// The tuner's config int: warps per block in bits 0-7, edges per heavy block above.
+// The tuner's config int: warps per block in bits 0-7, edges per heavy block in bits 8-31,
+// edges per work item of the load-balanced path in bits 32-47 (0: degree buckets instead).
 struct LaunchConfig {
   int warps;
   int edges_per_block;
+  int64_t split_chunk;
 };
 
 LaunchConfig decode(int64_t config) {
   TORCH_CHECK(config >= 0, "minmax_aggregate: config must be non-negative, got ", config);
-  const int64_t warps = config & 0xff, edges = config >> 8;
-  TORCH_CHECK(warps <= 32 && edges <= std::numeric_limits<int>::max(),
-              "minmax_aggregate: config asks for ", warps, " warps and ", edges,
-              " edges per block (at most 32 warps)");
-  return {warps ? int(warps) : kDefaultWarps, edges ? int(edges) : kDefaultEdgesPerBlock};
+  const int64_t warps = config & 0xff, edges = (config >> 8) & 0xffffff;
+  const int64_t chunk = config >> 32;
+  TORCH_CHECK(warps <= 32 && chunk <= 0xffff, "minmax_aggregate: config asks for ", warps,
+              " warps and ", chunk, " edges per item (at most 32 warps and 65535 edges)");
+  return {warps ? int(warps) : kDefaultWarps, edges ? int(edges) : kDefaultEdgesPerBlock, chunk};
 }
 
 void check_rows(const at::Tensor& rows, const at::Tensor& col, const char* name) {
@@ -38,7 +41,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, bool is_max,
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
     int64_t max_degree, int64_t config, const c10::optional<at::Tensor>& /*t_rowptr*/,
-    const c10::optional<at::Tensor>& /*t_col*/) {
+    const c10::optional<at::Tensor>& /*t_col*/, int64_t graph_key) {
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2 && x.is_cuda(),
@@ -50,6 +53,15 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
   auto arg = at::empty({csr.rows, width}, x.options().dtype(col.scalar_type()));
   if (csr.rows == 0 || width == 0) return {out, arg};
   const FloatType type = float_type(x);
+  if (launch.split_chunk > 0) {
+    const auto work = split_work(rowptr, graph_key, 0, launch.split_chunk);
+    auto part_value = at::empty({work->slots, width}, x.options());
+    auto part_arg = at::empty({work->slots, width}, arg.options());
+    minmax_split(type, csr, work->view(), xc.data_ptr(), out.data_ptr(), arg.data_ptr(),
+                 part_value.data_ptr(), part_arg.data_ptr(), width, is_max, launch.warps,
+                 stream());
+    return {out, arg};
+  }
   // Packed words hold a float32 key and a 32-bit source: other inputs take the light path.
   const bool split = heavy_rows.has_value() && heavy_rows->numel() > 0 &&
                      type != FloatType::kDouble &&

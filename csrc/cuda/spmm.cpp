@@ -1,10 +1,11 @@
 // Torch-facing glue of the CUDA SpMM family: checks, stream, allocation, and the dispatch of
-// the tuner's algo (ours: 0-3, cuSPARSE: 16-19) to a kernel.
+// the tuner's algo (ours: 0-6, cuSPARSE: 16-17) to a kernel.
 #include <torch/library.h>
 
 #include "cuda/glue.h"
 #include "cuda/spmm_cusparse.h"
 #include "cuda/spmm_kernels.h"
+#include "cuda/spmm_split_work.h"
 
 namespace fastgnn {
 namespace cuda {
@@ -50,7 +51,8 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                 "spmm: t_value must match value in dtype, size and device");
   const int64_t algo = algo_bits & kOwnAlgoMask;
   const bool use_cusparse = algo >= kFirstCusparseAlgo && algo <= kLastCusparseAlgo;
-  TORCH_CHECK(use_cusparse || algo <= int64_t(CsrKernel::kBlock), "spmm: unknown algo ", algo);
+  TORCH_CHECK(use_cusparse || algo <= int64_t(CsrKernel::kSplitLast), "spmm: unknown algo ",
+              algo);
   auto xc = x.contiguous();
   const int64_t width = x.size(1);
   auto out = at::empty({num_out, width}, x.options());
@@ -81,9 +83,18 @@ at::Tensor spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   const auto kernel = static_cast<CsrKernel>(algo);
   if (!transpose || cached_t) {
-    spmm_csr(float_type(x), walk, use_t_value ? t_value->data_ptr() : data_or_null(value),
-             cached_t && !use_t_value ? t_perm->data_ptr() : nullptr, xc.data_ptr(),
-             out.data_ptr(), width, kernel, stream());
+    const void* walk_value = use_t_value ? t_value->data_ptr() : data_or_null(value);
+    const void* walk_perm = cached_t && !use_t_value ? t_perm->data_ptr() : nullptr;
+    if (algo >= int64_t(CsrKernel::kSplitFirst)) {
+      const int64_t chunk = int64_t(64) << (2 * (algo - int64_t(CsrKernel::kSplitFirst)));
+      const auto work = split_work(cached_t ? *t_rowptr : rowptr, graph_key, cached_t, chunk);
+      auto partial = at::empty({work->slots * width}, x.options().dtype(acc_type(x)));
+      spmm_csr_split(float_type(x), walk, walk_value, walk_perm, xc.data_ptr(), out.data_ptr(),
+                     partial.data_ptr(), work->view(), width, stream());
+      return out;
+    }
+    spmm_csr(float_type(x), walk, walk_value, walk_perm, xc.data_ptr(), out.data_ptr(), width,
+             kernel, stream());
     return out;
   }
   at::globalContext().alertNotDeterministic(

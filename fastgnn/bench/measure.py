@@ -1,9 +1,15 @@
 """Measuring one implementation: correctness against an expected result, forward and backward
 time, peak memory, and failures turned into statuses.
 
-Times are medians of ``repeats`` runs after ``warmup`` runs, each run timed by
-``fastgnn.tuning.time_once`` (CUDA events on GPU, perf_counter on CPU). The backward time is
-the autograd backward from a fixed output gradient, its forward run outside the timed region.
+Times are steady-state throughput, as a training loop sees it: after ``warmup`` untimed calls,
+``repeats`` samples are taken and the median sample is kept. On CUDA a sample is one batch of
+``BATCH`` (10) back-to-back calls between two CUDA events, divided by ``BATCH``: the CPU
+launches ahead of the GPU, so per-call Python overhead shows only where it exceeds the GPU
+time of a call. On CPU a sample is one call timed by ``time.perf_counter`` (the CPU baselines
+take seconds a call, and there is no launch queue to fill). The device is synchronized before
+each sample starts, so samples are independent. The backward time is that of
+``torch.autograd.grad`` from a fixed output gradient with ``retain_graph=True``: each sample
+runs one forward outside the timed region and differentiates that one graph ``BATCH`` times.
 Peak memory is the growth above what was allocated before one forward+backward step:
 ``torch.cuda.max_memory_allocated`` on GPU, the process's resident-set growth on CPU (sampled
 in a thread after returning freed heap pages to the system).
@@ -23,6 +29,7 @@ from fastgnn.tuning import time_once
 
 Forward = Callable[[], torch.Tensor]
 MB = 1024.0 * 1024.0
+BATCH = 10  # back-to-back calls per timed sample on CUDA
 MEM_CUDA = "cuda_max_allocated"
 MEM_CPU = "cpu_rss_growth"
 
@@ -69,9 +76,10 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gradients(output: torch.Tensor, inputs: Sequence[torch.Tensor],
-              grad_output: torch.Tensor) -> List[Optional[torch.Tensor]]:
-    return list(torch.autograd.grad(output, list(inputs), grad_output, allow_unused=True))
+def gradients(output: torch.Tensor, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
+              retain_graph: bool = False) -> List[Optional[torch.Tensor]]:
+    return list(torch.autograd.grad(output, list(inputs), grad_output,
+                                    retain_graph=retain_graph, allow_unused=True))
 
 
 def expected_result(forward: Forward, inputs: Sequence[torch.Tensor],
@@ -122,21 +130,49 @@ def _median(times: List[float]) -> float:
     return times[len(times) // 2]
 
 
-def time_forward(forward: Forward, device: torch.device, warmup: int, repeats: int) -> float:
+def _batch(device: torch.device) -> int:
+    """Calls per timed sample: ``BATCH`` on CUDA, one on CPU."""
+    return BATCH if device.type == "cuda" else 1
+
+
+def _time_calls(run: Callable[[], object], count: int, device: torch.device) -> float:
+    """Milliseconds per call of ``count`` back-to-back calls of ``run``, the device idle at
+    the start. Each result is dropped as soon as the call returns."""
+    def calls() -> None:
+        for _ in range(count):
+            run()
+
+    sync(device)
+    return time_once(calls, device) / count
+
+
+def _time_batches(prepare: Callable[[], Callable[[], object]], device: torch.device,
+                  warmup: int, repeats: int) -> float:
+    """Median of ``repeats`` samples of :func:`_time_calls`, after ``warmup`` untimed calls.
+
+    ``prepare()`` runs outside the timed region, once per sample and once per warmup call; it
+    returns the call to time (the forward itself, or a backward through a fresh graph)."""
     for _ in range(warmup):
-        forward()
-    return _median([time_once(forward, device) for _ in range(repeats)])
+        prepare()()
+    samples = []
+    for _ in range(repeats):
+        run = prepare()
+        samples.append(_time_calls(run, _batch(device), device))
+        del run  # frees the sample's graph before the next forward
+    return _median(samples)
+
+
+def time_forward(forward: Forward, device: torch.device, warmup: int, repeats: int) -> float:
+    return _time_batches(lambda: forward, device, warmup, repeats)
 
 
 def time_backward(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
                   device: torch.device, warmup: int, repeats: int) -> float:
-    def one_run() -> float:
+    def prepare() -> Callable[[], object]:
         output = forward()
-        return time_once(lambda: gradients(output, inputs, grad_output), device)
+        return lambda: gradients(output, inputs, grad_output, retain_graph=True)
 
-    for _ in range(warmup):
-        one_run()
-    return _median([one_run() for _ in range(repeats)])
+    return _time_batches(prepare, device, warmup, repeats)
 
 
 # ---- memory ------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ for max), so one atomic keeps the extreme value and, among ties, the smallest so
 packed scratch borrows the output's memory when it fits. The quantile, warps per block and
 edges per heavy block are timed once per (graph, width, dtype) by ``fastgnn.tuning``; float64
 and more than 2^31 - 1 sources take the light kernel only.
+A third kind of plan cuts every row into work items of at most 64 or 256 edges (the work
+list shared with the SpMM kernels, cached per graph): items of one row leave their winners in
+a scratch and a second kernel merges them in item order, so no row holds a warp for its
+whole degree and the result (ties included) is the light path's.
 The GPU backward uses atomics, except under ``torch.use_deterministic_algorithms(True)``,
 where it pulls per source through the cached transposed CSR (deterministic, slower).
 """
@@ -31,6 +35,7 @@ _INT32_MAX = 2**31 - 1
 _QUANTILES = (0.99, 0.999)
 _WARPS = (1, 4, 16)
 _EDGES_PER_BLOCK = (32, 128, 512)
+_SPLIT_CHUNKS = (64, 256)
 _DEFAULT_WARPS, _DEFAULT_EDGES_PER_BLOCK, _DEFAULT_QUANTILE = 4, 128, 0.99
 
 # (light_rows, heavy_rows, max_degree, config): the launch arguments of the native op.
@@ -38,9 +43,10 @@ Plan = Tuple[Optional[torch.Tensor], Optional[torch.Tensor], int, int]
 _ALL_LIGHT: Plan = (None, None, 0, 0)
 
 
-def encode_config(warps: int, edges_per_block: int) -> int:
-    """The op's ``config`` int: warps per block in bits 0-7, edges per heavy block above."""
-    return warps | (edges_per_block << 8)
+def encode_config(warps: int, edges_per_block: int, split_chunk: int = 0) -> int:
+    """The op's ``config`` int: warps per block in bits 0-7, edges per heavy block in bits
+    8-31, edges per work item of the load-balanced path in bits 32-47 (0: not taken)."""
+    return warps | (edges_per_block << 8) | (split_chunk << 32)
 
 
 def _heavy_allowed(g: Graph, x: torch.Tensor) -> bool:
@@ -63,6 +69,8 @@ def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
 
 def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
+    plans.update({f"split{chunk}-w{w}": (None, None, 0, encode_config(w, 0, chunk))
+                  for chunk in _SPLIT_CHUNKS for w in _WARPS})
     default = _plan_name(None, _DEFAULT_WARPS)
     if not heavy_allowed:
         return plans, default
@@ -86,7 +94,8 @@ def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool) -> Plan:
     def runner(plan: Plan):
         def run():
             with torch.no_grad():
-                torch.ops.fastgnn.minmax_aggregate(g.rowptr, g.col, x, is_max, *plan, None, None)
+                torch.ops.fastgnn.minmax_aggregate(g.rowptr, g.col, x, is_max, *plan, None, None,
+                                                   g.key)
         return run
 
     name = tuning.choose("minmax_aggregate", g, x.shape[1], x.dtype, x.device,
@@ -103,13 +112,14 @@ def native_aggregate(g: Graph, x: torch.Tensor, reduce: str) -> torch.Tensor:
     if (x.device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
             and wants_grad(x)):
         transposed = g.transpose()[:2]
-    out, _ = _minmax(g.rowptr, g.col, flat, is_max, *_choose_plan(g, flat, is_max), *transposed)
+    out, _ = _minmax(g.rowptr, g.col, flat, is_max, *_choose_plan(g, flat, is_max), *transposed,
+                     g.key)
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
 # ---- autograd and fake kernels -----------------------------------------------------------------
 def _setup(ctx, inputs, output):
-    rowptr, col, x, is_max, light, heavy, max_degree, config, t_rowptr, t_col = inputs
+    rowptr, col, x, is_max, light, heavy, max_degree, config, t_rowptr, t_col = inputs[:10]
     ctx.save_for_backward(output[1], t_rowptr, t_col)
     ctx.num_src = x.shape[0]
 
@@ -120,10 +130,11 @@ def _backward(ctx, grad_out, _grad_arg):
     if ctx.needs_input_grad[2]:
         grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out.contiguous(),
                                                              ctx.num_src, t_rowptr, t_col)
-    return (None, None, grad_x) + (None,) * 7
+    return (None, None, grad_x) + (None,) * 8
 
 
-def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col):
+def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col,
+          graph_key=0):
     shape = (rowptr.shape[0] - 1, x.shape[1])
     return x.new_empty(shape), x.new_empty(shape, dtype=col.dtype)
 

@@ -20,6 +20,7 @@ from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 REDUCES = ("sum", "mean")
 # t_rowptr, t_col, t_perm, t_value, num_out, transpose, key, algo
 _NO_GRAD_AFTER_X = (None,) * 8
+_PLANS = "spmm plans"  # the Graph.cached key of {call signature: (value, transposed, algo)}
 
 
 def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
@@ -70,6 +71,9 @@ ALGOS = {
     "csr_warp": 1,          # one warp per row, vector loads over the features
     "csr_subwarp": 2,       # several rows per warp (narrow features)
     "csr_block": 3,         # one block per row, edges split across its warps (heavy rows)
+    "csr_split64": 4,       # rows cut into items of <= 64 edges, partial sums added in order
+    "csr_split256": 5,      # the same with <= 256 edges per item
+    "csr_split1024": 6,     # ... and <= 1024
     "cusparse_default": 16,  # cusparseSpMM, CUSPARSE_SPMM_ALG_DEFAULT
     "cusparse_alg1": 17,    # CUSPARSE_SPMM_CSR_ALG1
 }  # CSR_ALG2/ALG3 are left out: on an H100 (cuSPARSE 13) they faulted at widths such as 8 and 40
@@ -120,8 +124,6 @@ def _transpose_for_backward(g: Graph, x: torch.Tensor, norm: str, reduce: str, p
     for the call instead. ``t_value`` (the norm coefficients in transposed order, cached on the
     graph) is given when the values are the plain norm, without per-call edge inputs.
     """
-    if not wants_grad(x):
-        return None, None, None, None
     if g.cache_transpose or (x.is_cuda and torch.are_deterministic_algorithms_enabled()):
         t_value = g.transposed_norm_values(norm, reduce, acc_dtype(x.dtype)) if plain_norm \
             else None
@@ -129,18 +131,41 @@ def _transpose_for_backward(g: Graph, x: torch.Tensor, norm: str, reduce: str, p
     return None, None, None, None
 
 
-def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
-                 edge_values) -> torch.Tensor:
-    value = csr_values(g, x.dtype, norm, reduce, edge_weight, edge_values)
-    flat = x.reshape(x.shape[0], -1)
+def _plan(g: Graph, flat: torch.Tensor, norm: str, reduce: str, edge_weight, edge_values,
+          grad: bool):
+    """``(value, transposed, algo)``: the product's edge values, the backward's walk and the
+    tuned kernels."""
+    value = csr_values(g, flat.dtype, norm, reduce, edge_weight, edge_values)
     plain_norm = edge_weight is None and edge_values is None
-    transposed = _transpose_for_backward(g, x, norm, reduce, plain_norm)
+    transposed = _transpose_for_backward(g, flat, norm, reduce, plain_norm) if grad \
+        else (None,) * 4
     algo = 0
     if flat.is_cuda:
         detached = None if value is None else value.detach()
-        algo = _cuda_algos(g, detached, flat.detach(), transposed, wants_grad(x))
+        algo = _cuda_algos(g, detached, flat.detach(), transposed, grad)
+    return value, transposed, algo
+
+
+def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
+                 edge_values) -> torch.Tensor:
+    flat = x if x.dim() == 2 else x.reshape(x.shape[0], -1)
+    grad = wants_grad(x)
+    if edge_weight is None and edge_values is None:
+        # The per-call work depends only on these, so a repeated call is one lookup. A
+        # transpose built per call (cache_transpose=False) is not kept alive by the plan.
+        key = (norm, reduce, flat.shape[1], x.dtype, x.device, grad,
+               torch.are_deterministic_algorithms_enabled())
+        plans = g.cached(_PLANS, dict)
+        plan = plans.get(key)
+        if plan is None:
+            plan = _plan(g, flat, norm, reduce, None, None, grad)
+            if (g.cache_transpose or not grad) and tuning.can_time(x.device):
+                plans[key] = plan
+    else:
+        plan = _plan(g, flat, norm, reduce, edge_weight, edge_values, grad)
+    value, transposed, algo = plan
     out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key, algo)
-    return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
+    return out if x.dim() == 2 else out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
 # ---- autograd and fake kernels of the native ops ----------------------------------------------
