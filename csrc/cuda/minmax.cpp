@@ -37,6 +37,14 @@ void check_rows(const at::Tensor& rows, const at::Tensor& col, const char* name)
               "minmax_aggregate: ", name, " must be a contiguous 1-D GPU tensor of col's dtype");
 }
 
+// [rows, width] 64-bit words for the packed merge, in out's memory when it fits (the words
+// are dead before out is written), so the forward needs no memory beyond its outputs.
+void* borrowed_scratch(at::Tensor& out, int64_t rows, int64_t width, at::Tensor& own) {
+  if (out.nbytes() >= size_t(rows * width) * sizeof(unsigned long long)) return out.data_ptr();
+  own = at::empty({rows, width}, out.options().dtype(at::kLong));
+  return own.data_ptr();
+}
+
 std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, bool is_max,
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
@@ -53,41 +61,36 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
   auto arg = at::empty({csr.rows, width}, x.options().dtype(col.scalar_type()));
   if (csr.rows == 0 || width == 0) return {out, arg};
   const FloatType type = float_type(x);
+  // Packed words hold a float32 key and a 32-bit source: other inputs take the light path.
+  const bool packable = type != FloatType::kDouble &&
+                        x.size(0) <= std::numeric_limits<int32_t>::max();
   if (launch.split_chunk > 0) {
+    TORCH_CHECK(packable, "minmax_aggregate: the load-balanced path takes float32/16/bf16 "
+                "features and fewer than 2^31 sources");
     const auto work = split_work(rowptr, graph_key, 0, launch.split_chunk);
-    auto part_value = at::empty({work->slots, width}, x.options());
-    auto part_arg = at::empty({work->slots, width}, arg.options());
+    at::Tensor own_scratch;
+    void* scratch = borrowed_scratch(out, work->split_rows, width, own_scratch);
     minmax_split(type, csr, work->view(), xc.data_ptr(), out.data_ptr(), arg.data_ptr(),
-                 part_value.data_ptr(), part_arg.data_ptr(), width, is_max, launch.warps,
+                 static_cast<unsigned long long*>(scratch), width, is_max, launch.warps,
                  stream());
     return {out, arg};
   }
-  // Packed words hold a float32 key and a 32-bit source: other inputs take the light path.
-  const bool split = heavy_rows.has_value() && heavy_rows->numel() > 0 &&
-                     type != FloatType::kDouble &&
-                     x.size(0) <= std::numeric_limits<int32_t>::max();
-  if (split) {
-    // The packed scratch borrows out's memory when it fits (it is dead before the light
-    // kernel writes out), so the forward needs no memory beyond its outputs.
+  const bool use_heavy = heavy_rows.has_value() && heavy_rows->numel() > 0 && packable;
+  if (use_heavy) {
     check_rows(*heavy_rows, col, "heavy_rows");
     const int64_t num_heavy = heavy_rows->numel();
-    const int64_t scratch_bytes = num_heavy * width * int64_t(sizeof(unsigned long long));
     at::Tensor own_scratch;
-    void* scratch = out.data_ptr();
-    if (out.nbytes() < size_t(scratch_bytes)) {
-      own_scratch = at::empty({num_heavy, width}, x.options().dtype(at::kLong));
-      scratch = own_scratch.data_ptr();
-    }
+    void* scratch = borrowed_scratch(out, num_heavy, width, own_scratch);
     minmax_heavy_args(type, csr, heavy_rows->data_ptr(), num_heavy, max_degree, xc.data_ptr(),
                       arg.data_ptr(), static_cast<unsigned long long*>(scratch), width, is_max,
                       launch.warps, launch.edges_per_block, stream());
   }
-  const at::Tensor* light = split && light_rows.has_value() ? &*light_rows : nullptr;
+  const at::Tensor* light = use_heavy && light_rows.has_value() ? &*light_rows : nullptr;
   if (light) check_rows(*light, col, "light_rows");
   minmax_light(type, csr, light ? light->data_ptr() : nullptr, light ? light->numel() : csr.rows,
                xc.data_ptr(), out.data_ptr(), arg.data_ptr(), width, is_max, launch.warps,
                stream());
-  if (split)
+  if (use_heavy)
     minmax_heavy_values(type, csr.index64, heavy_rows->data_ptr(), heavy_rows->numel(),
                         xc.data_ptr(), arg.data_ptr(), out.data_ptr(), width, stream());
   return {out, arg};

@@ -109,18 +109,30 @@ __device__ __forceinline__ void load_lane(const scalar_t* __restrict__ row, int6
   }
 }
 
+// The ordinal k of the split row owning slot: split_first[k] <= slot < split_first[k + 1].
+template <typename index_t>
+__device__ __forceinline__ int64_t split_ordinal(const SplitWorkView& work, int64_t slot) {
+  const auto* first = static_cast<const index_t*>(work.split_first);
+  int64_t lo = 0, hi = work.split_rows;  // first[lo] <= slot < first[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (first[mid] <= slot) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
 // One group of 2^lanes_log2 lanes per destination row, or per work item when work has items
 // (num_rows is then the item count); each lane holds kLightPerLane running (key, value,
-// source) triples and scans the edges once per pass over the features. An item of a split
-// row writes its winners to its slot of part_value/part_arg instead of out/arg.
+// source) triples and scans the edges once per pass over the features. With work items, a
+// launch with packed set does only the items of split rows, merging their winners into
+// packed[k, f] (k: the split row's ordinal) by 64-bit atomics; one without does the rest.
 template <typename scalar_t, typename index_t, bool kMax, bool kVector>
 __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
                                     SplitWorkView work, const scalar_t* __restrict__ x,
                                     scalar_t* __restrict__ out, index_t* __restrict__ arg,
-                                    scalar_t* __restrict__ part_value,
-                                    index_t* __restrict__ part_arg, int64_t width,
+                                    unsigned long long* __restrict__ packed, int64_t width,
                                     int lanes_log2) {
   using acc_t = typename Scalar<scalar_t>::acc;
   using key_t = typename OrderBits<acc_t>::key_t;
@@ -128,20 +140,20 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
   const int64_t group = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> lanes_log2;
   const int64_t lane = threadIdx.x & (lanes - 1);
   if (group >= num_rows) return;
-  int64_t row, slot = -1;
+  int64_t row, merge_row = -1;
   index_t begin, end;
   if (work.item_row) {
+    const int64_t slot = static_cast<const index_t*>(work.item_slot)[group];
+    if ((slot >= 0) != (packed != nullptr)) return;  // the other launch's item (whole group)
     row = static_cast<const index_t*>(work.item_row)[group];
     begin = static_cast<const index_t*>(work.item_start)[group];
     end = index_t(min(int64_t(begin) + work.chunk, int64_t(rowptr[row + 1])));
-    slot = static_cast<const index_t*>(work.item_slot)[group];
+    if (slot >= 0) merge_row = split_ordinal<index_t>(work, slot);
   } else {
     row = rows ? int64_t(rows[group]) : group;
     begin = rowptr[row];
     end = rowptr[row + 1];
   }
-  scalar_t* out_row = slot < 0 ? out + row * width : part_value + slot * width;
-  index_t* arg_row = slot < 0 ? arg + row * width : part_arg + slot * width;
   const int64_t first = kVector ? lane * kLightPerLane : lane;
   for (int64_t base = first; base < width; base += lanes * kLightPerLane) {
     key_t key[kLightPerLane];
@@ -188,45 +200,16 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
       const int64_t f = lane_feature<kVector>(base, u, lanes);
-      if (f < width) {
-        out_row[f] = value[u];
-        arg_row[f] = source[u];
+      if (f >= width) continue;
+      if (merge_row < 0) {
+        out[row * width + f] = value[u];
+        arg[row * width + f] = source[u];
+      } else if constexpr (!std::is_same_v<acc_t, double>) {  // float64 never merges
+        if (source[u] >= 0)
+          atomic_merge<kMax>(packed + merge_row * width + f,
+                             pack<kMax>(Scalar<scalar_t>::load(value[u]), uint32_t(source[u])));
       }
     }
-  }
-}
-
-// One thread per (split row, feature): the winners of the row's items, merged in item order
-// with the light path's strict comparison, so ties keep the earliest edge.
-template <typename scalar_t, typename index_t, bool kMax>
-__global__ void minmax_split_combine(SplitWorkView work, const scalar_t* __restrict__ part_value,
-                                     const index_t* __restrict__ part_arg,
-                                     scalar_t* __restrict__ out, index_t* __restrict__ arg,
-                                     int64_t width) {
-  using acc_t = typename Scalar<scalar_t>::acc;
-  using key_t = typename OrderBits<acc_t>::key_t;
-  const auto* split_row = static_cast<const index_t*>(work.split_row);
-  const auto* split_first = static_cast<const index_t*>(work.split_first);
-  const int64_t total = work.split_rows * width;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i / width, f = i % width;
-    key_t best = worst_key<kMax, key_t>();
-    scalar_t value = Scalar<scalar_t>::store(acc_t(0));
-    index_t source = index_t(-1);
-    for (int64_t s = split_first[k]; s < split_first[k + 1]; ++s) {
-      const index_t j = part_arg[s * width + f];
-      const scalar_t v = part_value[s * width + f];
-      const key_t key = order_key<kMax>(Scalar<scalar_t>::load(v));
-      if (j >= 0 && better<kMax>(key, best)) {
-        best = key;
-        value = v;
-        source = j;
-      }
-    }
-    const int64_t row = split_row[k];
-    out[row * width + f] = value;
-    arg[row * width + f] = source;
   }
 }
 
@@ -371,8 +354,9 @@ unsigned grid_for(int64_t work, int threads) {
 namespace {
 
 void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
-                  SplitWorkView work, const void* x, void* out, void* arg, void* part_value,
-                  void* part_arg, int64_t width, bool is_max, int warps, cudaStream_t stream) {
+                  SplitWorkView work, const void* x, void* out, void* arg,
+                  unsigned long long* packed, int64_t width, bool is_max, int warps,
+                  cudaStream_t stream) {
   const int threads = warps * kWarp;
   const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
   const int64_t blocks = ceil_div(num_rows << lanes_log2, threads);
@@ -390,8 +374,7 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
               static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
               static_cast<const index_t*>(rows), num_rows, work,
               static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out),
-              static_cast<index_t*>(arg), static_cast<scalar_t*>(part_value),
-              static_cast<index_t*>(part_arg), width, lanes_log2);
+              static_cast<index_t*>(arg), packed, width, lanes_log2);
         };
         if constexpr (std::is_same_v<scalar_t, float>) {
           if (vector_rows) {
@@ -411,34 +394,38 @@ void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
                   const void* x, void* out, void* arg, int64_t width, bool is_max, int warps,
                   cudaStream_t stream) {
   if (num_rows == 0 || width == 0) return;
-  launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, out, arg, nullptr, nullptr, width,
-               is_max, warps, stream);
+  launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, out, arg, nullptr, width, is_max,
+               warps, stream);
   check_launch("minmax_light");
 }
 
 void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x, void* out,
-                  void* arg, void* part_value, void* part_arg, int64_t width, bool is_max,
-                  int warps, cudaStream_t stream) {
+                  void* arg, unsigned long long* packed, int64_t width, bool is_max, int warps,
+                  cudaStream_t stream) {
   if (work.items == 0 || width == 0) return;
-  launch_light(type, csr, nullptr, work.items, work, x, out, arg, part_value, part_arg, width,
-               is_max, warps, stream);
+  if (type == FloatType::kDouble)
+    throw std::runtime_error("minmax_split: float64 takes the light path");
   if (work.split_rows > 0) {
-    dispatch_float(type, [&](auto s) {
-      using scalar_t = decltype(s);
-      dispatch_index(csr.index64, [&](auto i) {
-        using index_t = decltype(i);
-        dispatch_reduce(is_max, [&](auto m) {
-          constexpr bool kMax = decltype(m)::value;
-          minmax_split_combine<scalar_t, index_t, kMax>
-              <<<grid_for(work.split_rows * width, 256), 256, 0, stream>>>(
-                  work, static_cast<const scalar_t*>(part_value),
-                  static_cast<const index_t*>(part_arg), static_cast<scalar_t*>(out),
-                  static_cast<index_t*>(arg), width);
-        });
+    cudaMemsetAsync(packed, is_max ? 0x00 : 0xff,
+                    work.split_rows * width * sizeof(unsigned long long), stream);
+    launch_light(type, csr, nullptr, work.items, work, x, out, arg, packed, width, is_max, warps,
+                 stream);
+    dispatch_index(csr.index64, [&](auto i) {
+      using index_t = decltype(i);
+      dispatch_reduce(is_max, [&](auto m) {
+        minmax_unpack_kernel<index_t, decltype(m)::value>
+            <<<grid_for(work.split_rows * width, 256), 256, 0, stream>>>(
+                static_cast<const index_t*>(work.split_row), work.split_rows, packed,
+                static_cast<index_t*>(arg), width);
       });
     });
   }
+  // packed may live in out's memory: the other rows are written only once it is read.
+  launch_light(type, csr, nullptr, work.items, work, x, out, arg, nullptr, width, is_max, warps,
+               stream);
   check_launch("minmax_split");
+  minmax_heavy_values(type, csr.index64, work.split_row, work.split_rows, x, arg, out, width,
+                      stream);
 }
 
 void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int64_t num_heavy,

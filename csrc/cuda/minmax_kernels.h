@@ -17,13 +17,14 @@ void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
                   const void* x, void* out, void* arg, int64_t width, bool is_max, int warps,
                   cudaStream_t stream);
 
-// Load-balanced path for every row: one group of lanes per work item (see SplitWorkView),
-// as the light path does per row; the items of a split row leave their winners in
-// part_value/part_arg ([work.slots, width]) and a second kernel merges them in item order,
-// so ties keep the earliest edge as on the light path.
+// Load-balanced path for every row, float32/16/bf16 with fewer than 2^31 sources: one group
+// of lanes per work item (see SplitWorkView), as the light path does per row. The items of
+// split rows first merge their winners into packed[k, f] ([work.split_rows, width] 64-bit
+// words, as the heavy path's; it may alias out) and write those rows' arg, then the other
+// items write out and arg, then the split rows' out is gathered from x at arg.
 void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x, void* out,
-                  void* arg, void* part_value, void* part_arg, int64_t width, bool is_max,
-                  int warps, cudaStream_t stream);
+                  void* arg, unsigned long long* packed, int64_t width, bool is_max, int warps,
+                  cudaStream_t stream);
 
 // Heavy path for float32/16/bf16 and fewer than 2^31 sources, first step: blockIdx.x picks
 // a heavy row, blockIdx.y an edge chunk of edges_per_block; chunk results merge into

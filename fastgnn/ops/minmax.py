@@ -13,9 +13,9 @@ packed scratch borrows the output's memory when it fits. The quantile, warps per
 edges per heavy block are timed once per (graph, width, dtype) by ``fastgnn.tuning``; float64
 and more than 2^31 - 1 sources take the light kernel only.
 A third kind of plan cuts every row into work items of at most 64 or 256 edges (the work
-list shared with the SpMM kernels, cached per graph): items of one row leave their winners in
-a scratch and a second kernel merges them in item order, so no row holds a warp for its
-whole degree and the result (ties included) is the light path's.
+list shared with the SpMM kernels, cached per graph), so no row holds a lane group for its
+whole degree: the items of a row of several merge through the same packed atomics, into a
+scratch of one word per (such row, feature) that also borrows the output's memory.
 The GPU backward uses atomics, except under ``torch.use_deterministic_algorithms(True)``,
 where it pulls per source through the cached transposed CSR (deterministic, slower).
 """
@@ -69,11 +69,11 @@ def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
 
 def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
-    plans.update({f"split{chunk}-w{w}": (None, None, 0, encode_config(w, 0, chunk))
-                  for chunk in _SPLIT_CHUNKS for w in _WARPS})
     default = _plan_name(None, _DEFAULT_WARPS)
     if not heavy_allowed:
         return plans, default
+    plans.update({f"split{chunk}-w{w}": (None, None, 0, encode_config(w, 0, chunk))
+                  for chunk in _SPLIT_CHUNKS for w in _WARPS})
     for quantile in _QUANTILES:
         _, light, heavy = g.degree_buckets(quantile)
         if heavy.numel() == 0:
