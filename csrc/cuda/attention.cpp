@@ -110,7 +110,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   const bool gat = r.p.kind == AttentionKind::kGatv2;
   auto gout = grad_out.to(r.b.scalar_type()).contiguous();
   auto lse_c = lse.to(r.acc).contiguous();
-  auto delta = (gout.to(r.acc) * out.to(r.acc)).sum(-1).contiguous();
+  // delta[n, h] = <dOut, Out> as a batched dot product: no [N, H, D] temporary for float.
+  const int64_t pairs = r.p.csr.rows * r.p.heads;
+  auto delta = at::bmm(gout.to(r.acc).reshape({pairs, 1, r.p.dim}),
+                       out.to(r.acc).reshape({pairs, r.p.dim, 1}))
+                   .reshape({r.p.csr.rows, r.p.heads});
   auto t_perm_c = t_perm.contiguous();
   auto grad_a = at::empty_like(r.a);
   auto grad_b = at::empty_like(r.b);

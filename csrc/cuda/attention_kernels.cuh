@@ -251,8 +251,48 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   acc_t peak = -INFINITY, total = 0;
   if (s.valid) {
     load_dst_side<kKind, K, kD>(a, i, h, f0, false, dst, att, no_dout);
-    for (int64_t e = int64_t(a.rowptr[i]) + s.member; e < int64_t(a.rowptr[i + 1]);
-         e += s.group_size) {
+    int64_t e = int64_t(a.rowptr[i]) + s.member;
+    const int64_t end = a.rowptr[i + 1];
+    if constexpr (kD != 0) {
+      // kEdges edges a step, their loads and warp reductions interleaved and one rescale for
+      // all: one edge's reduction latency no longer holds up the next edge's loads.
+      constexpr int kEdges = K >= 8 ? 2 : 4;
+      const int64_t step = s.group_size;
+      for (; e + (kEdges - 1) * step < end; e += kEdges * step) {
+        acc_t val[kEdges][K], logit[kEdges];
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          const int64_t q = e + u * step;
+          acc_t z[K], unused = 0;
+          logit[u] = 0;
+          chunk_terms<kKind, K, kD>(a, a.col[q], q, h, f0, dst, att, no_dout, z, val[u],
+                                    logit[u], unused);
+        }
+        warp_sum_each<kEdges>(logit);
+        acc_t top = peak;
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          if (kKind == AttentionKind::kDotProduct) logit[u] *= a.coef;
+          top = max(top, logit[u]);
+        }
+        if (top > peak) {
+          const acc_t corr = exp_acc(peak - top);
+          total *= corr;
+#pragma unroll
+          for (int k = 0; k < K; ++k) acc[k] *= corr;
+          peak = top;
+        }
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          const acc_t w = exp_acc(logit[u] - peak);
+          total += w;
+          const acc_t wc = w * a.dropout.template factor<acc_t>(e + u * step, h);
+#pragma unroll
+          for (int k = 0; k < K; ++k) acc[k] += wc * val[u][k];
+        }
+      }
+    }
+    for (; e < end; e += s.group_size) {
       const int64_t j = a.col[e];
       acc_t z[K], val[K], logit, unused;
       edge_eval<kKind, K, kD>(a, i, j, e, h, s.lane, chunk, false, dst, att, no_dout, z, val,

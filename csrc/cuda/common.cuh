@@ -46,6 +46,16 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+// warp_sum of each of N values, their shuffles interleaved (N reductions in flight at once).
+template <int N, typename T>
+__device__ __forceinline__ void warp_sum_each(T (&v)[N]) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+  }
+}
+
 // N consecutive scalars moved as one aligned vector access (callers check the alignment).
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Packet {
