@@ -110,11 +110,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   const bool gat = r.p.kind == AttentionKind::kGatv2;
   auto gout = grad_out.to(r.b.scalar_type()).contiguous();
   auto lse_c = lse.to(r.acc).contiguous();
-  // delta[n, h] = <dOut, Out> as a batched dot product: no [N, H, D] temporary for float.
-  const int64_t pairs = r.p.csr.rows * r.p.heads;
-  auto delta = at::bmm(gout.to(r.acc).reshape({pairs, 1, r.p.dim}),
-                       out.to(r.acc).reshape({pairs, r.p.dim, 1}))
-                   .reshape({r.p.csr.rows, r.p.heads});
+  auto out_c = out.to(r.b.scalar_type()).contiguous();
+  auto delta = at::empty({r.p.csr.rows, r.p.heads}, r.b.options().dtype(r.acc));
+  attention_delta(r.p.type, gout.data_ptr(), out_c.data_ptr(), delta.data_ptr(),
+                  r.p.csr.rows * r.p.heads, r.p.dim, stream());
   auto t_perm_c = t_perm.contiguous();
   auto grad_a = at::empty_like(r.a);
   auto grad_b = at::empty_like(r.b);

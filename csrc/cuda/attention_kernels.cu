@@ -25,6 +25,43 @@ void attention_backward(const AttentionParams& p, const RowSet& rows, bool do_ds
                                                         stream);
 }
 
+namespace {
+
+// delta[pair] = <grad_out[pair, :], out[pair, :]>: one warp per (node, head) pair, one read of
+// each operand and no [N, H, D] temporary.
+template <typename T>
+__global__ void attention_delta_kernel(const T* __restrict__ grad_out, const T* __restrict__ out,
+                                       typename Scalar<T>::acc* __restrict__ delta,
+                                       int64_t pairs, int64_t dim) {
+  using acc_t = typename Scalar<T>::acc;
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t pair = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; pair < pairs;
+       pair += int64_t(gridDim.x) * blockDim.x / kWarp) {
+    acc_t sum = 0;
+    for (int64_t f = lane; f < dim; f += kWarp)
+      sum += Scalar<T>::load(grad_out[pair * dim + f]) * Scalar<T>::load(out[pair * dim + f]);
+    sum = warp_sum(sum);
+    if (lane == 0) delta[pair] = sum;
+  }
+}
+
+}  // namespace
+
+void attention_delta(FloatType type, const void* grad_out, const void* out, void* delta,
+                     int64_t pairs, int64_t dim, cudaStream_t stream) {
+  if (pairs == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = ceil_div(pairs, kThreads / kWarp);
+  const unsigned grid = unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20));
+  dispatch_float(type, [&](auto s) {
+    using T = decltype(s);
+    attention_delta_kernel<T><<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(grad_out), static_cast<const T*>(out),
+        static_cast<typename Scalar<T>::acc*>(delta), pairs, dim);
+  });
+  check_launch("attention_delta");
+}
+
 void attention_reduce_partials(FloatType type, const void* partial, int64_t partial_rows,
                                int64_t width, void* grad_att, cudaStream_t stream) {
   if (width == 0) return;

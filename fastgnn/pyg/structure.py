@@ -8,6 +8,7 @@ device, so an in-place change or a replacement rebuilds the Graph. The cache is 
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -28,10 +29,17 @@ from torch_geometric.typing import SparseTensor  # noqa: E402
 
 def _eager(fn):
     """Keeps torch.compile out of structure handling (weak references, caches, host syncs):
-    compiled layers call it as an opaque step."""
+    compiled layers call it as an opaque step. Eager calls skip the disabled wrapper, which
+    costs more than the lookups it wraps."""
     compiler = getattr(torch, "compiler", None)
-    disable = getattr(compiler, "disable", None) or torch._dynamo.disable
-    return disable(fn)
+    disabled = (getattr(compiler, "disable", None) or torch._dynamo.disable)(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if torch._dynamo.is_compiling():
+            return disabled(*args, **kwargs)
+        return fn(*args, **kwargs)
+    return call
 
 
 class Unsupported(Exception):
