@@ -1,21 +1,48 @@
-// Per-graph native caches (cuSPARSE descriptors, workspaces, ...) keyed by fastgnn.Graph.key.
-// Each cache registers itself once; the ops release_graph_cache and graph_cache_size reach
-// every registered cache, whatever device it serves.
+// Per-graph native caches (cuSPARSE descriptors, workspaces, work lists, ...) keyed by
+// fastgnn.Graph.key. Each cache registers itself once; the ops release_graph_cache and
+// graph_cache_size reach every registered cache, whatever device it serves.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace fastgnn {
 
 struct GraphCacheClient {
-  void (*release)(int64_t graph_key);  // drops every entry of that graph
-  int64_t (*size)();                   // number of live entries
+  std::function<void(int64_t graph_key)> release;  // drops every entry of that graph
+  std::function<int64_t()> size;                   // number of live entries
 };
 
-// Call from a static initialiser of the file that owns the cache.
 void register_graph_cache(GraphCacheClient client);
 
 void release_graph_cache(int64_t graph_key);
 int64_t graph_cache_size();
+
+// A map whose keys are tuples starting with the graph key, registered on construction so a
+// freed Graph drops its entries. Create it once and never destroy it (Graph finalisers may
+// run during interpreter shutdown); lock `mutex` around any use of `entries`.
+template <typename Key, typename Value>
+struct KeyedGraphCache {
+  std::mutex mutex;
+  std::map<Key, Value> entries;
+
+  KeyedGraphCache() {
+    register_graph_cache(GraphCacheClient{
+        [this](int64_t graph_key) {
+          std::lock_guard<std::mutex> lock(mutex);
+          for (auto it = entries.begin(); it != entries.end();)
+            it = std::get<0>(it->first) == graph_key ? entries.erase(it) : std::next(it);
+        },
+        [this] {
+          std::lock_guard<std::mutex> lock(mutex);
+          return int64_t(entries.size());
+        }});
+  }
+  KeyedGraphCache(const KeyedGraphCache&) = delete;
+  KeyedGraphCache& operator=(const KeyedGraphCache&) = delete;
+};
 
 }  // namespace fastgnn

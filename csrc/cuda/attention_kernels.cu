@@ -51,11 +51,9 @@ void attention_delta(FloatType type, const void* grad_out, const void* out, void
                      int64_t pairs, int64_t dim, cudaStream_t stream) {
   if (pairs == 0) return;
   constexpr int kThreads = 256;
-  const int64_t blocks = ceil_div(pairs, kThreads / kWarp);
-  const unsigned grid = unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20));
   dispatch_float(type, [&](auto s) {
     using T = decltype(s);
-    attention_delta_kernel<T><<<grid, kThreads, 0, stream>>>(
+    attention_delta_kernel<T><<<grid_for(pairs * kWarp, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(grad_out), static_cast<const T*>(out),
         static_cast<typename Scalar<T>::acc*>(delta), pairs, dim);
   });

@@ -61,12 +61,12 @@ void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_
 void attention_backward(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
                         int64_t partial_offset, cudaStream_t stream);
 
-// grad_att[h, d] = sum over partial rows (deterministic order).
 // delta[i] = <grad_out[i, :], out[i, :]> over `pairs` rows of `dim` features (feature type
 // in, float or double out): the softmax backward's per-(node, head) term.
 void attention_delta(FloatType type, const void* grad_out, const void* out, void* delta,
                      int64_t pairs, int64_t dim, cudaStream_t stream);
 
+// grad_att[h, d] = sum over partial rows (deterministic order).
 void attention_reduce_partials(FloatType type, const void* partial, int64_t partial_rows,
                                int64_t width, void* grad_att, cudaStream_t stream);
 

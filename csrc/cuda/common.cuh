@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernel_types.h"
 
@@ -94,6 +95,22 @@ inline void check_launch(const char* what) {
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for `work` threads of a grid-stride kernel, capped so huge inputs loop instead.
+inline unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = ceil_div(work, threads);
+  return unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20));
+}
+
+// Calls f(std::integral_constant<int, N>) for a packet size N of 4, 2 or 1 (packet_size()).
+template <typename F>
+void dispatch_vec(int vec, F&& f) {
+  switch (vec) {
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    default: f(std::integral_constant<int, 1>{}); break;
+  }
+}
 
 // Calls f.template operator()<scalar_t>() for the runtime float type.
 template <typename F>

@@ -344,11 +344,6 @@ void dispatch_reduce(bool is_max, F&& f) {
   if (is_max) f(std::true_type{}); else f(std::false_type{});
 }
 
-unsigned grid_for(int64_t work, int threads) {
-  const int64_t blocks = ceil_div(work, threads);
-  return unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20));  // grid-stride
-}
-
 }  // namespace
 
 namespace {

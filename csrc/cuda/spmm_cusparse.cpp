@@ -20,7 +20,6 @@ cusparseHandle_t getCurrentCUDASparseHandle();
 #endif
 
 #include <algorithm>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -74,29 +73,11 @@ struct Entry {
 
 using Key = std::tuple<int64_t, int, int, int64_t, int>;  // graph, operand, dtype, width, device
 
-struct Cache {
-  std::mutex mutex;
-  std::map<Key, std::unique_ptr<Entry>> entries;
-};
+using Cache = KeyedGraphCache<Key, std::unique_ptr<Entry>>;
 
-// Leaked on purpose: finalisers of Graphs may call release during interpreter shutdown.
+// Leaked on purpose (see KeyedGraphCache).
 Cache& cache() {
-  static Cache* instance = [] {
-    auto* created = new Cache();
-    register_graph_cache(GraphCacheClient{
-        [](int64_t graph_key) {
-          Cache& c = cache();
-          std::lock_guard<std::mutex> lock(c.mutex);
-          for (auto it = c.entries.begin(); it != c.entries.end();)
-            it = std::get<0>(it->first) == graph_key ? c.entries.erase(it) : std::next(it);
-        },
-        [] {
-          Cache& c = cache();
-          std::lock_guard<std::mutex> lock(c.mutex);
-          return int64_t(c.entries.size());
-        }});
-    return created;
-  }();
+  static auto* instance = new Cache();
   return *instance;
 }
 

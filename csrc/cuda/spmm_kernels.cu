@@ -158,15 +158,6 @@ int group_size(int64_t width, int vec, int max_group) {
 }
 
 template <typename F>
-void dispatch_vec(int vec, F&& f) {
-  switch (vec) {
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    default: f(std::integral_constant<int, 1>{}); break;
-  }
-}
-
-template <typename F>
 void dispatch_group(int group, F&& f) {
   switch (group) {
     case 4: f(std::integral_constant<int, 4>{}); break;

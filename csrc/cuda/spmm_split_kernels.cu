@@ -114,15 +114,6 @@ __global__ void spmm_split_combine(const typename Scalar<scalar_t>::acc* __restr
   }
 }
 
-template <typename F>
-void dispatch_vec(int vec, F&& f) {
-  switch (vec) {
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    default: f(std::integral_constant<int, 1>{}); break;
-  }
-}
-
 // (lanes per item, passes) covering the width with as few idle lanes as possible: groups of
 // 4-32 lanes with one packet each, then a full warp with 2 or 4 packets per lane.
 template <int kVec, typename F>
@@ -166,10 +157,9 @@ void spmm_csr_split(FloatType type, CsrView csr, const void* value, const void* 
         });
       });
       if (work.split_rows > 0) {
-        const int64_t blocks = ceil_div(work.split_rows * width, kThreads);
         spmm_split_combine<scalar_t, index_t>
-            <<<unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20)), kThreads, 0,
-               stream>>>(partials, work, outs, width);
+            <<<grid_for(work.split_rows * width, kThreads), kThreads, 0, stream>>>(
+                partials, work, outs, width);
       }
     });
   });

@@ -1,6 +1,5 @@
 #include "cuda/spmm_split_work.h"
 
-#include <map>
 #include <mutex>
 #include <tuple>
 
@@ -43,29 +42,11 @@ std::shared_ptr<const SplitWork> build(const at::Tensor& rowptr, int64_t chunk) 
 
 using Key = std::tuple<int64_t, int, int64_t, int>;  // graph, operand, chunk, device
 
-struct Cache {
-  std::mutex mutex;
-  std::map<Key, std::shared_ptr<const SplitWork>> entries;
-};
+using Cache = KeyedGraphCache<Key, std::shared_ptr<const SplitWork>>;
 
-// Leaked on purpose: finalisers of Graphs may call release during interpreter shutdown.
+// Leaked on purpose (see KeyedGraphCache).
 Cache& cache() {
-  static Cache* instance = [] {
-    auto* created = new Cache();
-    register_graph_cache(GraphCacheClient{
-        [](int64_t graph_key) {
-          Cache& c = cache();
-          std::lock_guard<std::mutex> lock(c.mutex);
-          for (auto it = c.entries.begin(); it != c.entries.end();)
-            it = std::get<0>(it->first) == graph_key ? c.entries.erase(it) : std::next(it);
-        },
-        [] {
-          Cache& c = cache();
-          std::lock_guard<std::mutex> lock(c.mutex);
-          return int64_t(c.entries.size());
-        }});
-    return created;
-  }();
+  static auto* instance = new Cache();
   return *instance;
 }
 
