@@ -15,6 +15,11 @@ import torch
 HAS_OP_AUTOGRAD = hasattr(torch.library, "register_autograd")
 
 
+def is_compiling() -> bool:
+    """True while torch.compile traces (``torch.compiler.is_compiling`` is torch >= 2.3)."""
+    return torch._dynamo.is_compiling()
+
+
 def op(name: str):
     """The OpOverloadPacket ``torch.ops.fastgnn.<name>``."""
     return getattr(torch.ops.fastgnn, name)
@@ -57,7 +62,7 @@ def register_autograd(name: str, backward: Callable, setup_context: Callable) ->
     torch.library.register_autograd(f"fastgnn::{name}", backward, setup_context=setup_context)
 
     def call(*inputs):
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return fn(*inputs)  # traced: the op with its registered formula
         return _Function.apply(*inputs)
 

@@ -17,6 +17,8 @@ from typing import Callable, Dict, Mapping, Optional, Union
 
 import torch
 
+from fastgnn import _library
+
 _memory: Dict[str, str] = {}
 _loaded_disk = False
 _lock = threading.Lock()
@@ -77,8 +79,7 @@ def make_key(op: str, graph, width: int, dtype: torch.dtype, device) -> str:
 
 def can_time(device) -> bool:
     """False while torch.compile traces or a CUDA graph is captured: no timing then."""
-    compiling = getattr(torch.compiler, "is_compiling", None)
-    if compiling is not None and compiling():
+    if _library.is_compiling():
         return False
     return not (torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing())
 

@@ -16,6 +16,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from fastgnn import _library
 from fastgnn.graph import Graph
 
 try:  # PyG >= 2.5
@@ -36,7 +37,7 @@ def _eager(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if torch._dynamo.is_compiling():
+        if _library.is_compiling():
             return disabled(*args, **kwargs)
         return fn(*args, **kwargs)
     return call
