@@ -1,6 +1,7 @@
 // Every fastgnn op schema, in one place. Implementations register per device in
-// csrc/cpu/<family>.cpp and csrc/cuda/<family>.cpp; autograd and fake kernels are registered
-// from Python (fastgnn/ops/<family>.py).
+// csrc/cpu/<family>.cpp and csrc/cuda/<family>.cpp; fake kernels are registered from Python
+// (fastgnn/ops/<family>.py), and so is autograd, except SpMM's (csrc/spmm_autograd.cpp: its
+// calls are host-bound at small widths).
 //
 // Conventions: a graph arrives as destination-major CSR (rowptr [T+1], col [E], both int32 or
 // both int64); rows are destinations, col holds sources. Optional per-edge values are float32

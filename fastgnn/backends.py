@@ -3,7 +3,8 @@
 Each op registers its implementations under a backend name with the device types they run
 on and a priority; ``auto`` picks the highest-priority implementation available for the
 op and the input's device. The active backend comes from, in order: the innermost
-``with fastgnn.backend(name)`` block, ``fastgnn.set_backend(name)``, ``FASTGNN_BACKEND``.
+``with fastgnn.backend(name)`` block, ``fastgnn.set_backend(name)``, ``FASTGNN_BACKEND`` (read
+when fastgnn is imported and by ``set_backend(None)``).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class Implementation:
 
 
 _registry: Dict[str, List[Implementation]] = {}
+# select()'s answers per (op, backend, device type): ops call it on every call.
+_selected: Dict[Tuple[str, str, str], Implementation] = {}
 _global_backend: Optional[str] = None
 _local = threading.local()
 
@@ -37,6 +40,17 @@ def register(op: str, backend: str, devices, fn: Callable, priority: int = 0) ->
     impls[:] = [i for i in impls if i.backend != backend]
     impls.append(Implementation(backend, tuple(devices), fn, priority))
     impls.sort(key=lambda i: -i.priority)
+    _selected.clear()
+
+
+def unregister(op: str, backend: str) -> None:
+    """Removes ``op``'s implementation under ``backend`` (the op goes when none is left)."""
+    impls = [i for i in _registry.get(op, ()) if i.backend != backend]
+    if impls:
+        _registry[op] = impls
+    else:
+        _registry.pop(op, None)
+    _selected.clear()
 
 
 def names() -> List[str]:
@@ -64,9 +78,21 @@ def _check_name(name: str) -> str:
     return name
 
 
+def _read_environment() -> Optional[str]:
+    return os.environ.get("FASTGNN_BACKEND") or None
+
+
+# Read at import and by set_backend(None), not per call: an environment lookup costs about
+# as much as the rest of a small op's Python path.
+_environment_backend = _read_environment()
+
+
 def set_backend(name: Optional[str]) -> None:
-    """Sets the process-wide backend (``None`` returns to ``FASTGNN_BACKEND`` or ``auto``)."""
-    global _global_backend
+    """Sets the process-wide backend (``None`` returns to ``FASTGNN_BACKEND``, read again, or
+    ``auto``)."""
+    global _global_backend, _environment_backend
+    if name is None:
+        _environment_backend = _read_environment()
     _global_backend = None if name is None else _check_name(name)
 
 
@@ -76,8 +102,7 @@ def get_backend() -> str:
         return stack[-1]
     if _global_backend is not None:
         return _global_backend
-    env = os.environ.get("FASTGNN_BACKEND")
-    return _check_name(env) if env else AUTO
+    return _check_name(_environment_backend) if _environment_backend else AUTO
 
 
 @contextlib.contextmanager
@@ -97,9 +122,13 @@ def backend(name: str) -> Iterator[None]:
 def select(op: str, device: torch.device, name: Optional[str] = None) -> Implementation:
     """The implementation of ``op`` to run on ``device`` under the active (or given) backend."""
     name = get_backend() if name is None else _check_name(name)
-    device_type = torch.device(device).type
+    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    impl = _selected.get((op, name, device_type))
+    if impl is not None:
+        return impl
     for impl in _registry.get(op, ()):
         if device_type in impl.devices and (name == AUTO or impl.backend == name):
+            _selected[(op, name, device_type)] = impl
             return impl
     have = available(op, device_type)
     raise RuntimeError(

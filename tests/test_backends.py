@@ -25,11 +25,18 @@ def test_context_and_global_setting_nest():
 
 
 def test_environment_variable(monkeypatch):
-    monkeypatch.setenv("FASTGNN_BACKEND", "reference")
-    assert fastgnn.get_backend() == "reference"
-    monkeypatch.setenv("FASTGNN_BACKEND", "nonsense")
-    with pytest.raises(ValueError, match="available: auto"):
-        fastgnn.get_backend()
+    try:
+        monkeypatch.setenv("FASTGNN_BACKEND", "reference")
+        assert fastgnn.get_backend() == "auto"  # read at import and by set_backend(None)
+        fastgnn.set_backend(None)
+        assert fastgnn.get_backend() == "reference"
+        monkeypatch.setenv("FASTGNN_BACKEND", "nonsense")
+        fastgnn.set_backend(None)
+        with pytest.raises(ValueError, match="available: auto"):
+            fastgnn.get_backend()
+    finally:
+        monkeypatch.delenv("FASTGNN_BACKEND")
+        fastgnn.set_backend(None)
 
 
 def test_unknown_backend_lists_available():
@@ -49,7 +56,7 @@ def test_missing_implementation_on_device_is_reported():
                                                "there: none"):
             backends.select("_test_only_op", torch.device("cuda"))
     finally:
-        del backends._registry["_test_only_op"]
+        backends.unregister("_test_only_op", "reference")
 
 
 def test_reference_backend_gives_same_result():

@@ -193,7 +193,7 @@ def test_per_layer_backend_is_applied():
         gcn(x, ei)
         assert seen == ["spy"]
     finally:
-        backends._registry["spmm"] = [i for i in backends._registry["spmm"] if i.backend != "spy"]
+        backends.unregister("spmm", "spy")
 
 
 def test_enable_imports_the_adapter_by_itself():

@@ -145,6 +145,16 @@ def test_gradcheck_float64(norm):
         lambda x, w: fastgnn.ops.spmm(g, x, reduce="mean", edge_weight=w), (x, weight))
 
 
+def test_second_derivatives_float64():
+    """The C++ autograd formula calls the ops through the dispatcher: differentiable again."""
+    g, ei = random_graph(12, 40, seed=5)
+    x = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)
+    weight = torch.rand(ei.shape[1], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(
+        lambda x, w: fastgnn.ops.spmm(g, x, norm="both", edge_weight=w), (x, weight))
+    assert torch.autograd.gradgradcheck(lambda x: fastgnn.ops.spmm(g, x, norm="right"), (x,))
+
+
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck missing")
 @pytest.mark.parametrize("device", devices())
 def test_opcheck(device):

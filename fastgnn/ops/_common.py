@@ -19,4 +19,9 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def wants_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:  # a loop, not any(generator): this runs on every op call
+        if t is not None and t.requires_grad:
+            return True
+    return False

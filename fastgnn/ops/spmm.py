@@ -3,6 +3,8 @@
 The native op ``torch.ops.fastgnn.spmm`` multiplies by the CSR or its transpose; its backward
 is the same op with the transpose flag flipped (``dX = A^T dY``) and, for edge values, the
 fused ``torch.ops.fastgnn.sddmm`` (``dw_e = <dY[i], x[j]>``): no E x D tensor either way.
+That autograd formula is registered in C++ (``csrc/spmm_autograd.cpp``), where a call costs a
+fraction of a Python ``autograd.Function``'s host time.
 On CUDA each product runs our CSR kernels or cuSPARSE (descriptors and workspace cached per
 graph in C++, freed with the Graph), whichever ``fastgnn.tuning`` measured fastest for the
 forward and for the backward separately (``ALGOS`` below).
@@ -18,9 +20,7 @@ from fastgnn.graph import NORMS, Graph, add_release_hook
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
 REDUCES = ("sum", "mean")
-# t_rowptr, t_col, t_perm, t_value, num_out, transpose, key, algo
-_NO_GRAD_AFTER_X = (None,) * 8
-_PLANS = "spmm plans"  # the Graph.cached key of {call signature: (value, transposed, algo)}
+_PLANS = "spmm plans"  # the Graph.cached key of {call signature: (norm value, transposed, algo)}
 
 
 def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
@@ -131,80 +131,47 @@ def _transpose_for_backward(g: Graph, x: torch.Tensor, norm: str, reduce: str, p
     return None, None, None, None
 
 
-def _plan(g: Graph, flat: torch.Tensor, norm: str, reduce: str, edge_weight, edge_values,
-          grad: bool):
-    """``(value, transposed, algo)``: the product's edge values, the backward's walk and the
-    tuned kernels."""
-    value = csr_values(g, flat.dtype, norm, reduce, edge_weight, edge_values)
-    plain_norm = edge_weight is None and edge_values is None
+def _plan(g: Graph, flat: torch.Tensor, value: Optional[torch.Tensor], norm: str, reduce: str,
+          plain_norm: bool, grad: bool):
+    """``(transposed, algo)``: the backward's walk and the tuned kernels (timed with
+    ``value``, the call's edge values in CSR order)."""
     transposed = _transpose_for_backward(g, flat, norm, reduce, plain_norm) if grad \
         else (None,) * 4
     algo = 0
     if flat.is_cuda:
         detached = None if value is None else value.detach()
         algo = _cuda_algos(g, detached, flat.detach(), transposed, grad)
-    return value, transposed, algo
+    return transposed, algo
 
 
 def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
                  edge_values) -> torch.Tensor:
     flat = x if x.dim() == 2 else x.reshape(x.shape[0], -1)
     grad = wants_grad(x)
-    if edge_weight is None and edge_values is None:
-        # The per-call work depends only on these, so a repeated call is one lookup. A
-        # transpose built per call (cache_transpose=False) is not kept alive by the plan.
-        key = (norm, reduce, flat.shape[1], x.dtype, x.device, grad,
-               torch.are_deterministic_algorithms_enabled())
-        plans = g.cached(_PLANS, dict)
-        plan = plans.get(key)
-        if plan is None:
-            plan = _plan(g, flat, norm, reduce, None, None, grad)
-            if (g.cache_transpose or not grad) and tuning.can_time(x.device):
-                plans[key] = plan
-    else:
-        plan = _plan(g, flat, norm, reduce, edge_weight, edge_values, grad)
-    value, transposed, algo = plan
+    plain_norm = edge_weight is None and edge_values is None
+    # Only the edge inputs change from call to call; the rest depends on this key, so a
+    # repeated call is one lookup (plus its edge values' reorder into CSR order).
+    key = (norm, reduce, plain_norm, flat.shape[1], x.dtype, x.device, grad,
+           torch.are_deterministic_algorithms_enabled())
+    plans = g.cached(_PLANS, dict)
+    plan = plans.get(key)
+    value = plan[0] if plan is not None and plain_norm else csr_values(
+        g, x.dtype, norm, reduce, edge_weight, edge_values)
+    if plan is None:
+        plan = (value if plain_norm else None,) + _plan(g, flat, value, norm, reduce, plain_norm,
+                                                        grad)
+        # A transpose built per call (cache_transpose=False) is not kept alive by the plan.
+        if (g.cache_transpose or not grad) and tuning.can_time(x.device):
+            plans[key] = plan
+    _, transposed, algo = plan
     out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key, algo)
     return out if x.dim() == 2 else out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
-# ---- autograd and fake kernels of the native ops ----------------------------------------------
-def _spmm_setup(ctx, inputs, output):
-    rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value, num_out, transpose, key, algo = inputs
-    ctx.save_for_backward(rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value)
-    ctx.transpose, ctx.key, ctx.algo = transpose, key, algo
-
-
-def _spmm_backward(ctx, grad):
-    rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value = ctx.saved_tensors
-    grad_x = grad_value = None
-    if ctx.needs_input_grad[3]:
-        grad_x = _spmm(rowptr, col, value, grad.contiguous(), t_rowptr, t_col, t_perm, t_value,
-                       x.shape[0], not ctx.transpose, ctx.key, ctx.algo >> _BACKWARD_SHIFT)
-    if value is not None and ctx.needs_input_grad[2]:
-        dst_side, src_side = (x, grad) if ctx.transpose else (grad, x)
-        grad_value = _sddmm(rowptr, col, dst_side.contiguous(), src_side)
-    return (None, None, grad_value, grad_x) + _NO_GRAD_AFTER_X
-
-
+# ---- fake kernels of the native ops (their autograd is in C++: csrc/spmm_autograd.cpp) --------
 def _spmm_fake(rowptr, col, value, x, t_rowptr, t_col, t_perm, t_value, num_out, transpose, key,
                algo):
     return x.new_empty((num_out, x.shape[1]))
-
-
-def _sddmm_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
-def _sddmm_backward(ctx, grad):
-    rowptr, col, a, b = ctx.saved_tensors
-    grad_a = grad_b = None
-    grad = grad.to(acc_dtype(a.dtype)).contiguous()  # spmm takes contiguous edge values
-    if ctx.needs_input_grad[2]:
-        grad_a = _spmm(rowptr, col, grad, b, None, None, None, None, a.shape[0], False, 0, 0)
-    if ctx.needs_input_grad[3]:
-        grad_b = _spmm(rowptr, col, grad, a, None, None, None, None, b.shape[0], True, 0, 0)
-    return None, None, grad_a, grad_b
 
 
 def _sddmm_fake(rowptr, col, a, b):
@@ -214,8 +181,7 @@ def _sddmm_fake(rowptr, col, a, b):
 if _native.has_op("spmm"):
     _library.register_fake("spmm", _spmm_fake)
     _library.register_fake("sddmm", _sddmm_fake)
-    _spmm = _library.register_autograd("spmm", _spmm_backward, _spmm_setup)
-    _sddmm = _library.register_autograd("sddmm", _sddmm_backward, _sddmm_setup)
+    _spmm = torch.ops.fastgnn.spmm.default
     backends.register("spmm", "native", _native.devices(), _native_spmm, priority=10)
 
 if _native.has_op("release_graph_cache"):

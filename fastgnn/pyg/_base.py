@@ -2,7 +2,6 @@
 the one-time fallback warning, the per-layer backend, sizes and dtypes."""
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 from typing import Optional, Tuple
@@ -49,10 +48,10 @@ def reduce_of(aggr) -> str:
 
 def common_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
     """The dtype PyG's elementwise arithmetic would produce from these tensors."""
-    present = [t for t in tensors if t is not None]
-    dtype = present[0].dtype
-    for t in present[1:]:
-        dtype = torch.promote_types(dtype, t.dtype)
+    dtype = None
+    for t in tensors:
+        if t is not None and t.dtype != dtype:
+            dtype = t.dtype if dtype is None else torch.promote_types(dtype, t.dtype)
     return dtype
 
 
@@ -134,15 +133,14 @@ class FastLayer:
             return f"flow={self.flow!r}"
         return None
 
-    def _backend_scope(self):
-        name = self.__dict__.get("_fastgnn_backend", backends.AUTO)
-        return contextlib.nullcontext() if name == backends.AUTO else backends.backend(name)
-
     def _dispatch(self, *args, **kwargs):
         reason = self._unsupported_state()
         if reason is None:
+            name = self.__dict__.get("_fastgnn_backend", backends.AUTO)
             try:
-                with self._backend_scope():
+                if name == backends.AUTO:  # no scope to enter: this runs on every call
+                    return self._fused(*args, **kwargs)
+                with backends.backend(name):
                     return self._fused(*args, **kwargs)
             except Unsupported as exc:
                 reason = str(exc)

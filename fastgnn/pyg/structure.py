@@ -49,13 +49,15 @@ class Unsupported(Exception):
 
 # ---- identity-keyed cache ---------------------------------------------------------------------
 def _stamp(source) -> Tuple:
+    if type(source) is torch.Tensor:  # the common case first: this runs on every layer call
+        return (source._version, source.shape, source.device)
     if isinstance(source, SparseTensor):  # its tensors can still be changed in place
         storage = source.storage
         return tuple((t._version, tuple(t.shape), t.device) if t is not None else None
                      for t in (storage.rowptr(), storage.col(), storage.value()))
     if not isinstance(source, torch.Tensor):
         return ()  # a fastgnn.Graph is immutable
-    stamp = (source._version, tuple(source.shape), source.device)
+    stamp = (source._version, source.shape, source.device)
     if EdgeIndex is not None and isinstance(source, EdgeIndex):
         # In-place ops on the wrapper bump its counter, on its data the data's.
         stamp += (source.as_tensor()._version,)
@@ -74,11 +76,15 @@ class StructureCache:
     def get(self, source, options: Tuple, build: Callable[[], object]):
         key = (id(source), options)
         stamp = _stamp(source)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0]() is source and entry[1] == stamp:
+        # A hit takes no lock: dict reads and move_to_end are atomic, and a racing eviction
+        # (KeyError) only makes this call a miss.
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is source and entry[1] == stamp:
+            try:
                 self._entries.move_to_end(key)
-                return entry[2]
+            except KeyError:
+                pass
+            return entry[2]
         value = build()
         ref = weakref.ref(source, lambda dead, key=key: self._forget(key, dead))
         with self._lock:
@@ -107,6 +113,8 @@ cache = StructureCache()
 
 
 # ---- input formats ----------------------------------------------------------------------------
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
 @dataclass
 class Edges:
     """A structure input as an edge list: ``index`` ([2, E], sources then destinations) in the
@@ -153,6 +161,9 @@ def _sparse_edges(adj_t) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
 @_eager
 def as_edges(structure) -> Edges:
     """Normalises a layer's structure argument; raises Unsupported for other formats."""
+    if type(structure) is torch.Tensor and structure.dim() == 2 and structure.size(0) == 2 and \
+            structure.dtype in _INDEX_DTYPES:  # the common case, checked first
+        return Edges(structure, structure, None)
     if isinstance(structure, Graph):
         return Edges(structure, None, None, graph=structure)
     if is_sparse_tensor(structure):
@@ -164,7 +175,7 @@ def as_edges(structure) -> Edges:
         index = structure
         if EdgeIndex is not None and isinstance(structure, EdgeIndex):
             index = structure.as_tensor()
-        if index.dim() != 2 or index.size(0) != 2 or index.dtype not in (torch.int32, torch.int64):
+        if index.dim() != 2 or index.size(0) != 2 or index.dtype not in _INDEX_DTYPES:
             raise Unsupported(f"edge_index of shape {list(index.shape)} and dtype {index.dtype}")
         return Edges(structure, index, None)
     raise Unsupported(f"structure of type {type(structure).__name__}")
