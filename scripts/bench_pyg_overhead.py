@@ -33,7 +33,7 @@ def _timed_batch(fn, device, repeats):
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def _compare(fns, device, repeats, rounds=7):
+def _compare(fns, device, repeats, rounds):
     """Median per-call time of each function; the functions take turns batch by batch, so a
     drift in clocks or temperature touches them alike."""
     for fn in fns.values():
@@ -63,7 +63,10 @@ def main():
     parser.add_argument("--dataset", default="tolokers")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=20, help="calls per timed batch")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="batches per function (the median is reported); a GPU server's "
+                             "host is noisy at these sub-millisecond layers")
     args = parser.parse_args()
     device = torch.device(args.device)
     data = datasets.load(args.dataset)
@@ -93,7 +96,7 @@ def main():
         timings = _compare({label: (lambda f=f: f().sum().backward())
                             for label, f in (("stock", stock), ("adapter", adapter),
                                              ("direct", lambda d=direct: d(x)))},
-                           device, args.repeats)
+                           device, args.repeats, args.rounds)
         overhead = timings["adapter"] / timings["direct"] - 1
         print(f"{name:10s} stock {timings['stock']:8.3f}  adapter {timings['adapter']:8.3f}  "
               f"direct {timings['direct']:8.3f}  adapter overhead {overhead:+.1%}")
