@@ -34,8 +34,9 @@ def _timed_batch(fn, device, repeats):
 
 
 def _compare(fns, device, repeats, rounds):
-    """Median per-call time of each function; the functions take turns batch by batch, so a
-    drift in clocks or temperature touches them alike."""
+    """Per-call times of each function over ``rounds`` batches: {label: (median, fastest)}.
+    The functions take turns batch by batch, so a drift in clocks or temperature touches them
+    alike; the fastest batch is the one least disturbed by other work on the host."""
     for fn in fns.values():
         for _ in range(3):
             fn()
@@ -43,7 +44,8 @@ def _compare(fns, device, repeats, rounds):
     for _ in range(rounds):
         for label, fn in fns.items():
             samples[label].append(_timed_batch(fn, device, repeats))
-    return {label: sorted(times)[len(times) // 2] for label, times in samples.items()}
+    return {label: (sorted(times)[len(times) // 2], min(times))
+            for label, times in samples.items()}
 
 
 def _direct_gcn(layer, graph, values):
@@ -91,16 +93,17 @@ def main():
         "SAGEConv": (lambda: sage(x, edge_index), lambda: fast_sage(x, edge_index),
                      _direct_sage(fast_sage, graph)),
     }
-    print(f"{args.dataset} on {device}: forward+backward, ms per call")
+    print(f"{args.dataset} on {device}: forward+backward, ms per call, median (fastest) of "
+          f"{args.rounds} batches of {args.repeats}")
     for name, (stock, adapter, direct) in cases.items():
         timings = _compare({label: (lambda f=f: f().sum().backward())
                             for label, f in (("stock", stock), ("adapter", adapter),
                                              ("direct", lambda d=direct: d(x)))},
                            device, args.repeats, args.rounds)
-        overhead = timings["adapter"] / timings["direct"] - 1
-        print(f"{name:10s} stock {timings['stock']:8.3f}  adapter {timings['adapter']:8.3f}  "
-              f"direct {timings['direct']:8.3f}  adapter overhead {overhead:+.1%}")
-
+        cells = "  ".join(f"{label} {median:7.3f} ({fastest:.3f})"
+                          for label, (median, fastest) in timings.items())
+        overheads = [timings["adapter"][k] / timings["direct"][k] - 1 for k in (0, 1)]
+        print(f"{name:10s} {cells}  adapter overhead {overheads[0]:+.1%} ({overheads[1]:+.1%})")
 
 if __name__ == "__main__":
     main()
