@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import weakref
 import warnings
 
 import pytest
@@ -289,6 +290,25 @@ def test_cache_reuses_rebuilds_and_forgets():
     del replacement
     gc.collect()
     assert len(fpyg.structure_cache) == entries - 1  # dies with its edge_index
+
+
+def test_layer_memo_follows_the_edge_index_and_dies_with_it():
+    layer = fpyg.GCNConv(IN, OUT)
+    stock = pyg_nn.GCNConv(IN, OUT)
+    stock.load_state_dict(layer.state_dict())
+    ei = random_edge_index(40, 40, 200, seed=9)
+    x = torch.randn(40, IN)
+    layer(x, ei)
+    structure = fpyg.structure.resolve(fpyg.structure.as_edges(ei), 40, 40, "replace", 40)
+    assert fpyg.structure._remembered[layer][3][0] is structure
+    ei[0, :10] = (ei[0, :10] + 3) % 40  # in place: the memo must not answer
+    torch.testing.assert_close(layer(x, ei), stock(x, ei), rtol=1e-4, atol=1e-5)
+    layer.add_self_loops = stock.add_self_loops = False  # an option of the key
+    torch.testing.assert_close(layer(x, ei), stock(x, ei), rtol=1e-4, atol=1e-5)
+    graph = weakref.ref(fpyg.structure._remembered[layer][3][0].graph)
+    del ei, structure
+    gc.collect()
+    assert layer not in fpyg.structure._remembered and graph() is None
 
 
 def test_cache_notices_in_place_changes_of_an_edge_index_object():

@@ -10,7 +10,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from fastgnn import ops
 from fastgnn.pyg._base import FastLayer, cast, check_features, common_dtype
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges, cache,
-                                   resolve)
+                                   is_edge_tensor, remembered, resolve)
 
 
 def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
@@ -42,6 +42,12 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
             raise Unsupported("bipartite (tuple) node features")
         check_features(x)
         num_nodes = x.size(0)
+        if (is_edge_tensor(edge_index) and self.normalize and not self.cached
+                and edge_weight is None):  # the common training call: one memo check
+            key = ("gcn", num_nodes, self.add_self_loops, self.improved, x.dtype)
+            structure, values = remembered(self, edge_index, key, lambda: self._normalised(
+                as_edges(edge_index), None, num_nodes, x.dtype))
+            return self._propagate(structure, self.lin(x), edge_values=values)
         edges = as_edges(edge_index)  # first: unsupported formats must not reach the cache
         if not self.normalize:
             structure = resolve(edges, num_nodes, num_nodes)
