@@ -36,14 +36,18 @@ def _timed_batch(fn, device, repeats):
 def _compare(fns, device, repeats, rounds):
     """Per-call times of each function over ``rounds`` batches: {label: (median, fastest)}.
     The functions take turns batch by batch, so a drift in clocks or temperature touches them
-    alike; the fastest batch is the one least disturbed by other work on the host."""
+    alike, and the turn order rotates every round, so none always runs right after the
+    memory-hungry stock layer; the fastest batch is the one least disturbed by other work on
+    the host."""
     for fn in fns.values():
         for _ in range(3):
             fn()
-    samples = {label: [] for label in fns}
-    for _ in range(rounds):
-        for label, fn in fns.items():
-            samples[label].append(_timed_batch(fn, device, repeats))
+    labels = list(fns)
+    samples = {label: [] for label in labels}
+    for r in range(rounds):
+        first = r % len(labels)
+        for label in labels[first:] + labels[:first]:
+            samples[label].append(_timed_batch(fns[label], device, repeats))
     return {label: (sorted(times)[len(times) // 2], min(times))
             for label, times in samples.items()}
 
@@ -104,6 +108,7 @@ def main():
                           for label, (median, fastest) in timings.items())
         overheads = [timings["adapter"][k] / timings["direct"][k] - 1 for k in (0, 1)]
         print(f"{name:10s} {cells}  adapter overhead {overheads[0]:+.1%} ({overheads[1]:+.1%})")
+
 
 if __name__ == "__main__":
     main()
