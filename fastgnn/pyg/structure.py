@@ -153,6 +153,7 @@ def remembered(layer, source, key: Tuple, build: Callable[[], object]):
 # ---- input formats ----------------------------------------------------------------------------
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
+
 @dataclass
 class Edges:
     """A structure input as an edge list: ``index`` ([2, E], sources then destinations) in the
