@@ -10,7 +10,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from fastgnn import ops
 from fastgnn.pyg._base import FastLayer, cast, check_features, common_dtype
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges, cache,
-                                   is_edge_tensor, remembered, resolve)
+                                   is_edge_tensor, resolve)
 
 
 def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
@@ -43,9 +43,11 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         check_features(x)
         num_nodes = x.size(0)
         if (is_edge_tensor(edge_index) and self.normalize and not self.cached
-                and edge_weight is None):  # the common training call: one memo check
-            key = ("gcn", num_nodes, self.add_self_loops, self.improved, x.dtype)
-            structure, values = remembered(self, edge_index, key, lambda: self._normalised(
+                and edge_weight is None):
+            # The common training call: one lookup in the structure cache for the structure
+            # and its coefficients (gcn_norm ignores `improved` without edge weights).
+            key = ("gcn-normalised", num_nodes, self.add_self_loops, x.dtype)
+            structure, values = cache.get(edge_index, key, lambda: self._normalised(
                 as_edges(edge_index), None, num_nodes, x.dtype))
             return self._propagate(structure, self.lin(x), edge_values=values)
         edges = as_edges(edge_index)  # first: unsupported formats must not reach the cache

@@ -49,19 +49,18 @@ class Unsupported(Exception):
 
 # ---- identity-keyed cache ---------------------------------------------------------------------
 def _stamp(source) -> Tuple:
-    if type(source) is torch.Tensor:  # the common case first: this runs on every layer call
-        return (source._version, source.shape, source.device)
+    if isinstance(source, torch.Tensor):
+        stamp = (source._version, source.shape, source.device)
+        if type(source) is not torch.Tensor and EdgeIndex is not None and \
+                isinstance(source, EdgeIndex):
+            # In-place ops on the wrapper bump its counter, on its data the data's.
+            stamp += (source.as_tensor()._version,)
+        return stamp
     if isinstance(source, SparseTensor):  # its tensors can still be changed in place
         storage = source.storage
         return tuple((t._version, tuple(t.shape), t.device) if t is not None else None
                      for t in (storage.rowptr(), storage.col(), storage.value()))
-    if not isinstance(source, torch.Tensor):
-        return ()  # a fastgnn.Graph is immutable
-    stamp = (source._version, source.shape, source.device)
-    if EdgeIndex is not None and isinstance(source, EdgeIndex):
-        # In-place ops on the wrapper bump its counter, on its data the data's.
-        stamp += (source.as_tensor()._version,)
-    return stamp
+    return ()  # a fastgnn.Graph is immutable
 
 
 class StructureCache:
@@ -73,6 +72,7 @@ class StructureCache:
         self._entries: "collections.OrderedDict[Tuple, Tuple]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
+    @_eager
     def get(self, source, options: Tuple, build: Callable[[], object]):
         key = (id(source), options)
         stamp = _stamp(source)
@@ -115,39 +115,6 @@ cache = StructureCache()
 def is_edge_tensor(value) -> bool:
     """A plain dense tensor (not a subclass such as EdgeIndex, not a sparse layout)."""
     return type(value) is torch.Tensor and value.layout == torch.strided
-
-
-# ---- per-layer memo ---------------------------------------------------------------------------
-# layer -> (key, weak reference to the edge_index, its stamp, remembered value)
-_remembered: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _forget_layer(layer_ref: "weakref.ref", source_ref: "weakref.ref") -> None:
-    layer = layer_ref()
-    entry = _remembered.get(layer) if layer is not None else None
-    if entry is not None and entry[1] is source_ref:
-        del _remembered[layer]
-
-
-@_eager
-def remembered(layer, source, key: Tuple, build: Callable[[], object]):
-    """``build()`` for ``layer`` called with the structure argument ``source``, remembered
-    while ``source`` is the same unchanged plain tensor (identity, ``_version``, shape,
-    device) and ``key`` (every option the value depends on) is equal: a layer called again
-    with the same edge_index skips the format dispatch and the shared cache's lookups, which
-    on a slow GPU host cost tens of microseconds a call. One value per layer, dropped when
-    ``source`` dies."""
-    if not is_edge_tensor(source):
-        return build()
-    stamp = _stamp(source)
-    entry = _remembered.get(layer)
-    if entry is not None and entry[0] == key and entry[1]() is source and entry[2] == stamp:
-        return entry[3]
-    value = build()
-    source_ref = weakref.ref(
-        source, lambda ref, layer_ref=weakref.ref(layer): _forget_layer(layer_ref, ref))
-    _remembered[layer] = (key, source_ref, stamp, value)
-    return value
 
 
 # ---- input formats ----------------------------------------------------------------------------
