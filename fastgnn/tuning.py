@@ -102,15 +102,24 @@ def time_once(fn: Callable[[], object], device: torch.device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def time_calls(fn: Callable[[], object], calls: int, device: torch.device) -> float:
+    """Milliseconds per call of ``calls`` back-to-back calls of ``fn`` (see time_once)."""
+    def run() -> None:
+        for _ in range(calls):
+            fn()
+    return time_once(run, device) / calls
+
+
 def measure(fn: Callable[[], object], device: torch.device, warmup: int = WARMUP,
             repeats: int = REPEATS) -> float:
     """Median milliseconds of ``fn`` over ``repeats`` runs after ``warmup`` runs."""
     for _ in range(warmup):
         fn()
-    return _median([time_once(fn, device) for _ in range(repeats)])
+    return median([time_once(fn, device) for _ in range(repeats)])
 
 
-def _median(times) -> float:
+def median(times) -> float:
+    """The middle value (the upper one of an even count)."""
     return sorted(times)[len(times) // 2]
 
 
@@ -129,15 +138,8 @@ def _race(candidates: Mapping[str, Callable[[], object]], device: torch.device) 
     samples = {name: [] for name in runnable}
     for _ in range(REPEATS):
         for name, fn in runnable.items():
-            samples[name].append(time_once(_repeated(fn, calls), device) / calls)
-    return {name: _median(times) for name, times in samples.items()}
-
-
-def _repeated(fn: Callable[[], object], calls: int) -> Callable[[], None]:
-    def run() -> None:
-        for _ in range(calls):
-            fn()
-    return run
+            samples[name].append(time_calls(fn, calls, device))
+    return {name: median(times) for name, times in samples.items()}
 
 
 def choose(op: str, graph, width: int, dtype: torch.dtype, device,

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from fastgnn.tuning import time_once
+from fastgnn.tuning import median, time_calls
 
 Forward = Callable[[], torch.Tensor]
 MB = 1024.0 * 1024.0
@@ -125,11 +125,6 @@ def check(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.T
         _compare(f"grad[{index}]", grad, want, rtol)
 
 
-def _median(times: List[float]) -> float:
-    times = sorted(times)
-    return times[len(times) // 2]
-
-
 def _batch(device: torch.device) -> int:
     """Calls per timed sample: ``BATCH`` on CUDA, one on CPU."""
     return BATCH if device.type == "cuda" else 1
@@ -138,12 +133,8 @@ def _batch(device: torch.device) -> int:
 def _time_calls(run: Callable[[], object], count: int, device: torch.device) -> float:
     """Milliseconds per call of ``count`` back-to-back calls of ``run``, the device idle at
     the start. Each result is dropped as soon as the call returns."""
-    def calls() -> None:
-        for _ in range(count):
-            run()
-
     sync(device)
-    return time_once(calls, device) / count
+    return time_calls(run, count, device)
 
 
 def _time_batches(prepare: Callable[[], Callable[[], object]], device: torch.device,
@@ -159,7 +150,7 @@ def _time_batches(prepare: Callable[[], Callable[[], object]], device: torch.dev
         run = prepare()
         samples.append(_time_calls(run, _batch(device), device))
         del run  # frees the sample's graph before the next forward
-    return _median(samples)
+    return median(samples)
 
 
 def time_forward(forward: Forward, device: torch.device, warmup: int, repeats: int) -> float:
