@@ -81,9 +81,6 @@ Cache& cache() {
   return *instance;
 }
 
-// Registers the cache with release_graph_cache when the extension loads.
-const bool registered = (cache(), true);
-
 // Builds the descriptors on first use, or again if the sizes ever differ.
 void describe(Entry& entry, const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x,
               const at::Tensor& out, int64_t cols) {

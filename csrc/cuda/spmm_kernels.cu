@@ -1,6 +1,6 @@
 // SpMM-family CUDA kernels over destination-major CSR. Every SpMM kernel here sums each
 // output in a fixed order (deterministic); only the transposed fallback uses atomics.
-#include "cuda/common.cuh"
+#include "cuda/spmm_common.cuh"
 #include "cuda/spmm_kernels.h"
 
 #include <type_traits>
@@ -11,16 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-// Weight of edge e: value[perm[e]] on a transposed walk, value[e], or 1 without values.
-template <typename acc_t, typename index_t>
-struct EdgeWeights {
-  const acc_t* value;
-  const index_t* perm;
-  __device__ __forceinline__ acc_t operator()(index_t e) const {
-    return value ? value[perm ? perm[e] : e] : acc_t(1);
-  }
-};
 
 // A group of kGroup lanes per row (kGroup = 32: a warp per row; less: several rows per warp).
 // The group loads kGroup edges' sources and weights at once and broadcasts them by shuffle;
@@ -172,35 +162,23 @@ void dispatch_group(int group, F&& f) {
 void spmm_csr(FloatType type, CsrView csr, const void* value, const void* value_perm,
               const void* x, void* out, int64_t width, CsrKernel kernel, cudaStream_t stream) {
   if (csr.rows == 0 || width == 0) return;
-  dispatch_float(type, [&](auto s) {
-    using scalar_t = decltype(s);
-    using acc_t = typename Scalar<scalar_t>::acc;
-    const int vec = packet_size(width, sizeof(scalar_t), x, out);
-    dispatch_index(csr.index64, [&](auto i) {
-      using index_t = decltype(i);
-      const auto* rowptr = static_cast<const index_t*>(csr.rowptr);
-      const auto* col = static_cast<const index_t*>(csr.col);
-      const EdgeWeights<acc_t, index_t> weights{static_cast<const acc_t*>(value),
-                                                static_cast<const index_t*>(value_perm)};
-      const auto* xs = static_cast<const scalar_t*>(x);
-      auto* outs = static_cast<scalar_t*>(out);
-      dispatch_vec(vec, [&](auto vec_c) {
-        constexpr int kVec = decltype(vec_c)::value;
-        if (kernel == CsrKernel::kBlock) {
-          spmm_block_per_row<scalar_t, index_t, kVec><<<unsigned(csr.rows), kThreads, 0, stream>>>(
-              rowptr, col, weights, xs, outs, width);
-          return;
-        }
-        const int group = kernel == CsrKernel::kWarp      ? kWarp
-                          : kernel == CsrKernel::kSubWarp ? group_size(width, kVec, 16)
-                                                          : group_size(width, kVec, kWarp);
-        dispatch_group(group, [&](auto group_c) {
-          constexpr int kGroup = decltype(group_c)::value;
-          const auto blocks = unsigned(ceil_div(csr.rows, kThreads / kGroup));
-          spmm_grouped<scalar_t, index_t, kVec, kGroup><<<blocks, kThreads, 0, stream>>>(
-              rowptr, col, weights, xs, outs, csr.rows, width);
-        });
-      });
+  dispatch_spmm(type, csr, value, value_perm, x, out, width, [&](auto ops, auto vec_c) {
+    using scalar_t = typename decltype(ops)::scalar_type;
+    using index_t = typename decltype(ops)::index_type;
+    constexpr int kVec = decltype(vec_c)::value;
+    if (kernel == CsrKernel::kBlock) {
+      spmm_block_per_row<scalar_t, index_t, kVec><<<unsigned(csr.rows), kThreads, 0, stream>>>(
+          ops.rowptr, ops.col, ops.weights, ops.x, ops.out, width);
+      return;
+    }
+    const int group = kernel == CsrKernel::kWarp      ? kWarp
+                      : kernel == CsrKernel::kSubWarp ? group_size(width, kVec, 16)
+                                                      : group_size(width, kVec, kWarp);
+    dispatch_group(group, [&](auto group_c) {
+      constexpr int kGroup = decltype(group_c)::value;
+      const auto blocks = unsigned(ceil_div(csr.rows, kThreads / kGroup));
+      spmm_grouped<scalar_t, index_t, kVec, kGroup><<<blocks, kThreads, 0, stream>>>(
+          ops.rowptr, ops.col, ops.weights, ops.x, ops.out, csr.rows, width);
     });
   });
   check_launch("spmm_csr");

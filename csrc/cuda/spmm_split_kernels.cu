@@ -2,7 +2,7 @@
 // row is spread over many lane groups instead of holding one warp while the rest of the GPU
 // idles. A row of one item writes its output directly; the items of a longer row write
 // partial sums that a second kernel adds in item order, so the result stays deterministic.
-#include "cuda/common.cuh"
+#include "cuda/spmm_common.cuh"
 #include "cuda/spmm_kernels.h"
 
 #include <type_traits>
@@ -20,8 +20,8 @@ constexpr int kPacketsInFlight = 4;  // vector loads each lane keeps in flight p
 template <typename scalar_t, typename index_t, int kVec, int kGroup, int kPasses>
 __global__ void __launch_bounds__(kThreads)
 spmm_split_items(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
-                 const typename Scalar<scalar_t>::acc* __restrict__ value,
-                 const index_t* __restrict__ value_perm, const scalar_t* __restrict__ x,
+                 EdgeWeights<typename Scalar<scalar_t>::acc, index_t> weights,
+                 const scalar_t* __restrict__ x,
                  scalar_t* __restrict__ out, typename Scalar<scalar_t>::acc* __restrict__ partial,
                  SplitWorkView work, int64_t width) {
   using acc_t = typename Scalar<scalar_t>::acc;
@@ -52,7 +52,7 @@ spmm_split_items(const index_t* __restrict__ rowptr, const index_t* __restrict__
       acc_t my_weight = 0;
       if (e0 + lane < end) {
         my_col = col[e0 + lane];
-        my_weight = value ? value[value_perm ? value_perm[e0 + lane] : e0 + lane] : acc_t(1);
+        my_weight = weights(e0 + lane);
       }
       const int count = int(min(int64_t(kGroup), int64_t(end - e0)));
       for (int k = 0; k < count; k += kUnroll) {
@@ -133,35 +133,24 @@ void spmm_csr_split(FloatType type, CsrView csr, const void* value, const void* 
                     const void* x, void* out, void* partial, SplitWorkView work, int64_t width,
                     cudaStream_t stream) {
   if (work.items == 0 || width == 0) return;
-  dispatch_float(type, [&](auto s) {
-    using scalar_t = decltype(s);
-    using acc_t = typename Scalar<scalar_t>::acc;
-    const int vec = packet_size(width, sizeof(scalar_t), x, out);
-    dispatch_index(csr.index64, [&](auto i) {
-      using index_t = decltype(i);
-      const auto* rowptr = static_cast<const index_t*>(csr.rowptr);
-      const auto* col = static_cast<const index_t*>(csr.col);
-      const auto* values = static_cast<const acc_t*>(value);
-      const auto* perm = static_cast<const index_t*>(value_perm);
-      const auto* xs = static_cast<const scalar_t*>(x);
-      auto* outs = static_cast<scalar_t*>(out);
-      auto* partials = static_cast<acc_t*>(partial);
-      dispatch_vec(vec, [&](auto vec_c) {
-        constexpr int kVec = decltype(vec_c)::value;
-        dispatch_shape<kVec>(width, [&](auto group_c, auto passes_c) {
-          constexpr int kGroup = decltype(group_c)::value, kPasses = decltype(passes_c)::value;
-          const auto blocks = unsigned(ceil_div(work.items, kThreads / kGroup));
-          spmm_split_items<scalar_t, index_t, kVec, kGroup, kPasses>
-              <<<blocks, kThreads, 0, stream>>>(rowptr, col, values, perm, xs, outs, partials,
-                                                work, width);
-        });
-      });
-      if (work.split_rows > 0) {
-        spmm_split_combine<scalar_t, index_t>
-            <<<grid_for(work.split_rows * width, kThreads), kThreads, 0, stream>>>(
-                partials, work, outs, width);
-      }
+  dispatch_spmm(type, csr, value, value_perm, x, out, width, [&](auto ops, auto vec_c) {
+    using scalar_t = typename decltype(ops)::scalar_type;
+    using index_t = typename decltype(ops)::index_type;
+    using acc_t = typename decltype(ops)::acc_t;
+    constexpr int kVec = decltype(vec_c)::value;
+    auto* partials = static_cast<acc_t*>(partial);
+    dispatch_shape<kVec>(width, [&](auto group_c, auto passes_c) {
+      constexpr int kGroup = decltype(group_c)::value, kPasses = decltype(passes_c)::value;
+      const auto blocks = unsigned(ceil_div(work.items, kThreads / kGroup));
+      spmm_split_items<scalar_t, index_t, kVec, kGroup, kPasses>
+          <<<blocks, kThreads, 0, stream>>>(ops.rowptr, ops.col, ops.weights, ops.x, ops.out,
+                                            partials, work, width);
     });
+    if (work.split_rows > 0) {
+      spmm_split_combine<scalar_t, index_t>
+          <<<grid_for(work.split_rows * width, kThreads), kThreads, 0, stream>>>(
+              partials, work, ops.out, width);
+    }
   });
   check_launch("spmm_csr_split");
 }

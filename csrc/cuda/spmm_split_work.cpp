@@ -50,8 +50,6 @@ Cache& cache() {
   return *instance;
 }
 
-const bool registered = (cache(), true);
-
 }  // namespace
 
 SplitWorkView SplitWork::view() const {
