@@ -65,7 +65,8 @@ def csr_values(g: Graph, dtype: torch.dtype, norm: str, reduce: str,
 
 # ---- CUDA algorithm choice ---------------------------------------------------------------------
 # The op's ``algo`` int: bits 0-7 pick the kernel of this call, bits 8-15 the kernel of its
-# backward (read by the autograd formula below). CPU ignores it (one kernel).
+# backward (read by the C++ autograd formula: kBackwardShift in csrc/spmm_autograd.cpp). CPU
+# ignores it (one kernel).
 ALGOS = {
     "csr_auto": 0,          # our CSR kernel, variant picked from the feature width
     "csr_warp": 1,          # one warp per row, vector loads over the features
