@@ -104,7 +104,7 @@ def _draw_seed(dropout: float) -> Tuple[int, int]:
     return seed, 0
 
 
-def _structure(g: Graph, needs_grad: bool):
+def structure_args(g: Graph, needs_grad: bool):
     """Graph tensors the ops take: CSR, edge_perm and the transpose (when a backward will run;
     on a symmetric graph only t_perm, the CSR being its own transpose)."""
     transposed = (None, None, None)
@@ -144,7 +144,7 @@ def _launch(op_name: str, g: Graph, features: torch.Tensor, run):
 def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: float,
                   edge_term) -> torch.Tensor:
     seed, offset = _draw_seed(dropout)
-    graph = _structure(g, wants_grad(x_dst, x_src, att, edge_term))
+    graph = structure_args(g, wants_grad(x_dst, x_src, att, edge_term))
     args = (x_dst, x_src, att, edge_term, negative_slope, dropout, seed, offset)
     launch = _launch("gatv2_attention", g, x_src, lambda plan: _gatv2(*graph, *args, *plan))
     return _gatv2(*graph, *args, *launch)[0]
@@ -154,7 +154,7 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
                             edge_term) -> torch.Tensor:
     seed, offset = _draw_seed(dropout)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    graph = _structure(g, wants_grad(q, k, v, edge_term))
+    graph = structure_args(g, wants_grad(q, k, v, edge_term))
     args = (q, k, v, edge_term, scale, dropout, seed, offset)
     launch = _launch("graph_attention", g, k, lambda plan: _graph_attention(*graph, *args, *plan))
     return _graph_attention(*graph, *args, *launch)[0]
