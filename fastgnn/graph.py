@@ -229,11 +229,14 @@ class Graph:
             return bool(torch.equal(t_rowptr, self._rowptr) and torch.equal(t_col, self._col))
         return self.cached("is_symmetric", build)
 
-    def degree_buckets(self, quantile: float = 0.99) -> Tuple[int, torch.Tensor, torch.Tensor]:
+    def degree_buckets(self, quantile: float = 0.99,
+                       by_degree: bool = False) -> Tuple[int, torch.Tensor, torch.Tensor]:
         """Splits destinations by in-degree at the given quantile.
 
         Returns ``(threshold, light_rows, heavy_rows)``: rows with degree <= threshold are
-        light. Row lists have the index dtype and are cached per quantile.
+        light. Row lists have the index dtype and are cached per quantile. ``by_degree``
+        orders each list by falling degree (ties by row id), so that the warps of one block
+        get similar work and the longest rows start first.
         """
         def build():
             deg = self.in_degree
@@ -243,8 +246,11 @@ class Graph:
             threshold = int(torch.quantile(deg.double(), quantile).ceil())
             heavy = deg > threshold
             rows = torch.arange(self._num_dst, device=self.device, dtype=self.index_dtype)
+            if by_degree:
+                order = torch.sort(deg, descending=True, stable=True).indices
+                rows, heavy = rows[order], heavy[order]
             return threshold, rows[~heavy], rows[heavy]
-        return self.cached(("buckets", float(quantile)), build)
+        return self.cached(("buckets", float(quantile), by_degree), build)
 
     def signature(self) -> Tuple:
         """A short description of the structure for tuning keys: sizes and degree shape."""

@@ -2,18 +2,16 @@
 plan: shows where each plan wins, apart from per-call overhead and the tuner's choice.
 
     python3 scripts/bench_attention_kernels.py [--graphs tolokers,roads-ny]
-        [--configs gatv2:8x128,dot:4x128] [--plans all,q0.75w8,q0.9w4]
+        [--configs gatv2:8x128,dot:4x128] [--plans rows,q0.75w8]
 
-A config is ``<kind>:<heads>x<head dim>`` (kind ``gatv2`` or ``dot``). A plan is ``all`` (one
-warp group size for every row) or ``q<quantile>w<warps>``: rows above that degree quantile get
-that many warps per (row, head). Times are ``fastgnn.bench.measure.time_forward``'s (medians of
+A config is ``<kind>:<heads>x<head dim>`` (kind ``gatv2`` or ``dot``); plans are named as in
+``fastgnn.ops.attention.LAUNCH_PLANS``. Times are ``fastgnn.bench.measure.time_forward``'s (medians of
 back-to-back batches), in ms: the forward op, and the backward op from a fixed output gradient.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,19 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from fastgnn.bench import graphs, measure  # noqa: E402
-from fastgnn.ops.attention import LAUNCH_PLANS, structure_args  # noqa: E402
+from fastgnn.ops.attention import LAUNCH_PLANS, plan_buckets, structure_args  # noqa: E402
 
 OPS = {"gatv2": "gatv2", "dot": "graph_attention"}
-
-
-def buckets(g, plan: str):
-    if plan == "all":
-        return None, None, 1
-    match = re.fullmatch(r"q([0-9.]+)w([0-9]+)", plan)
-    if not match:
-        raise ValueError(f"--plans: {plan!r} is neither 'all' nor q<quantile>w<warps>")
-    _, light, heavy = g.degree_buckets(float(match.group(1)))
-    return light, heavy, int(match.group(2))
 
 
 def inputs(kind: str, g, heads: int, dim: int, device):
@@ -51,7 +39,7 @@ def times(kind: str, g, heads: int, dim: int, plan: str, device):
     backward = getattr(torch.ops.fastgnn, f"{OPS[kind]}_backward")
     a, b, c, coef = inputs(kind, g, heads, dim, device)
     graph = structure_args(g, True)
-    launch = buckets(g, plan)
+    launch = plan_buckets(g, plan)
     args = (a, b, c, None, coef, 0.0, 0, 0) + launch
     out, lse = forward(*graph, *args)
     grad_out = torch.randn_like(out)
@@ -66,7 +54,7 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graphs", default="tolokers,ogbn-arxiv,flickr,roads-ny")
     p.add_argument("--configs", default="gatv2:8x128,dot:4x128,gatv2:2x64,dot:2x64")
-    p.add_argument("--plans", default=",".join(["all"] + list(LAUNCH_PLANS)))
+    p.add_argument("--plans", default=",".join(LAUNCH_PLANS))
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)

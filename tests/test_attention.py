@@ -102,6 +102,26 @@ def test_head_dims_float32(kind, dim, heads, device):
     assert_matches_reference(kind, g, inputs, atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="launch plans are CUDA-only")
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("dim", [64, 100, 128])
+@pytest.mark.parametrize("plan", list(attention_ops.LAUNCH_PLANS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_launch_plan(kind, plan, dim, symmetric, monkeypatch):
+    """Every plan the tuner can pick, on rows long enough to span several 32-edge windows and
+    to split over 8 warps: the fast (64, 128) and general (100) paths, both backward passes."""
+    monkeypatch.setenv("FASTGNN_TUNE", "0")
+    monkeypatch.setattr(attention_ops, "DEFAULT_PLAN", plan)
+    if symmetric:
+        g = symmetric_graph(300, 3000, seed=dim).to("cuda")
+    else:
+        g, _ = random_graph(300, 4000, seed=dim, device="cuda")
+    assert int(g.in_degree.max()) > 8 * 32
+    inputs = make_inputs(kind, g, 2, dim, torch.float32, "cuda", edge_term=(dim == 64))
+    assert_matches_reference(kind, g, inputs, atol=2e-4, rtol=2e-4)
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kind", KINDS)

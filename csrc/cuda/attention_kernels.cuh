@@ -40,6 +40,7 @@ struct Args {
   const T* edge;
   acc_t coef;
   int64_t heads, dim;
+  int row_stride;  // heads * dim
   int chunks;
   DropoutSpec dropout;
   T* out;
@@ -110,16 +111,18 @@ __device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }
 template <>
 __device__ __forceinline__ float exp_acc<float>(float v) { return __expf(v); }
 
+// Row (node, h) of an [N, H, D] tensor. The row stride H * D fits 32 bits (the host checks),
+// so a 32-bit node index costs one wide multiply.
 template <typename T, typename I>
 __device__ __forceinline__ const T* node_row(const T* base, int64_t node, int64_t h,
                                              const Args<T, I>& a) {
-  return base + (node * a.heads + h) * a.dim;
+  return base + h * a.dim + node * a.row_stride;
 }
 
 template <typename T, typename I>
 __device__ __forceinline__ int64_t edge_row(const Args<T, I>& a, int64_t e, int64_t h) {
   const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[e]) : e;
-  return (pos * a.heads + h) * a.dim;
+  return h * a.dim + pos * a.row_stride;
 }
 
 // Partial (this lane's features of one chunk) logit and <dout, value> of edge j -> i at CSR
@@ -131,12 +134,11 @@ __device__ __forceinline__ void chunk_terms(const Args<T, I>& a, int64_t j, int6
                                             const acc_t (&att)[K], const acc_t (&dout)[K],
                                             acc_t (&z)[K], acc_t (&val)[K], acc_t& logit,
                                             acc_t& dval) {
-  acc_t bf[K], ef[K];
+  acc_t bf[K];
   load_frag<K, kD>(node_row(a.b, j, h, a), f0, a.dim, bf);
-  if (a.edge)
-    load_frag<K, kD>(a.edge + edge_row(a, e, h), f0, a.dim, ef);
-  else
-    zero<K>(ef);
+  acc_t ef[K];
+  zero<K>(ef);
+  if (a.edge) load_frag<K, kD>(a.edge + edge_row(a, e, h), f0, a.dim, ef);
   if constexpr (kKind == AttentionKind::kGatv2) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -158,16 +160,22 @@ __device__ __forceinline__ void chunk_terms(const Args<T, I>& a, int64_t j, int6
   for (int k = 0; k < K; ++k) dval += dout[k] * val[k];
 }
 
-// Loads the destination-side fragments of node i for a chunk: dst row, att (GATv2), dout.
+// The attention vector's fragment for a chunk (GATv2; zeros for the dot product).
 template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void load_dst_side(const Args<T, I>& a, int64_t i, int64_t h,
-                                              int64_t f0, bool want_dout, acc_t (&dst)[K],
-                                              acc_t (&att)[K], acc_t (&dout)[K]) {
-  load_frag<K, kD>(node_row(a.a, i, h, a), f0, a.dim, dst);
+__device__ __forceinline__ void load_att(const Args<T, I>& a, int64_t h, int64_t f0,
+                                         acc_t (&att)[K]) {
   if (kKind == AttentionKind::kGatv2)
     load_frag<K, kD>(a.c + h * a.dim, f0, a.dim, att);
   else
     zero<K>(att);
+}
+
+// Loads the destination-side fragments of node i for a chunk: dst row and (if wanted) dout.
+template <int K, int kD, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void load_dst_side(const Args<T, I>& a, int64_t i, int64_t h,
+                                              int64_t f0, bool want_dout, acc_t (&dst)[K],
+                                              acc_t (&dout)[K]) {
+  load_frag<K, kD>(node_row(a.a, i, h, a), f0, a.dim, dst);
   if (want_dout)
     load_frag<K, kD>(node_row(a.grad_out, i, h, a), f0, a.dim, dout);
   else
@@ -191,7 +199,8 @@ __device__ __forceinline__ void edge_eval(const Args<T, I>& a, int64_t i, int64_
     if (c == chunk) continue;
     const int64_t f0 = int64_t(c) * 32 * K + lane * K;
     acc_t dc[K], ac[K], oc[K], zc[K], vc[K];
-    load_dst_side<kKind, K, kD>(a, i, h, f0, want_dval, dc, ac, oc);
+    load_dst_side<K, kD>(a, i, h, f0, want_dval, dc, oc);
+    load_att<kKind, K, kD>(a, h, f0, ac);
     chunk_terms<kKind, K, kD>(a, j, e, h, f0, dc, ac, oc, zc, vc, logit, dval);
   }
   logit = warp_sum(logit);
@@ -220,6 +229,26 @@ __device__ __forceinline__ Slot slot_of(const Args<T, I>& a) {
   return s;
 }
 
+// The CSR positions [begin, end) this warp walks: a contiguous share of its row's edges.
+struct EdgeShare {
+  int64_t begin, end;
+};
+
+template <typename T, typename I>
+__device__ __forceinline__ EdgeShare edge_share(const Args<T, I>& a, const Slot& s) {
+  const int64_t first = a.rowptr[s.r], last = a.rowptr[s.r + 1];
+  const int64_t per = (last - first + s.group_size - 1) / s.group_size;
+  const int64_t begin = min(last, first + s.member * per);
+  return {begin, min(last, begin + per)};
+}
+
+// Source index of the edge at `slot` of a window whose col entries the lanes loaded one each
+// (one coalesced load per 32 edges instead of one dependent load per edge).
+template <typename I>
+__device__ __forceinline__ int64_t window_col(I mine, int slot) {
+  return int64_t(__shfl_sync(0xffffffffu, mine, slot % kWarp));
+}
+
 // Sums v over the warps of this warp's group into the group's first warp (shared memory
 // `buf` of 32K values per warp). Every thread of the block must call it.
 template <int K, typename acc_t>
@@ -245,37 +274,51 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   const int chunk = blockIdx.z;
   const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
   const int64_t i = s.r;
+  // The fast path takes kEdges edges a step, their loads and warp reductions interleaved and
+  // one rescale for all: one edge's reduction latency no longer holds up the next edge's loads.
+  constexpr int kEdges = kD == 0 ? 1 : K >= 8 ? 2 : 4;
 
   acc_t dst[K], att[K], no_dout[K], acc[K];
   zero<K>(acc);
   acc_t peak = -INFINITY, total = 0;
   if (s.valid) {
-    load_dst_side<kKind, K, kD>(a, i, h, f0, false, dst, att, no_dout);
-    int64_t e = int64_t(a.rowptr[i]) + s.member;
-    const int64_t end = a.rowptr[i + 1];
-    if constexpr (kD != 0) {
-      // kEdges edges a step, their loads and warp reductions interleaved and one rescale for
-      // all: one edge's reduction latency no longer holds up the next edge's loads.
-      constexpr int kEdges = K >= 8 ? 2 : 4;
-      const int64_t step = s.group_size;
-      for (; e + (kEdges - 1) * step < end; e += kEdges * step) {
+    load_dst_side<K, kD>(a, i, h, f0, false, dst, no_dout);
+    load_att<kKind, K, kD>(a, h, f0, att);
+    const EdgeShare share = edge_share(a, s);
+    for (int64_t base = share.begin; base < share.end; base += kWarp) {
+      const int n = int(min(int64_t(kWarp), share.end - base));
+      const I mine = s.lane < n ? a.col[base + s.lane] : I(0);
+      for (int t = 0; t < n; t += kEdges) {
         acc_t val[kEdges][K], logit[kEdges];
 #pragma unroll
-        for (int u = 0; u < kEdges; ++u) {
-          const int64_t q = e + u * step;
-          acc_t z[K], unused = 0;
+        for (int u = 0; u < kEdges; ++u) {  // slots past n (fast path only) weigh nothing
+          const int64_t j = window_col(mine, t + u);
+          const int64_t e = base + t + u;
           logit[u] = 0;
-          chunk_terms<kKind, K, kD>(a, a.col[q], q, h, f0, dst, att, no_dout, z, val[u],
-                                    logit[u], unused);
+          if (t + u >= n) {
+            zero<K>(val[u]);
+          } else if constexpr (kD != 0) {
+            acc_t z[K], unused = 0;
+            chunk_terms<kKind, K, kD>(a, j, e, h, f0, dst, att, no_dout, z, val[u], logit[u],
+                                      unused);
+          } else {
+            acc_t z[K], unused;
+            edge_eval<kKind, K, kD>(a, i, j, e, h, s.lane, chunk, false, dst, att, no_dout, z,
+                                    val[u], logit[u], unused);
+          }
         }
-        warp_sum_each<kEdges>(logit);
+        if constexpr (kD != 0) {
+          warp_sum_each<kEdges>(logit);
+#pragma unroll
+          for (int u = 0; u < kEdges; ++u) {
+            if (kKind == AttentionKind::kDotProduct) logit[u] *= a.coef;
+            if (t + u >= n) logit[u] = -INFINITY;
+          }
+        }
         acc_t top = peak;
 #pragma unroll
-        for (int u = 0; u < kEdges; ++u) {
-          if (kKind == AttentionKind::kDotProduct) logit[u] *= a.coef;
-          top = max(top, logit[u]);
-        }
-        if (top > peak) {
+        for (int u = 0; u < kEdges; ++u) top = max(top, logit[u]);
+        if (top > peak) {  // new running max: rescale what was accumulated so far
           const acc_t corr = exp_acc(peak - top);
           total *= corr;
 #pragma unroll
@@ -286,29 +329,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
         for (int u = 0; u < kEdges; ++u) {
           const acc_t w = exp_acc(logit[u] - peak);
           total += w;
-          const acc_t wc = w * a.dropout.template factor<acc_t>(e + u * step, h);
+          const acc_t wc = w * a.dropout.template factor<acc_t>(base + t + u, h);
 #pragma unroll
           for (int k = 0; k < K; ++k) acc[k] += wc * val[u][k];
         }
       }
-    }
-    for (; e < end; e += s.group_size) {
-      const int64_t j = a.col[e];
-      acc_t z[K], val[K], logit, unused;
-      edge_eval<kKind, K, kD>(a, i, j, e, h, s.lane, chunk, false, dst, att, no_dout, z, val,
-                              logit, unused);
-      if (logit > peak) {  // new running max: rescale what was accumulated so far
-        const acc_t corr = exp_acc(peak - logit);
-        total *= corr;
-#pragma unroll
-        for (int k = 0; k < K; ++k) acc[k] *= corr;
-        peak = logit;
-      }
-      const acc_t w = exp_acc(logit - peak);
-      total += w;
-      const acc_t wc = w * a.dropout.template factor<acc_t>(e, h);
-#pragma unroll
-      for (int k = 0; k < K; ++k) acc[k] += wc * val[k];
     }
   }
   if (s.group_size > 1) {  // merge the group's softmax states into its first warp
@@ -358,78 +383,82 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
   const int64_t n = s.r;
   const acc_t slope = a.coef;
 
-  acc_t grad_dst[K], grad_att[K], grad_key[K], grad_val[K];
+  // grad_src: x_src's gradient (GATv2, key and value terms together) or k's; grad_val: v's.
+  acc_t grad_dst[K], grad_att[K], grad_src[K], grad_val[K];
   zero<K>(grad_dst);
   zero<K>(grad_att);
-  zero<K>(grad_key);
+  zero<K>(grad_src);
   zero<K>(grad_val);
   if (s.valid) {
-    acc_t own_dst[K], own_att[K], own_dout[K];
+    acc_t own_dst[K], att[K], own_dout[K];
+    load_att<kKind, K, kD>(a, h, f0, att);
     acc_t lse_n = 0, delta_n = 0;
     if (do_dst) {
-      load_dst_side<kKind, K, kD>(a, n, h, f0, true, own_dst, own_att, own_dout);
+      load_dst_side<K, kD>(a, n, h, f0, true, own_dst, own_dout);
       lse_n = a.lse_in[n * a.heads + h];
       delta_n = a.delta[n * a.heads + h];
     }
-    for (int64_t q = int64_t(a.rowptr[n]) + s.member; q < int64_t(a.rowptr[n + 1]);
-         q += s.group_size) {
-      const int64_t m = a.col[q];
-      if (do_dst) {  // edge m -> n at CSR position q
-        acc_t z[K], val[K], logit, dval;
-        edge_eval<kKind, K, kD>(a, n, m, q, h, s.lane, chunk, true, own_dst, own_att, own_dout,
-                                z, val, logit, dval);
-        const acc_t alpha = exp_acc(logit - lse_n);
-        const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
-        const acc_t g = wc * dval - alpha * delta_n;
-        acc_t edge_grad[K];
+    const EdgeShare share = edge_share(a, s);
+    for (int64_t base = share.begin; base < share.end; base += kWarp) {
+      const int count = int(min(int64_t(kWarp), share.end - base));
+      const I col_mine = s.lane < count ? a.col[base + s.lane] : I(0);
+      const I perm_mine = do_src && s.lane < count ? a.src_perm[base + s.lane] : I(0);
+      for (int t = 0; t < count; ++t) {
+        const int64_t m = window_col(col_mine, t);
+        const int64_t q = base + t;
+        if (do_dst) {  // edge m -> n at CSR position q
+          acc_t z[K], val[K], logit, dval;
+          edge_eval<kKind, K, kD>(a, n, m, q, h, s.lane, chunk, true, own_dst, att, own_dout, z,
+                                  val, logit, dval);
+          const acc_t alpha = exp_acc(logit - lse_n);
+          const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
+          const acc_t g = wc * dval - alpha * delta_n;
+          acc_t edge_grad[K];
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          if (kGat) {
-            const acc_t dz = g * own_att[k] * leaky_slope(z[k], slope);
-            grad_dst[k] += dz;
-            grad_att[k] += g * leaky(z[k], slope);
-            edge_grad[k] = dz;
-          } else {
-            grad_dst[k] += g * slope * z[k];
-            edge_grad[k] = g * slope * own_dst[k] + wc * own_dout[k];
+          for (int k = 0; k < K; ++k) {
+            if (kGat) {
+              const acc_t dz = g * att[k] * leaky_slope(z[k], slope);
+              grad_dst[k] += dz;
+              grad_att[k] += g * leaky(z[k], slope);
+              edge_grad[k] = dz;
+            } else {
+              grad_dst[k] += g * slope * z[k];
+              edge_grad[k] = g * slope * own_dst[k] + wc * own_dout[k];
+            }
           }
+          if (a.grad_edge) store_frag<K>(a.grad_edge + edge_row(a, q, h), f0, a.dim, edge_grad);
         }
-        if (a.grad_edge) store_frag<K>(a.grad_edge + edge_row(a, q, h), f0, a.dim, edge_grad);
-      }
-      if (do_src) {  // edge n -> m at CSR position src_perm[q]
-        const int64_t e = a.src_perm[q];
-        acc_t dst[K], att[K], dout[K], z[K], val[K], logit, dval;
-        load_dst_side<kKind, K, kD>(a, m, h, f0, true, dst, att, dout);
-        edge_eval<kKind, K, kD>(a, m, n, e, h, s.lane, chunk, true, dst, att, dout, z, val, logit,
-                                dval);
-        const acc_t alpha = exp_acc(logit - a.lse_in[m * a.heads + h]);
-        const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
-        const acc_t g = wc * dval - alpha * a.delta[m * a.heads + h];
+        if (do_src) {  // edge n -> m at CSR position src_perm[q]
+          const int64_t e = window_col(perm_mine, t);
+          acc_t dst[K], dout[K], z[K], val[K], logit, dval;
+          load_dst_side<K, kD>(a, m, h, f0, true, dst, dout);
+          edge_eval<kKind, K, kD>(a, m, n, e, h, s.lane, chunk, true, dst, att, dout, z, val,
+                                  logit, dval);
+          const acc_t alpha = exp_acc(logit - a.lse_in[m * a.heads + h]);
+          const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
+          const acc_t g = wc * dval - alpha * a.delta[m * a.heads + h];
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          grad_key[k] += kGat ? g * att[k] * leaky_slope(z[k], slope) : g * slope * dst[k];
-          grad_val[k] += wc * dout[k];
+          for (int k = 0; k < K; ++k) {
+            if (kGat) {
+              grad_src[k] += g * att[k] * leaky_slope(z[k], slope) + wc * dout[k];
+            } else {
+              grad_src[k] += g * slope * dst[k];
+              grad_val[k] += wc * dout[k];
+            }
+          }
         }
       }
     }
   }
   if (s.group_size > 1) {
     if (do_dst) group_sum<K>(grad_dst, s, smem);
-    if (do_src) {
-      group_sum<K>(grad_key, s, smem);
-      group_sum<K>(grad_val, s, smem);
-    }
+    if (do_src) group_sum<K>(grad_src, s, smem);
+    if (do_src && !kGat) group_sum<K>(grad_val, s, smem);
   }
   if (s.valid && s.member == 0) {
     if (do_dst) store_frag<K>(a.grad_a + (n * a.heads + h) * a.dim, f0, a.dim, grad_dst);
-    if (do_src && kGat) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) grad_key[k] += grad_val[k];
-      store_frag<K>(a.grad_b + (n * a.heads + h) * a.dim, f0, a.dim, grad_key);
-    } else if (do_src) {
-      store_frag<K>(a.grad_b + (n * a.heads + h) * a.dim, f0, a.dim, grad_key);
-      store_frag<K>(a.grad_c + (n * a.heads + h) * a.dim, f0, a.dim, grad_val);
-    }
+    if (do_src) store_frag<K>(a.grad_b + (n * a.heads + h) * a.dim, f0, a.dim, grad_src);
+    if (do_src && !kGat) store_frag<K>(a.grad_c + (n * a.heads + h) * a.dim, f0, a.dim, grad_val);
   }
   if (kGat && do_dst) {  // this block's att-gradient partial: sum over its warps
     __syncthreads();
@@ -519,6 +548,7 @@ Args<T, I> make_args(const AttentionParams& p, const RowSet& rows, int chunks) {
   a.coef = acc_t(p.coef);
   a.heads = p.heads;
   a.dim = p.dim;
+  a.row_stride = int(p.heads * p.dim);
   a.chunks = chunks;
   a.dropout = p.dropout;
   a.out = static_cast<T*>(p.out);
