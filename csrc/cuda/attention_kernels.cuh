@@ -64,14 +64,14 @@ struct alignas(sizeof(T) * K) Pack {
 };
 
 template <int K, int kD, typename T, typename acc_t>
-__device__ __forceinline__ void load_frag(const T* __restrict__ row, int64_t f0, int64_t dim,
+__device__ __forceinline__ void load_frag(const T* __restrict__ frag, int64_t f0, int64_t dim,
                                           acc_t (&out)[K]) {
   if constexpr (kD != 0) {
     constexpr int kVec = (16 / int(sizeof(T))) < K ? (16 / int(sizeof(T))) : K;
-    if (f0 < kD) {
+    if (32 * K <= kD || f0 < kD) {  // only D = 16 leaves lanes without features
 #pragma unroll
       for (int c = 0; c < K; c += kVec) {
-        const Pack<T, kVec> pk = *reinterpret_cast<const Pack<T, kVec>*>(row + f0 + c);
+        const Pack<T, kVec> pk = *reinterpret_cast<const Pack<T, kVec>*>(frag + c);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) out[c + k] = Scalar<T>::load(pk.v[k]);
       }
@@ -81,7 +81,7 @@ __device__ __forceinline__ void load_frag(const T* __restrict__ row, int64_t f0,
     }
   } else {
 #pragma unroll
-    for (int k = 0; k < K; ++k) out[k] = f0 + k < dim ? Scalar<T>::load(row[f0 + k]) : acc_t(0);
+    for (int k = 0; k < K; ++k) out[k] = f0 + k < dim ? Scalar<T>::load(frag[k]) : acc_t(0);
   }
 }
 
@@ -111,73 +111,89 @@ __device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }
 template <>
 __device__ __forceinline__ float exp_acc<float>(float v) { return __expf(v); }
 
-// Row (node, h) of an [N, H, D] tensor. The row stride H * D fits 32 bits (the host checks),
-// so a 32-bit node index costs one wide multiply.
+// Where this lane's fragment (head h, features from f0) starts in each operand: node j's is
+// at ptr + j * row_stride, one wide multiply-add per gather (row_stride = H * D fits 32 bits,
+// the host checks). For GATv2, c is att [H, D], whose fragment is c itself.
+template <typename T>
+struct LaneView {
+  const T *a, *b, *c, *edge, *grad_out;
+  int64_t f0;
+};
+
 template <typename T, typename I>
-__device__ __forceinline__ const T* node_row(const T* base, int64_t node, int64_t h,
-                                             const Args<T, I>& a) {
-  return base + h * a.dim + node * a.row_stride;
+__device__ __forceinline__ LaneView<T> lane_view(const Args<T, I>& a, int64_t h, int64_t f0) {
+  const int64_t off = h * a.dim + f0;
+  return {a.a + off, a.b + off, a.c + off, a.edge ? a.edge + off : nullptr,
+          a.grad_out ? a.grad_out + off : nullptr, f0};
 }
 
 template <typename T, typename I>
-__device__ __forceinline__ int64_t edge_row(const Args<T, I>& a, int64_t e, int64_t h) {
-  const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[e]) : e;
-  return h * a.dim + pos * a.row_stride;
+__device__ __forceinline__ const T* at_row(const T* frag, int64_t node, const Args<T, I>& a) {
+  return frag + node * a.row_stride;
+}
+
+// Input position of the edge at CSR position e (edge features are in input order).
+template <typename T, typename I>
+__device__ __forceinline__ int64_t edge_pos(const Args<T, I>& a, int64_t e) {
+  return a.edge_perm ? int64_t(a.edge_perm[e]) : e;
 }
 
 // Partial (this lane's features of one chunk) logit and <dout, value> of edge j -> i at CSR
 // position e. `dst` holds the destination row (x_dst or q) and `att` the attention vector
 // for the chunk; fills z (GATv2 pre-activation, or the key) and the value.
 template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void chunk_terms(const Args<T, I>& a, int64_t j, int64_t e,
-                                            int64_t h, int64_t f0, const acc_t (&dst)[K],
+__device__ __forceinline__ void chunk_terms(const Args<T, I>& a, const LaneView<T>& v, int64_t j,
+                                            int64_t e, const acc_t (&dst)[K],
                                             const acc_t (&att)[K], const acc_t (&dout)[K],
                                             acc_t (&z)[K], acc_t (&val)[K], acc_t& logit,
                                             acc_t& dval) {
   acc_t bf[K];
-  load_frag<K, kD>(node_row(a.b, j, h, a), f0, a.dim, bf);
-  acc_t ef[K];
-  zero<K>(ef);
-  if (a.edge) load_frag<K, kD>(a.edge + edge_row(a, e, h), f0, a.dim, ef);
+  load_frag<K, kD>(at_row(v.b, j, a), v.f0, a.dim, bf);
   if constexpr (kKind == AttentionKind::kGatv2) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      z[k] = dst[k] + bf[k] + ef[k];
-      logit += att[k] * leaky(z[k], a.coef);
+      z[k] = dst[k] + bf[k];
       val[k] = bf[k];
     }
   } else {
-    acc_t vf[K];
-    load_frag<K, kD>(node_row(a.c, j, h, a), f0, a.dim, vf);
+    load_frag<K, kD>(at_row(v.c, j, a), v.f0, a.dim, val);
+#pragma unroll
+    for (int k = 0; k < K; ++k) z[k] = bf[k];
+  }
+  if (a.edge) {  // GATv2: inside the LeakyReLU; dot product: on the key and the value
+    acc_t ef[K];
+    load_frag<K, kD>(at_row(v.edge, edge_pos(a, e), a), v.f0, a.dim, ef);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      z[k] = bf[k] + ef[k];
-      logit += dst[k] * z[k];
-      val[k] = vf[k] + ef[k];
+      z[k] += ef[k];
+      if (kKind == AttentionKind::kDotProduct) val[k] += ef[k];
     }
   }
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    logit += kKind == AttentionKind::kGatv2 ? att[k] * leaky(z[k], a.coef) : dst[k] * z[k];
 #pragma unroll
   for (int k = 0; k < K; ++k) dval += dout[k] * val[k];
 }
 
-// The attention vector's fragment for a chunk (GATv2; zeros for the dot product).
+// The attention vector's fragment (GATv2; zeros for the dot product).
 template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void load_att(const Args<T, I>& a, int64_t h, int64_t f0,
+__device__ __forceinline__ void load_att(const Args<T, I>& a, const LaneView<T>& v,
                                          acc_t (&att)[K]) {
   if (kKind == AttentionKind::kGatv2)
-    load_frag<K, kD>(a.c + h * a.dim, f0, a.dim, att);
+    load_frag<K, kD>(v.c, v.f0, a.dim, att);
   else
     zero<K>(att);
 }
 
-// Loads the destination-side fragments of node i for a chunk: dst row and (if wanted) dout.
+// Loads the destination-side fragments of node i: dst row and (if wanted) dout.
 template <int K, int kD, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void load_dst_side(const Args<T, I>& a, int64_t i, int64_t h,
-                                              int64_t f0, bool want_dout, acc_t (&dst)[K],
+__device__ __forceinline__ void load_dst_side(const Args<T, I>& a, const LaneView<T>& v,
+                                              int64_t i, bool want_dout, acc_t (&dst)[K],
                                               acc_t (&dout)[K]) {
-  load_frag<K, kD>(node_row(a.a, i, h, a), f0, a.dim, dst);
+  load_frag<K, kD>(at_row(v.a, i, a), v.f0, a.dim, dst);
   if (want_dout)
-    load_frag<K, kD>(node_row(a.grad_out, i, h, a), f0, a.dim, dout);
+    load_frag<K, kD>(at_row(v.grad_out, i, a), v.f0, a.dim, dout);
   else
     zero<K>(dout);
 }
@@ -185,23 +201,23 @@ __device__ __forceinline__ void load_dst_side(const Args<T, I>& a, int64_t i, in
 // Full logit and <dout_i, value_j> of edge j -> i (warp-uniform results), with this lane's
 // own-chunk z and value. Chunks other than the lane's own are reloaded (general path only).
 template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void edge_eval(const Args<T, I>& a, int64_t i, int64_t j, int64_t e,
-                                          int64_t h, int lane, int chunk, bool want_dval,
-                                          const acc_t (&dst)[K], const acc_t (&att)[K],
-                                          const acc_t (&dout)[K], acc_t (&z)[K],
-                                          acc_t (&val)[K], acc_t& logit, acc_t& dval) {
+__device__ __forceinline__ void edge_eval(const Args<T, I>& a, const LaneView<T>& v, int64_t i,
+                                          int64_t j, int64_t e, int64_t h, int lane, int chunk,
+                                          bool want_dval, const acc_t (&dst)[K],
+                                          const acc_t (&att)[K], const acc_t (&dout)[K],
+                                          acc_t (&z)[K], acc_t (&val)[K], acc_t& logit,
+                                          acc_t& dval) {
   logit = 0;
   dval = 0;
-  chunk_terms<kKind, K, kD>(a, j, e, h, int64_t(chunk) * 32 * K + lane * K, dst, att, dout, z,
-                            val, logit, dval);
+  chunk_terms<kKind, K, kD>(a, v, j, e, dst, att, dout, z, val, logit, dval);
   const int chunks = kD != 0 ? 1 : a.chunks;
   for (int c = 0; c < chunks; ++c) {
     if (c == chunk) continue;
-    const int64_t f0 = int64_t(c) * 32 * K + lane * K;
-    acc_t dc[K], ac[K], oc[K], zc[K], vc[K];
-    load_dst_side<K, kD>(a, i, h, f0, want_dval, dc, oc);
-    load_att<kKind, K, kD>(a, h, f0, ac);
-    chunk_terms<kKind, K, kD>(a, j, e, h, f0, dc, ac, oc, zc, vc, logit, dval);
+    const LaneView<T> vc = lane_view(a, h, int64_t(c) * 32 * K + lane * K);
+    acc_t dc[K], ac[K], oc[K], zc[K], valc[K];
+    load_dst_side<K, kD>(a, vc, i, want_dval, dc, oc);
+    load_att<kKind, K, kD>(a, vc, ac);
+    chunk_terms<kKind, K, kD>(a, vc, j, e, dc, ac, oc, zc, valc, logit, dval);
   }
   logit = warp_sum(logit);
   if (want_dval) dval = warp_sum(dval);
@@ -237,6 +253,7 @@ struct EdgeShare {
 template <typename T, typename I>
 __device__ __forceinline__ EdgeShare edge_share(const Args<T, I>& a, const Slot& s) {
   const int64_t first = a.rowptr[s.r], last = a.rowptr[s.r + 1];
+  if (s.group_size == 1) return {first, last};
   const int64_t per = (last - first + s.group_size - 1) / s.group_size;
   const int64_t begin = min(last, first + s.member * per);
   return {begin, min(last, begin + per)};
@@ -282,8 +299,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   zero<K>(acc);
   acc_t peak = -INFINITY, total = 0;
   if (s.valid) {
-    load_dst_side<K, kD>(a, i, h, f0, false, dst, no_dout);
-    load_att<kKind, K, kD>(a, h, f0, att);
+    const LaneView<T> v = lane_view(a, h, f0);
+    load_dst_side<K, kD>(a, v, i, false, dst, no_dout);
+    load_att<kKind, K, kD>(a, v, att);
     const EdgeShare share = edge_share(a, s);
     for (int64_t base = share.begin; base < share.end; base += kWarp) {
       const int n = int(min(int64_t(kWarp), share.end - base));
@@ -299,12 +317,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
             zero<K>(val[u]);
           } else if constexpr (kD != 0) {
             acc_t z[K], unused = 0;
-            chunk_terms<kKind, K, kD>(a, j, e, h, f0, dst, att, no_dout, z, val[u], logit[u],
+            chunk_terms<kKind, K, kD>(a, v, j, e, dst, att, no_dout, z, val[u], logit[u],
                                       unused);
           } else {
             acc_t z[K], unused;
-            edge_eval<kKind, K, kD>(a, i, j, e, h, s.lane, chunk, false, dst, att, no_dout, z,
-                                    val[u], logit[u], unused);
+            edge_eval<kKind, K, kD>(a, v, i, j, e, h, s.lane, chunk, false, dst, att, no_dout,
+                                    z, val[u], logit[u], unused);
           }
         }
         if constexpr (kD != 0) {
@@ -390,11 +408,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
   zero<K>(grad_src);
   zero<K>(grad_val);
   if (s.valid) {
+    const LaneView<T> v = lane_view(a, h, f0);
     acc_t own_dst[K], att[K], own_dout[K];
-    load_att<kKind, K, kD>(a, h, f0, att);
+    load_att<kKind, K, kD>(a, v, att);
     acc_t lse_n = 0, delta_n = 0;
     if (do_dst) {
-      load_dst_side<K, kD>(a, n, h, f0, true, own_dst, own_dout);
+      load_dst_side<K, kD>(a, v, n, true, own_dst, own_dout);
       lse_n = a.lse_in[n * a.heads + h];
       delta_n = a.delta[n * a.heads + h];
     }
@@ -408,8 +427,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
         const int64_t q = base + t;
         if (do_dst) {  // edge m -> n at CSR position q
           acc_t z[K], val[K], logit, dval;
-          edge_eval<kKind, K, kD>(a, n, m, q, h, s.lane, chunk, true, own_dst, att, own_dout, z,
-                                  val, logit, dval);
+          edge_eval<kKind, K, kD>(a, v, n, m, q, h, s.lane, chunk, true, own_dst, att, own_dout,
+                                  z, val, logit, dval);
           const acc_t alpha = exp_acc(logit - lse_n);
           const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
           const acc_t g = wc * dval - alpha * delta_n;
@@ -426,13 +445,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
               edge_grad[k] = g * slope * own_dst[k] + wc * own_dout[k];
             }
           }
-          if (a.grad_edge) store_frag<K>(a.grad_edge + edge_row(a, q, h), f0, a.dim, edge_grad);
+          if (a.grad_edge)
+            store_frag<K>(a.grad_edge + h * a.dim + edge_pos(a, q) * a.row_stride, f0, a.dim,
+                          edge_grad);
         }
         if (do_src) {  // edge n -> m at CSR position src_perm[q]
           const int64_t e = window_col(perm_mine, t);
           acc_t dst[K], dout[K], z[K], val[K], logit, dval;
-          load_dst_side<K, kD>(a, m, h, f0, true, dst, dout);
-          edge_eval<kKind, K, kD>(a, m, n, e, h, s.lane, chunk, true, dst, att, dout, z, val,
+          load_dst_side<K, kD>(a, v, m, true, dst, dout);
+          edge_eval<kKind, K, kD>(a, v, m, n, e, h, s.lane, chunk, true, dst, att, dout, z, val,
                                   logit, dval);
           const acc_t alpha = exp_acc(logit - a.lse_in[m * a.heads + h]);
           const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
