@@ -41,7 +41,8 @@ Prepared prepare(AttentionKind kind, const at::Tensor& rowptr, const at::Tensor&
   TORCH_CHECK(a.scalar_type() == b.scalar_type() && c.scalar_type() == b.scalar_type(), op,
               ": feature dtypes differ");
   const int64_t heads = b.size(1), dim = b.size(2);
-  TORCH_CHECK(heads * dim <= INT32_MAX, op, ": heads * head dim must fit 32 bits");
+  TORCH_CHECK(heads * dim * int64_t(b.element_size()) <= UINT32_MAX, op,
+              ": a node's features (heads * head dim) must fit 4 GB");
   if (kind == AttentionKind::kGatv2) {
     TORCH_CHECK(c.dim() == 2 && c.size(0) == heads && c.size(1) == dim, op,
                 ": att must be [H, D]");

@@ -40,7 +40,8 @@ struct Args {
   const T* edge;
   acc_t coef;
   int64_t heads, dim;
-  int row_stride;  // heads * dim
+  int64_t row_stride;  // heads * dim
+  uint32_t row_bytes;  // row_stride * sizeof(T)
   int chunks;
   DropoutSpec dropout;
   T* out;
@@ -108,12 +109,19 @@ __device__ __forceinline__ acc_t leaky_slope(acc_t v, acc_t slope) {
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }
+// One multiply and the hardware exp2, flushing results below 2^-126 to zero: weights that
+// small vanish beside the running maximum's weight of 1 anyway (__expf adds a denormal fixup).
 template <>
-__device__ __forceinline__ float exp_acc<float>(float v) { return __expf(v); }
+__device__ __forceinline__ float exp_acc<float>(float v) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
+  return r;
+}
 
 // Where this lane's fragment (head h, features from f0) starts in each operand: node j's is
-// at ptr + j * row_stride, one wide multiply-add per gather (row_stride = H * D fits 32 bits,
-// the host checks). For GATv2, c is att [H, D], whose fragment is c itself.
+// at ptr + j * row_stride. With 32-bit indices that is one unsigned wide multiply-add per
+// gather (H * D * sizeof(T) fits 32 bits, the host checks). For GATv2, c is att [H, D], whose
+// fragment is c itself.
 template <typename T>
 struct LaneView {
   const T *a, *b, *c, *edge, *grad_out;
@@ -129,7 +137,12 @@ __device__ __forceinline__ LaneView<T> lane_view(const Args<T, I>& a, int64_t h,
 
 template <typename T, typename I>
 __device__ __forceinline__ const T* at_row(const T* frag, int64_t node, const Args<T, I>& a) {
-  return frag + node * a.row_stride;
+  if constexpr (sizeof(I) == 4) {  // node ids are then non-negative 32-bit values
+    const char* bytes = reinterpret_cast<const char*>(frag);
+    return reinterpret_cast<const T*>(bytes + uint64_t(uint32_t(node)) * uint32_t(a.row_bytes));
+  } else {
+    return frag + node * a.row_stride;
+  }
 }
 
 // Input position of the edge at CSR position e (edge features are in input order).
@@ -569,7 +582,8 @@ Args<T, I> make_args(const AttentionParams& p, const RowSet& rows, int chunks) {
   a.coef = acc_t(p.coef);
   a.heads = p.heads;
   a.dim = p.dim;
-  a.row_stride = int(p.heads * p.dim);
+  a.row_stride = p.heads * p.dim;
+  a.row_bytes = uint32_t(a.row_stride * int64_t(sizeof(T)));
   a.chunks = chunks;
   a.dropout = p.dropout;
   a.out = static_cast<T*>(p.out);
