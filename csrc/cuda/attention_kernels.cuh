@@ -151,15 +151,12 @@ __device__ __forceinline__ int64_t edge_pos(const Args<T, I>& a, int64_t e) {
   return a.edge_perm ? int64_t(a.edge_perm[e]) : e;
 }
 
-// Partial (this lane's features of one chunk) logit and <dout, value> of edge j -> i at CSR
-// position e. `dst` holds the destination row (x_dst or q) and `att` the attention vector
-// for the chunk; fills z (GATv2 pre-activation, or the key) and the value.
+// This lane's operands of edge j -> i at CSR position e: z (the GATv2 pre-activation
+// dst + x_src (+ edge), or the key (+ edge)) and the value (x_src, or v (+ edge)).
 template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void chunk_terms(const Args<T, I>& a, const LaneView<T>& v, int64_t j,
-                                            int64_t e, const acc_t (&dst)[K],
-                                            const acc_t (&att)[K], const acc_t (&dout)[K],
-                                            acc_t (&z)[K], acc_t (&val)[K], acc_t& logit,
-                                            acc_t& dval) {
+__device__ __forceinline__ void edge_operands(const Args<T, I>& a, const LaneView<T>& v,
+                                              int64_t j, int64_t e, const acc_t (&dst)[K],
+                                              acc_t (&z)[K], acc_t (&val)[K]) {
   acc_t bf[K];
   load_frag<K, kD>(at_row(v.b, j, a), v.f0, a.dim, bf);
   if constexpr (kKind == AttentionKind::kGatv2) {
@@ -182,11 +179,41 @@ __device__ __forceinline__ void chunk_terms(const Args<T, I>& a, const LaneView<
       if (kKind == AttentionKind::kDotProduct) val[k] += ef[k];
     }
   }
+}
+
+template <int K, typename acc_t>
+__device__ __forceinline__ acc_t dot(const acc_t (&x)[K], const acc_t (&y)[K]) {
+  acc_t sum = 0;
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    logit += kKind == AttentionKind::kGatv2 ? att[k] * leaky(z[k], a.coef) : dst[k] * z[k];
+  for (int k = 0; k < K; ++k) sum += x[k] * y[k];
+  return sum;
+}
+
+// This lane's part of an edge's logit: att . LeakyReLU(z), or dst . z (unscaled).
+template <AttentionKind kKind, int K, typename acc_t>
+__device__ __forceinline__ acc_t logit_part(const acc_t (&dst)[K], const acc_t (&att)[K],
+                                            const acc_t (&z)[K], acc_t slope) {
+  if constexpr (kKind == AttentionKind::kGatv2) {
+    acc_t sum = 0;
 #pragma unroll
-  for (int k = 0; k < K; ++k) dval += dout[k] * val[k];
+    for (int k = 0; k < K; ++k) sum += att[k] * leaky(z[k], slope);
+    return sum;
+  } else {
+    return dot<K>(dst, z);
+  }
+}
+
+// Partial (this lane's features of one chunk) logit and <dout, value> of edge j -> i, added to
+// logit and dval, with z and the value.
+template <AttentionKind kKind, int K, int kD, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void chunk_terms(const Args<T, I>& a, const LaneView<T>& v, int64_t j,
+                                            int64_t e, const acc_t (&dst)[K],
+                                            const acc_t (&att)[K], const acc_t (&dout)[K],
+                                            acc_t (&z)[K], acc_t (&val)[K], acc_t& logit,
+                                            acc_t& dval) {
+  edge_operands<kKind, K, kD>(a, v, j, e, dst, z, val);
+  logit += logit_part<kKind, K>(dst, att, z, acc_t(a.coef));
+  dval += dot<K>(dout, val);
 }
 
 // The attention vector's fragment (GATv2; zeros for the dot product).
@@ -315,6 +342,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     const LaneView<T> v = lane_view(a, h, f0);
     load_dst_side<K, kD>(a, v, i, false, dst, no_dout);
     load_att<kKind, K, kD>(a, v, att);
+    // The fast GATv2 logit: att . LeakyReLU(z) = sum att_pos z + att_abs |z|, two FMAs a feature.
+    acc_t att_pos[K], att_abs[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      att_pos[k] = att[k] * (acc_t(0.5) + acc_t(0.5) * acc_t(a.coef));
+      att_abs[k] = att[k] * (acc_t(0.5) - acc_t(0.5) * acc_t(a.coef));
+    }
     const EdgeShare share = edge_share(a, s);
     for (int64_t base = share.begin; base < share.end; base += kWarp) {
       const int n = int(min(int64_t(kWarp), share.end - base));
@@ -322,18 +356,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
       for (int t = 0; t < n; t += kEdges) {
         acc_t val[kEdges][K], logit[kEdges];
 #pragma unroll
-        for (int u = 0; u < kEdges; ++u) {  // slots past n (fast path only) weigh nothing
-          const int64_t j = window_col(mine, t + u);
-          const int64_t e = base + t + u;
-          logit[u] = 0;
-          if (t + u >= n) {
-            zero<K>(val[u]);
-          } else if constexpr (kD != 0) {
-            acc_t z[K], unused = 0;
-            chunk_terms<kKind, K, kD>(a, v, j, e, dst, att, no_dout, z, val[u], logit[u],
-                                      unused);
+        for (int u = 0; u < kEdges; ++u) {
+          // Slots past n (fast path only) repeat the last edge, without branching, and get
+          // no weight below.
+          const int slot = min(t + u, n - 1);
+          const int64_t j = window_col(mine, slot);
+          const int64_t e = base + slot;
+          acc_t z[K];
+          if constexpr (kD != 0) {
+            edge_operands<kKind, K, kD>(a, v, j, e, dst, z, val[u]);
+            logit[u] = 0;
+            if constexpr (kKind == AttentionKind::kGatv2) {
+#pragma unroll
+              for (int k = 0; k < K; ++k) logit[u] += att_pos[k] * z[k] + att_abs[k] * fabs(z[k]);
+            } else {
+              logit[u] = dot<K>(dst, z);
+            }
           } else {
-            acc_t z[K], unused;
+            acc_t unused;
             edge_eval<kKind, K, kD>(a, v, i, j, e, h, s.lane, chunk, false, dst, att, no_dout,
                                     z, val[u], logit[u], unused);
           }
