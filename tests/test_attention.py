@@ -123,18 +123,24 @@ def test_every_launch_plan(kind, plan, dim, symmetric, monkeypatch):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dim", [32, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kind", KINDS)
-def test_half_precision(kind, dtype, device):
+def test_half_precision(kind, dtype, dim, device):
     g, _ = random_graph(40, 200, seed=4, device=device)
-    inputs = make_inputs(kind, g, 2, 32, dtype, device, spread=0.5)
+    # logits of the same order at both widths
+    inputs = make_inputs(kind, g, 2, dim, dtype, device, spread=0.5 * (32 / dim) ** 0.5)
     ours = forward_and_grads(kind, g, inputs)
     ref_inputs = [None if t is None else t.detach().float().requires_grad_() for t in inputs]
     theirs = forward_and_grads(kind, g, ref_inputs, "reference")
     tol = 2e-2 if dtype == torch.float16 else 8e-2
     for x, y in zip(ours, theirs):
         assert x.dtype == dtype
-        torch.testing.assert_close(x.float(), y, atol=tol, rtol=tol)
+        if dim == 32:
+            torch.testing.assert_close(x.float(), y, atol=tol, rtol=tol)
+        else:  # GATv2's grad_dst sums terms that cancel, exposing the rounding of the saved
+            # half-precision output (through delta): compare whole tensors
+            assert float((x.float() - y).norm() / y.norm()) < tol
 
 
 @pytest.mark.sanitize

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
 
 #include "attention_dropout.h"
 #include "cuda/attention_kernels.h"
@@ -320,20 +321,22 @@ __device__ __forceinline__ void group_sum(acc_t (&v)[K], const Slot& s, acc_t* b
       for (int k = 0; k < K; ++k) v[k] += buf[(s.warp + w) * 32 * K + s.lane * K + k];
 }
 
-template <AttentionKind kKind, int K, int kD, typename T, typename I>
+// kHeads heads per warp (fast path only): each gets kWarp / kHeads lanes, and the edge
+// window, its shuffles and the slot bookkeeping serve all of them.
+template <AttentionKind kKind, int K, int kD, int kHeads, int kEdges, typename T, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     forward_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
+  constexpr int kLanes = kWarp / kHeads;
+  static_assert(kHeads == 1 || kD != 0, "several heads per warp on the fast path only");
   extern __shared__ unsigned char smem_raw[];
   acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
   const Slot s = slot_of(a);
-  const int64_t h = blockIdx.y;
+  const int sub = s.lane / kLanes, flane = s.lane % kLanes;  // head within the warp, its lane
+  const int64_t h = int64_t(blockIdx.y) * kHeads + sub;
   const int chunk = blockIdx.z;
-  const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
+  const int64_t f0 = int64_t(chunk) * 32 * K + flane * K;
   const int64_t i = s.r;
-  // The fast path takes kEdges edges a step, their loads and warp reductions interleaved and
-  // one rescale for all: one edge's reduction latency no longer holds up the next edge's loads.
-  constexpr int kEdges = kD == 0 ? 1 : K >= 8 ? 2 : 4;
 
   acc_t dst[K], att[K], no_dout[K], acc[K];
   zero<K>(acc);
@@ -379,7 +382,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
           }
         }
         if constexpr (kD != 0) {
-          warp_sum_each<kEdges>(logit);
+          warp_sum_each<kEdges, kLanes>(logit);
 #pragma unroll
           for (int u = 0; u < kEdges; ++u) {
             if (kKind == AttentionKind::kDotProduct) logit[u] *= a.coef;
@@ -408,21 +411,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     }
   }
   if (s.group_size > 1) {  // merge the group's softmax states into its first warp
-    acc_t* stats = smem + kWarpsPerBlock * 32 * K;  // [peaks | totals], one per warp
-    const int base = s.warp - s.member;
-    if (s.lane == 0) stats[s.warp] = peak;
+    // [peaks | totals], one per (warp, head of the warp)
+    acc_t* peaks = smem + kWarpsPerBlock * 32 * K;
+    acc_t* totals = peaks + kWarpsPerBlock * kHeads;
+    const int first = (s.warp - s.member) * kHeads + sub;
+    if (flane == 0) peaks[s.warp * kHeads + sub] = peak;
     __syncthreads();
     acc_t top = -INFINITY;
-    for (int w = 0; w < s.group_size; ++w) top = max(top, stats[base + w]);
+    for (int w = 0; w < s.group_size; ++w) top = max(top, peaks[first + w * kHeads]);
     const acc_t rescale = peak == -INFINITY ? acc_t(0) : exp_acc(peak - top);
     total *= rescale;
 #pragma unroll
     for (int k = 0; k < K; ++k) acc[k] *= rescale;
-    if (s.lane == 0) stats[kWarpsPerBlock + s.warp] = total;
+    if (flane == 0) totals[s.warp * kHeads + sub] = total;
     group_sum<K>(acc, s, smem);  // its barriers also publish the totals
     if (s.member == 0) {
       total = 0;
-      for (int w = 0; w < s.group_size; ++w) total += stats[kWarpsPerBlock + base + w];
+      for (int w = 0; w < s.group_size; ++w) total += totals[first + w * kHeads];
       peak = top;
     }
   }
@@ -431,7 +436,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 #pragma unroll
   for (int k = 0; k < K; ++k) acc[k] *= inv;
   store_frag<K>(a.out + (i * a.heads + h) * a.dim, f0, a.dim, acc);
-  if (chunk == 0 && s.lane == 0)
+  if (chunk == 0 && flane == 0)
     a.lse[i * a.heads + h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
 }
 
@@ -649,14 +654,18 @@ struct Launcher {
   bool do_dst, do_src;
   cudaStream_t stream;
 
-  template <int K, int kD>
+  // The fast path takes kEdges edges a step, their loads and warp reductions interleaved and
+  // one rescale for all: one edge's reduction latency no longer holds up the next edge's loads.
+  template <int K, int kD, int kHeads = 1, int kEdges = kD == 0 ? 1 : K >= 8 ? 2 : 4>
   void operator()() const {
-    const size_t smem = (size_t(kWarpsPerBlock) * 32 * K + 2 * kWarpsPerBlock) * sizeof(acc_t);
+    const size_t smem =
+        (size_t(kWarpsPerBlock) * 32 * K + 2 * kWarpsPerBlock * kHeads) * sizeof(acc_t);
     if constexpr (kBackward)
       backward_kernel<kKind, K, kD, T, I>
           <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args, do_dst, do_src);
     else
-      forward_kernel<kKind, K, kD, T, I><<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
+      forward_kernel<kKind, K, kD, kHeads, kEdges, T, I>
+          <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
   }
 };
 
@@ -669,15 +678,24 @@ void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_s
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
   const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
   const DimPlan plan = plan_dim(p.dim, fast_ok);
+  // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each).
+  const bool pair = !kBackward && (plan.fast_dim == 64 || plan.fast_dim == 128) && p.heads % 2 == 0;
   const dim3 grid(unsigned(ceil_div(rows.num_rows, groups_per_block(rows.warps_per_row))),
-                  unsigned(p.heads), unsigned(plan.chunks));
+                  unsigned(pair ? p.heads / 2 : p.heads), unsigned(plan.chunks));
   dispatch_float(p.type, [&](auto s) {
     using T = decltype(s);
     dispatch_index(p.csr.index64, [&](auto i) {
       using I = decltype(i);
       Args<T, I> a = make_args<T, I>(p, rows, plan.chunks);
       a.partial_offset = partial_offset;
-      dispatch_plan(plan, Launcher<kKind, kBackward, T, I>{a, grid, do_dst, do_src, stream});
+      const Launcher<kKind, kBackward, T, I> launcher{a, grid, do_dst, do_src, stream};
+      if constexpr (!kBackward) {
+        if (pair && plan.fast_dim == 128 && getenv("FASTGNN_EXP_EDGES4"))
+          return launcher.template operator()<8, 128, 2, 4>();
+        if (pair && plan.fast_dim == 128) return launcher.template operator()<8, 128, 2>();
+        if (pair) return launcher.template operator()<4, 64, 2>();
+      }
+      dispatch_plan(plan, launcher);
     });
   });
   check_launch(kBackward ? "attention_backward" : "attention_forward");

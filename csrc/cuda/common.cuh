@@ -47,19 +47,22 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
-// warp_sum of each of N values (N a power of two, at most 32), left on every lane. The first
-// log2(N) levels halve what a lane carries (it keeps the half its lane bit selects and sends
-// the other), the rest reduce one value, and N broadcasts spread the sums: N = 4 takes 10
-// shuffles instead of 20.
-template <int N, typename T>
+// Sum of each of N values over each aligned segment of kLanes lanes (N and kLanes powers of
+// two, N <= kLanes <= 32), left on every lane of the segment. The first log2(N) levels halve
+// what a lane carries (it keeps the half its lane bit selects and sends the other), the rest
+// reduce one value, and N broadcasts spread the sums: N = 4 over 32 lanes takes 10 shuffles
+// instead of 20.
+template <int N, int kLanes = kWarp, typename T>
 __device__ __forceinline__ void warp_sum_each(T (&v)[N]) {
-  static_assert(N >= 1 && N <= kWarp && (N & (N - 1)) == 0, "N must be a power of two");
+  static_assert(N >= 1 && N <= kLanes && kLanes <= kWarp && (N & (N - 1)) == 0 &&
+                    (kLanes & (kLanes - 1)) == 0,
+                "N and kLanes must be powers of two, N <= kLanes <= 32");
   const int lane = threadIdx.x % kWarp;
   T w[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) w[n] = v[n];
 #pragma unroll
-  for (int half = N / 2, offset = kWarp / 2; half >= 1; half /= 2, offset /= 2) {
+  for (int half = N / 2, offset = kLanes / 2; half >= 1; half /= 2, offset /= 2) {
     const bool upper = lane & offset;
 #pragma unroll
     for (int n = 0; n < half; ++n) {
@@ -69,11 +72,12 @@ __device__ __forceinline__ void warp_sum_each(T (&v)[N]) {
     }
   }
 #pragma unroll
-  for (int offset = kWarp / (2 * N); offset > 0; offset /= 2)
+  for (int offset = kLanes / (2 * N); offset > 0; offset /= 2)
     w[0] += __shfl_xor_sync(0xffffffffu, w[0], offset);
-  // Lane l now holds the sum of value (l / (32 / N)).
+  // Lane l of a segment now holds the sum of value (l / (kLanes / N)).
+  const int first = lane & ~(kLanes - 1);
 #pragma unroll
-  for (int n = 0; n < N; ++n) v[n] = __shfl_sync(0xffffffffu, w[0], n * (kWarp / N));
+  for (int n = 0; n < N; ++n) v[n] = __shfl_sync(0xffffffffu, w[0], first + n * (kLanes / N));
 }
 
 // N consecutive scalars moved as one aligned vector access (callers check the alignment).
