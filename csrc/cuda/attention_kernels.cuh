@@ -1,16 +1,17 @@
 // Fused attention kernels, instantiated in attention_{gatv2,dot}_{forward,backward}.cu (one
 // instantiation set per file so they compile in parallel).
 //
-// A group of warps_per_row warps owns one (row, head) pair: light rows get one warp, heavy
-// rows several that split the edge list and merge through shared memory. Lane l holds K
-// consecutive features [32K * chunk + lK, +K) in registers (vector loads on the fast paths
-// D = 16, 32, 64, 128, 256); any other D uses guarded loads and, above 256, blockIdx.z picks a
-// 256-feature chunk while logits are summed over every chunk. Accumulation and statistics are
-// float (double for double).
+// A group of warps_per_row warps owns one (row, head) pair (two heads, 16 lanes each, in the
+// forward at D = 64 and 128): light rows get one warp, heavy rows several that split the edge
+// list into contiguous shares and merge through shared memory. A warp reads the source indices
+// of 32 edges with one load and passes them round by shuffles. Lane l holds K consecutive
+// features [32K * chunk + lK, +K) in registers (vector loads on the fast paths D = 16, 32, 64,
+// 128, 256); any other D uses guarded loads and, above 256, blockIdx.z picks a 256-feature
+// chunk while logits are summed over every chunk. Accumulation and statistics are float
+// (double for double).
 #pragma once
 
 #include <cmath>
-#include <cstdlib>
 
 #include "attention_dropout.h"
 #include "cuda/attention_kernels.h"
@@ -679,7 +680,8 @@ void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_s
   const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
   const DimPlan plan = plan_dim(p.dim, fast_ok);
   // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each).
-  const bool pair = !kBackward && (plan.fast_dim == 64 || plan.fast_dim == 128) && p.heads % 2 == 0;
+  const bool pair =
+      !kBackward && (plan.fast_dim == 64 || plan.fast_dim == 128) && p.heads % 2 == 0;
   const dim3 grid(unsigned(ceil_div(rows.num_rows, groups_per_block(rows.warps_per_row))),
                   unsigned(pair ? p.heads / 2 : p.heads), unsigned(plan.chunks));
   dispatch_float(p.type, [&](auto s) {
@@ -690,9 +692,11 @@ void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_s
       a.partial_offset = partial_offset;
       const Launcher<kKind, kBackward, T, I> launcher{a, grid, do_dst, do_src, stream};
       if constexpr (!kBackward) {
-        if (pair && plan.fast_dim == 128 && getenv("FASTGNN_EXP_EDGES4"))
-          return launcher.template operator()<8, 128, 2, 4>();
-        if (pair && plan.fast_dim == 128) return launcher.template operator()<8, 128, 2>();
+        // GATv2 keeps 4 edges in flight there too (H100, tolokers H=8: 0.79 against 0.83 ms);
+        // the dot product, with two rows an edge, does as well with 2.
+        constexpr int kPairEdges = kKind == AttentionKind::kGatv2 ? 4 : 2;
+        if (pair && plan.fast_dim == 128)
+          return launcher.template operator()<8, 128, 2, kPairEdges>();
         if (pair) return launcher.template operator()<4, 64, 2>();
       }
       dispatch_plan(plan, launcher);
