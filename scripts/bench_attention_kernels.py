@@ -5,8 +5,9 @@ plan: shows where each plan wins, apart from per-call overhead and the tuner's c
         [--configs gatv2:8x128,dot:4x128] [--plans rows,q0.75w8]
 
 A config is ``<kind>:<heads>x<head dim>`` (kind ``gatv2`` or ``dot``); plans are named as in
-``fastgnn.ops.attention.LAUNCH_PLANS``. Times are ``fastgnn.bench.measure.time_forward``'s (medians of
-back-to-back batches), in ms: the forward op, and the backward op from a fixed output gradient.
+``fastgnn.ops.attention.LAUNCH_PLANS``. Times are ``fastgnn.bench.measure.time_forward``'s
+(medians of back-to-back batches), in ms: the forward op, and the backward op from a fixed
+output gradient.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from fastgnn.bench import graphs, measure  # noqa: E402
+from fastgnn.bench import graphs, measure, report  # noqa: E402
 from fastgnn.ops.attention import LAUNCH_PLANS, plan_buckets, structure_args  # noqa: E402
 
 OPS = {"gatv2": "gatv2", "dot": "graph_attention"}
@@ -61,8 +62,7 @@ def main() -> int:
         return 2
     device = torch.device("cuda")
     plans = args.plans.split(",")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, fastgnn commit "
-          f"{os.environ.get('FASTGNN_COMMIT', 'unknown')}; ms per call, forward / backward\n")
+    print(f"{report.describe_run(device)}; ms per call, forward / backward\n")
     print("| graph | config | " + " | ".join(plans) + " |")
     print("|---|---|" + "---|" * len(plans))
     for name in args.graphs.split(","):

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from fastgnn.bench import graphs, measure  # noqa: E402
+from fastgnn.bench import graphs, measure, report  # noqa: E402
 from fastgnn.ops.spmm import ALGOS  # noqa: E402
 
 
@@ -65,8 +65,7 @@ def main() -> int:
         return 2
     device = torch.device("cuda")
     columns = ["torch.sparse.mm"] + list(ALGOS)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, fastgnn commit "
-          f"{os.environ.get('FASTGNN_COMMIT', 'unknown')}; ms per call\n")
+    print(f"{report.describe_run(device)}; ms per call\n")
     print("| graph | width | pass | " + " | ".join(columns) + " |")
     print("|---|---|---|" + "---|" * len(columns))
     for name in args.graphs.split(","):

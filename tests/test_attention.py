@@ -138,8 +138,8 @@ def test_half_precision(kind, dtype, dim, device):
         assert x.dtype == dtype
         if dim == 32:
             torch.testing.assert_close(x.float(), y, atol=tol, rtol=tol)
-        else:  # GATv2's grad_dst sums terms that cancel, exposing the rounding of the saved
-            # half-precision output (through delta): compare whole tensors
+        else:  # GATv2's grad_dst sums terms that nearly cancel, so half-precision rounding
+            # is large beside a few of its elements (the CPU kernel alike): whole tensors
             assert float((x.float() - y).norm() / y.norm()) < tol
 
 

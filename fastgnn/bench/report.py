@@ -40,6 +40,11 @@ def git_commit(path: str = _PROJECT) -> str:
     return commit.strip() + ("+dirty" if dirty.strip() else "")
 
 
+def describe_run(device: torch.device) -> str:
+    """"<device name>, torch <version>, fastgnn commit <commit>": the first line of a table."""
+    return f"{device_name(device)}, torch {torch.__version__}, fastgnn commit {git_commit()}"
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
