@@ -191,18 +191,14 @@ __device__ __forceinline__ acc_t dot(const acc_t (&x)[K], const acc_t (&y)[K]) {
   return sum;
 }
 
-// This lane's part of an edge's logit: att . LeakyReLU(z), or dst . z (unscaled). The GATv2
-// form, sum (att (1+s)/2) z + (att (1-s)/2) |z|, is two FMAs a feature once the compiler hoists
-// the loop-invariant coefficients; forward and backward share it, so the backward recomputes
-// the forward's logits exactly.
+// This lane's part of an edge's logit: att . LeakyReLU(z), or dst . z (unscaled).
 template <AttentionKind kKind, int K, typename acc_t>
 __device__ __forceinline__ acc_t logit_part(const acc_t (&dst)[K], const acc_t (&att)[K],
                                             const acc_t (&z)[K], acc_t slope) {
   if constexpr (kKind == AttentionKind::kGatv2) {
-    const acc_t pos = acc_t(0.5) + acc_t(0.5) * slope, neg = acc_t(0.5) - acc_t(0.5) * slope;
     acc_t sum = 0;
 #pragma unroll
-    for (int k = 0; k < K; ++k) sum += (att[k] * pos) * z[k] + (att[k] * neg) * fabs(z[k]);
+    for (int k = 0; k < K; ++k) sum += att[k] * leaky(z[k], slope);
     return sum;
   } else {
     return dot<K>(dst, z);
@@ -350,6 +346,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     const LaneView<T> v = lane_view(a, h, f0);
     load_dst_side<K, kD>(a, v, i, false, dst, no_dout);
     load_att<kKind, K, kD>(a, v, att);
+    // The fast GATv2 logit: att . LeakyReLU(z) = sum att_pos z + att_abs |z|, two FMAs a feature.
+    acc_t att_pos[K], att_abs[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      att_pos[k] = att[k] * (acc_t(0.5) + acc_t(0.5) * acc_t(a.coef));
+      att_abs[k] = att[k] * (acc_t(0.5) - acc_t(0.5) * acc_t(a.coef));
+    }
     const EdgeShare share = edge_share(a, s);
     for (int64_t base = share.begin; base < share.end; base += kWarp) {
       const int n = int(min(int64_t(kWarp), share.end - base));
@@ -366,7 +369,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
           acc_t z[K];
           if constexpr (kD != 0) {
             edge_operands<kKind, K, kD>(a, v, j, e, dst, z, val[u]);
-            logit[u] = logit_part<kKind, K>(dst, att, z, acc_t(a.coef));
+            logit[u] = 0;
+            if constexpr (kKind == AttentionKind::kGatv2) {
+#pragma unroll
+              for (int k = 0; k < K; ++k) logit[u] += att_pos[k] * z[k] + att_abs[k] * fabs(z[k]);
+            } else {
+              logit[u] = dot<K>(dst, z);
+            }
           } else {
             acc_t unused;
             edge_eval<kKind, K, kD>(a, v, i, j, e, h, s.lane, chunk, false, dst, att, no_dout,
