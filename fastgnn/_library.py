@@ -16,7 +16,11 @@ HAS_OP_AUTOGRAD = hasattr(torch.library, "register_autograd")
 
 
 def is_compiling() -> bool:
-    """True while torch.compile traces (``torch.compiler.is_compiling`` is torch >= 2.3)."""
+    """True while torch.compile traces (``torch.compiler.is_compiling`` is torch >= 2.3).
+
+    Keep it a function of ours: in a frame that dynamo gives up on and runs eagerly (such as
+    ``pyg.structure._eager``'s wrapper) this call is still compiled and returns True, where
+    torch's is_compiling called directly would return False (test_torch_compile fails)."""
     return torch._dynamo.is_compiling()
 
 

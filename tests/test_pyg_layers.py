@@ -268,6 +268,66 @@ def test_graph_size_mismatch_is_an_error():
         fast(torch.randn(31, IN), graph)
 
 
+class _Doubled(torch.nn.Module):
+    def forward(self, value):
+        return 2 * value
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "sage-mean", "graphconv-add"])
+def test_parametrized_parameters(name):
+    """The fused paths read parameters and submodules from ``_parameters`` and ``_modules``
+    (cheaper than the attributes); a parametrized parameter lives elsewhere and must still be
+    used."""
+    from torch.nn.utils import parametrize
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    stock, fast = make_pair(_build(factory, IN))
+    for layer in (stock, fast):
+        if layer._parameters.get("bias") is not None:
+            parametrize.register_parametrization(layer, "bias", _Doubled())
+        for linear in [m for m in layer.modules() if isinstance(m, pyg_nn.dense.Linear)]:
+            parametrize.register_parametrization(linear, "weight", _Doubled())
+    ei = random_edge_index(30, 30, 120, seed=8)
+    args = (torch.randn(30, IN), ei) + (
+        () if extra is None else (edge_extra(extra, ei.size(1)),))
+    with fused_only():
+        assert_same(stock, fast, args)
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage-mean", "gin"])
+def test_integer_features_fall_back_to_the_stock_layer(name):
+    """The stock layer decides what integer features mean: it raises its own error (GCNConv,
+    SAGEConv) or computes (GINConv's ``(1 + eps) * x`` turns them into floats)."""
+    stock, fast = make_pair(_build(CASES[CASE_IDS.index(name)][1], IN))
+    ei = random_edge_index(30, 30, 120, seed=9)
+    x = torch.randint(0, 5, (30, IN))
+
+    def run(layer):
+        try:
+            return layer(x, ei)
+        except RuntimeError as error:
+            return str(error)
+    expected = run(stock)
+    with pytest.warns(fpyg.FallbackWarning, match="dtype torch.int64"):
+        got = run(fast)
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "sage-mean", "sage-max", "gin",
+                                  "simple-selfloop", "gatv2", "transformer"])
+def test_features_and_edges_on_different_devices(name):
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    _, fast = make_pair(_build(factory, IN), device="cuda")
+    ei = random_edge_index(30, 30, 120, seed=12)
+    args = (torch.randn(30, IN, device="cuda"), ei) + (
+        () if extra is None else (edge_extra(extra, 120).cuda(),))
+    with fused_only(), pytest.raises(ValueError, match="on cuda:0 but"):
+        fast(*args)
+
+
 # ---- structure cache ---------------------------------------------------------------------------
 def test_cache_reuses_rebuilds_and_forgets():
     fpyg.structure_cache.clear()

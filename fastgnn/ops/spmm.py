@@ -44,6 +44,16 @@ def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[to
             _validate.edge_values(name, values, g.num_edges, g.device)
     if edge_values is not None and (edge_weight is not None or norm != "none" or reduce != "sum"):
         raise ValueError("edge_values replaces norm, reduce and edge_weight: pass it alone")
+    return spmm_unchecked(g, x, norm, edge_weight, reduce, edge_values)
+
+
+def spmm_unchecked(g: Graph, x: torch.Tensor, norm: str = "none",
+                   edge_weight: Optional[torch.Tensor] = None, reduce: str = "sum",
+                   edge_values: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """:func:`spmm` without its argument checks, for callers that built ``g`` and the edge
+    inputs themselves and checked that ``x`` is a float tensor on ``g``'s device with
+    ``g.num_src_nodes`` rows (the PyG adapters): they cost as much as the rest of a small
+    call's Python."""
     impl = backends.select("spmm", x.device)
     return impl.fn(g, x, norm=norm, edge_weight=edge_weight, reduce=reduce,
                    edge_values=edge_values)

@@ -59,10 +59,29 @@ def cast(value: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Te
     return value if value is None or value.dtype == dtype else value.to(dtype)
 
 
+def parameter(layer: torch.nn.Module, name: str) -> Optional[torch.Tensor]:
+    """``layer.<name>`` for a registered parameter (or None), read from ``_parameters``: the
+    Module attribute lookup costs about as much as a small op's Python. A parametrized one
+    is no longer there and goes through the attribute."""
+    params = layer._parameters
+    return params[name] if name in params else getattr(layer, name)
+
+
 def check_features(*xs: Optional[torch.Tensor]) -> None:
+    """2-D float tensors, or the stock layer handles them (and raises its own errors)."""
     for x in xs:
         if x is not None and (not isinstance(x, torch.Tensor) or x.dim() != 2):
             raise Unsupported("node features that are not a 2-D tensor")
+        if x is not None and not x.dtype.is_floating_point:
+            raise Unsupported(f"node features of dtype {x.dtype}")
+
+
+def check_device(graph, *xs: Optional[torch.Tensor]) -> None:
+    """Features on the structure's device (paths that skip the ops' own checks)."""
+    for x in xs:
+        if x is not None and x.device != graph.device:
+            raise ValueError(f"node features are on {x.device} but the edges are on "
+                             f"{graph.device}")
 
 
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -78,6 +97,9 @@ def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor]
                 size=None) -> Tuple[int, int]:
     """(num_src, num_dst) as PyG's propagate infers them: ``size``, then the features, then a
     sparse adjacency's shape or the Graph's sizes."""
+    if size is None and x_src is not None and x_dst is not None and edges.graph is None \
+            and not edges.is_sparse:  # an edge list: the features say it all
+        return x_src.shape[0], x_dst.shape[0]
     known = [None, None] if size is None else list(size)
     for slot, x in ((0, x_src), (1, x_dst)):
         if known[slot] is None and x is not None:
@@ -122,15 +144,18 @@ class FastLayer:
         raise NotImplementedError
 
     def _unsupported_state(self) -> Optional[str]:
-        if getattr(self, "_explain", None):
+        # Read from __dict__, where MessagePassing keeps these: Module attribute lookups cost
+        # more than the rest of this check, which runs on every call.
+        state = self.__dict__
+        if state.get("_explain"):
             return "explain=True"
-        if getattr(self, "_decomposed_layers", 1) != 1:
+        if state.get("_decomposed_layers", 1) != 1:
             return "decomposed_layers > 1"
         for table in _HOOK_TABLES:
-            if getattr(self, table, None):
+            if state.get(table):
                 return f"a registered {table.strip('_')[:-1]}"
-        if getattr(self, "flow", "source_to_target") != "source_to_target":
-            return f"flow={self.flow!r}"
+        if state.get("flow", "source_to_target") != "source_to_target":
+            return f"flow={state['flow']!r}"
         return None
 
     def _dispatch(self, *args, **kwargs):

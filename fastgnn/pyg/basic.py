@@ -9,7 +9,10 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 from fastgnn import ops
-from fastgnn.pyg._base import (FastLayer, cast, check_features, common_dtype, node_counts,
+from fastgnn.ops.spmm import REDUCES as SPMM_REDUCES
+from fastgnn.ops.spmm import spmm_unchecked
+from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
+                               node_counts,
                                reduce_of, split_pair)
 from fastgnn.pyg.structure import Edges, SparseTensor, Structure, Unsupported, as_edges, resolve
 
@@ -28,6 +31,9 @@ def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str,
 
 
 def _reduce(structure: Structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tensor:
+    """``x``: checked by :func:`_prepare` (or as it does)."""
+    if weight is None and reduce in SPMM_REDUCES:
+        return spmm_unchecked(structure.graph, x, reduce=reduce)
     if weight is None:
         return ops.aggregate(structure.graph, x, reduce)
     dtype = common_dtype(x, weight)
@@ -37,10 +43,13 @@ def _reduce(structure: Structure, x: torch.Tensor, reduce: str, weight=None) -> 
 def _prepare(x, edge_index, size=None):
     """Features, edges and the plain Structure for a layer without self-loops."""
     x_src, x_dst = split_pair(x)
-    check_features(x_src, x_dst)
+    distinct = (x_src,) if x_dst is x_src else (x_src, x_dst)
+    check_features(*distinct)
     edges = as_edges(edge_index)
     num_src, num_dst = node_counts(edges, x_src, x_dst, size)
-    return x_src, x_dst, edges, resolve(edges, num_src, num_dst)
+    structure = resolve(edges, num_src, num_dst)
+    check_device(structure.graph, *distinct)
+    return x_src, x_dst, edges, structure
 
 
 class SAGEConv(FastLayer, pyg_nn.SAGEConv):
@@ -53,11 +62,12 @@ class SAGEConv(FastLayer, pyg_nn.SAGEConv):
         reduce = reduce_of(self.aggr)
         x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
         weight = _weights(edges, None, reduce, sparse_tensor_values=False)
-        if self.project and hasattr(self, "lin"):
-            x_src = self.lin(x_src).relu()
-        out = self.lin_l(_reduce(structure, x_src, reduce, weight))
+        modules = self._modules  # Module attribute lookups cost more than the checks here
+        if self.project and "lin" in modules:
+            x_src = modules["lin"](x_src).relu()
+        out = modules["lin_l"](_reduce(structure, x_src, reduce, weight))
         if self.root_weight and x_dst is not None:
-            out = out + self.lin_r(x_dst)
+            out = out + modules["lin_r"](x_dst)
         return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
 
 
@@ -112,6 +122,7 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
                 raise Unsupported("combine_root='self_loop' with a sparse adjacency")
             n = x.size(0)
             structure = resolve(edges, n, n, "append", n)
+            check_device(structure.graph, x)
             weight = _weights(edges, edge_weight, reduce)
             weight = structure.per_edge(edges, weight, lambda w: torch.cat([w, w.new_ones(n)]))
         out = _reduce(structure, x_src, reduce, weight)

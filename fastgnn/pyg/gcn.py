@@ -8,7 +8,9 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fastgnn import ops
-from fastgnn.pyg._base import FastLayer, cast, check_features, common_dtype
+from fastgnn.ops.spmm import spmm_unchecked
+from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
+                               parameter)
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges, cache,
                                    is_edge_tensor, resolve)
 
@@ -41,15 +43,17 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         if isinstance(x, (tuple, list)):
             raise Unsupported("bipartite (tuple) node features")
         check_features(x)
-        num_nodes = x.size(0)
-        if (is_edge_tensor(edge_index) and self.normalize and not self.cached
-                and edge_weight is None):
+        num_nodes = x.shape[0]
+        if (edge_weight is None and is_edge_tensor(edge_index) and self.normalize
+                and not self.cached):
             # The common training call: one lookup in the structure cache for the structure
             # and its coefficients (gcn_norm ignores `improved` without edge weights).
             key = ("gcn-normalised", num_nodes, self.add_self_loops, x.dtype)
             structure, values = cache.get(edge_index, key, lambda: self._normalised(
                 as_edges(edge_index), None, num_nodes, x.dtype))
-            return self._propagate(structure, self.lin(x), edge_values=values)
+            check_device(structure.graph, x)
+            return self._propagate(structure, self._modules["lin"](x), edge_values=values,
+                                   trusted=True)
         edges = as_edges(edge_index)  # first: unsupported formats must not reach the cache
         if not self.normalize:
             structure = resolve(edges, num_nodes, num_nodes)
@@ -108,8 +112,12 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         return resolve(sparse_edges, num_nodes, num_nodes), sparse_edges.values
 
     def _propagate(self, structure: Structure, x: torch.Tensor, edge_weight=None,
-                   edge_values=None) -> torch.Tensor:
+                   edge_values=None, trusted: bool = False) -> torch.Tensor:
+        """``trusted``: x is on the structure's device and the edge inputs were derived from
+        the structure, so the op's argument checks can be skipped."""
         dtype = common_dtype(x, edge_weight, edge_values)
-        out = ops.spmm(structure.graph, cast(x, dtype), edge_weight=edge_weight,
-                       edge_values=edge_values)
-        return out if self.bias is None else out + self.bias
+        spmm = spmm_unchecked if trusted else ops.spmm
+        out = spmm(structure.graph, cast(x, dtype), edge_weight=edge_weight,
+                   edge_values=edge_values)
+        bias = parameter(self, "bias")
+        return out if bias is None else out + bias
