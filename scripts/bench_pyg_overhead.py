@@ -34,11 +34,10 @@ def _timed_batch(fn, device, repeats):
 
 
 def _compare(fns, device, repeats, rounds):
-    """Per-call times of each function over ``rounds`` batches: {label: (median, fastest)}.
+    """Per-call times of each function over ``rounds`` batches: {label: [ms per batch]}.
     The functions take turns batch by batch, so a drift in clocks or temperature touches them
     alike, and the turn order rotates every round, so none always runs right after the
-    memory-hungry stock layer; the fastest batch is the one least disturbed by other work on
-    the host."""
+    memory-hungry stock layer."""
     for fn in fns.values():
         for _ in range(3):
             fn()
@@ -48,8 +47,19 @@ def _compare(fns, device, repeats, rounds):
         first = r % len(labels)
         for label in labels[first:] + labels[:first]:
             samples[label].append(_timed_batch(fns[label], device, repeats))
-    return {label: (sorted(times)[len(times) // 2], min(times))
-            for label, times in samples.items()}
+    return samples
+
+
+def _median(values):
+    return sorted(values)[len(values) // 2]
+
+
+def _overhead(adapter, direct):
+    """The adapter's extra time over the direct calls: the median of the per-round ratios (a
+    round's two batches ran back to back, so host noise that lasts longer than a round
+    cancels) and the ratio of the fastest batches (the least disturbed ones)."""
+    paired = _median([a / d for a, d in zip(adapter, direct)]) - 1
+    return paired, min(adapter) / min(direct) - 1
 
 
 def _direct_gcn(layer, graph, values):
@@ -69,12 +79,15 @@ def main():
     parser.add_argument("--dataset", default="tolokers")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=20, help="calls per timed batch")
-    parser.add_argument("--rounds", type=int, default=15,
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="calls per timed batch (default 50 on CUDA, 5 on CPU)")
+    parser.add_argument("--rounds", type=int, default=31,
                         help="batches per function (the median is reported); a GPU server's "
                              "host is noisy at these sub-millisecond layers")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if args.repeats is None:
+        args.repeats = 50 if device.type == "cuda" else 5
     data = datasets.load(args.dataset)
     edge_index = data.edge_index.to(device)
     n = data.num_nodes
@@ -98,16 +111,17 @@ def main():
                      _direct_sage(fast_sage, graph)),
     }
     print(f"{args.dataset} on {device}: forward+backward, ms per call, median (fastest) of "
-          f"{args.rounds} batches of {args.repeats}")
+          f"{args.rounds} batches of {args.repeats}; adapter overhead: median of the per-round "
+          "adapter/direct ratios (ratio of the fastest batches)")
     for name, (stock, adapter, direct) in cases.items():
-        timings = _compare({label: (lambda f=f: f().sum().backward())
+        samples = _compare({label: (lambda f=f: f().sum().backward())
                             for label, f in (("stock", stock), ("adapter", adapter),
                                              ("direct", lambda d=direct: d(x)))},
                            device, args.repeats, args.rounds)
-        cells = "  ".join(f"{label} {median:7.3f} ({fastest:.3f})"
-                          for label, (median, fastest) in timings.items())
-        overheads = [timings["adapter"][k] / timings["direct"][k] - 1 for k in (0, 1)]
-        print(f"{name:10s} {cells}  adapter overhead {overheads[0]:+.1%} ({overheads[1]:+.1%})")
+        cells = "  ".join(f"{label} {_median(times):7.3f} ({min(times):.3f})"
+                          for label, times in samples.items())
+        paired, fastest = _overhead(samples["adapter"], samples["direct"])
+        print(f"{name:10s} {cells}  adapter overhead {paired:+.1%} ({fastest:+.1%})")
 
 
 if __name__ == "__main__":
