@@ -15,13 +15,11 @@ import torch
 HAS_OP_AUTOGRAD = hasattr(torch.library, "register_autograd")
 
 
-def is_compiling() -> bool:
-    """True while torch.compile traces (``torch.compiler.is_compiling`` is torch >= 2.3).
-
-    Keep it a function of ours: in a frame that dynamo gives up on and runs eagerly (such as
-    ``pyg.structure._eager``'s wrapper) this call is still compiled and returns True, where
-    torch's is_compiling called directly would return False (test_torch_compile fails)."""
-    return torch._dynamo.is_compiling()
+# True while torch.compile traces (torch.compiler.is_compiling is torch >= 2.3). Bound, not
+# wrapped: the PyG adapter asks on every call. Keep torch._dynamo's: with torch.compiler's,
+# pyg.structure._eager sees False inside frames dynamo falls back on and runs structure code
+# under dynamo (test_torch_compile fails).
+is_compiling = torch._dynamo.is_compiling
 
 
 def op(name: str):

@@ -315,6 +315,18 @@ def test_integer_features_fall_back_to_the_stock_layer(name):
         torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.parametrize("name", [c[0] for c in CASES if c[2] is not None])
+def test_per_edge_input_of_the_wrong_size(name):
+    """A clear error naming the argument (on CUDA a wrong size would reach an index kernel's
+    device assert)."""
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    _, fast = make_pair(_build(factory, IN))
+    ei = random_edge_index(30, 30, 120, seed=13)
+    argument = "edge_weight" if extra == "weight" else "edge_attr|edge_term"
+    with fused_only(), pytest.raises(ValueError, match=argument):
+        fast(torch.randn(30, IN), ei, edge_extra(extra, ei.size(1) - 1))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gcn", "gcn-weight", "sage-mean", "sage-max", "gin",
                                   "simple-selfloop", "gatv2", "transformer"])
@@ -323,7 +335,7 @@ def test_features_and_edges_on_different_devices(name):
     _, fast = make_pair(_build(factory, IN), device="cuda")
     ei = random_edge_index(30, 30, 120, seed=12)
     args = (torch.randn(30, IN, device="cuda"), ei) + (
-        () if extra is None else (edge_extra(extra, 120).cuda(),))
+        () if extra is None else (edge_extra(extra, ei.size(1)).cuda(),))
     with fused_only(), pytest.raises(ValueError, match="on cuda:0 but"):
         fast(*args)
 

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 import torch
 
 from fastgnn import backends
-from fastgnn.pyg.structure import Edges, Unsupported, sparse_size
+from fastgnn.pyg.structure import Unsupported
 
 # MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.
 _HOOK_TABLES = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
@@ -91,29 +91,6 @@ def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     if isinstance(x, (tuple, list)) and len(x) == 2:
         return x[0], x[1]
     raise Unsupported(f"node features of type {type(x).__name__}")
-
-
-def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor],
-                size=None) -> Tuple[int, int]:
-    """(num_src, num_dst) as PyG's propagate infers them: ``size``, then the features, then a
-    sparse adjacency's shape or the Graph's sizes."""
-    if size is None and x_src is not None and x_dst is not None and edges.graph is None \
-            and not edges.is_sparse:  # an edge list: the features say it all
-        return x_src.shape[0], x_dst.shape[0]
-    known = [None, None] if size is None else list(size)
-    for slot, x in ((0, x_src), (1, x_dst)):
-        if known[slot] is None and x is not None:
-            known[slot] = x.size(0)
-    structural = None
-    if edges.is_sparse:
-        structural = sparse_size(edges.source)
-    elif edges.graph is not None:
-        structural = (edges.graph.num_src_nodes, edges.graph.num_dst_nodes)
-    if structural is not None:
-        known = [s if k is None else k for k, s in zip(known, structural)]
-    if known[1] is None:
-        raise Unsupported("destination features None without size")
-    return int(known[0]), int(known[1])
 
 
 def inherit_message_types(fast_cls: type) -> None:

@@ -77,7 +77,7 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
                 def extend(attr):
                     kept = attr[structure.kept]
                     return torch.cat([kept, _loop_attr(structure, kept, self.fill_value)])
-            attr = structure.per_edge(edges, edge_attr, extend)
+            attr = structure.per_edge(edges, "edge_attr", edge_attr, extend)
             if attr.dim() == 1:
                 attr = attr.view(-1, 1)
             edge_term = self.lin_edge(attr).view(-1, heads, channels)

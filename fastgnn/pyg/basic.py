@@ -12,9 +12,9 @@ from fastgnn import ops
 from fastgnn.ops.spmm import REDUCES as SPMM_REDUCES
 from fastgnn.ops.spmm import spmm_unchecked
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
-                               node_counts,
                                reduce_of, split_pair)
-from fastgnn.pyg.structure import Edges, SparseTensor, Structure, Unsupported, as_edges, resolve
+from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
+                                   edges_and_structure, resolve)
 
 
 def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str,
@@ -45,9 +45,7 @@ def _prepare(x, edge_index, size=None):
     x_src, x_dst = split_pair(x)
     distinct = (x_src,) if x_dst is x_src else (x_src, x_dst)
     check_features(*distinct)
-    edges = as_edges(edge_index)
-    num_src, num_dst = node_counts(edges, x_src, x_dst, size)
-    structure = resolve(edges, num_src, num_dst)
+    edges, structure = edges_and_structure(edge_index, x_src, x_dst, size)
     check_device(structure.graph, *distinct)
     return x_src, x_dst, edges, structure
 
@@ -124,7 +122,8 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
             structure = resolve(edges, n, n, "append", n)
             check_device(structure.graph, x)
             weight = _weights(edges, edge_weight, reduce)
-            weight = structure.per_edge(edges, weight, lambda w: torch.cat([w, w.new_ones(n)]))
+            weight = structure.per_edge(edges, "edge_weight", weight,
+                                        lambda w: torch.cat([w, w.new_ones(n)]))
         out = _reduce(structure, x_src, reduce, weight)
         if x_dst is not None and self.combine_root == "sum":
             out = out + x_dst

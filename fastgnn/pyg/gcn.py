@@ -9,10 +9,9 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fastgnn import ops
 from fastgnn.ops.spmm import spmm_unchecked
-from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
-                               parameter)
-from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges, cache,
-                                   is_edge_tensor, resolve)
+from fastgnn.pyg._base import FastLayer, check_device, check_features, parameter
+from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
+                                   is_edge_tensor, lookup, resolve)
 
 
 def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
@@ -49,7 +48,7 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
             # The common training call: one lookup in the structure cache for the structure
             # and its coefficients (gcn_norm ignores `improved` without edge weights).
             key = ("gcn-normalised", num_nodes, self.add_self_loops, x.dtype)
-            structure, values = cache.get(edge_index, key, lambda: self._normalised(
+            structure, values = lookup(edge_index, key, lambda: self._normalised(
                 as_edges(edge_index), None, num_nodes, x.dtype))
             check_device(structure.graph, x)
             return self._propagate(structure, self._modules["lin"](x), edge_values=values,
@@ -89,7 +88,7 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
             return structure, structure.memo[key]
         fill = 2.0 if self.improved else 1.0
         extend = (lambda w: _loop_weights(structure, w, fill)) if self.add_self_loops else None
-        weight = structure.per_edge(edges, edge_weight, extend)
+        weight = structure.per_edge(edges, "edge_weight", edge_weight, extend)
         return structure, _symmetric_values(structure, weight, num_nodes)
 
     def _normalised_sparse(self, edges: Edges, num_nodes: int, dtype: torch.dtype):
@@ -102,8 +101,8 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
                                   self.flow, dtype)
             # a SparseTensor comes back alone, a torch sparse tensor with weights None
             return normalised if isinstance(adj_t, SparseTensor) else normalised[0]
-        normalised = cache.get(adj_t, ("gcn", num_nodes, self.improved, self.add_self_loops,
-                                       dtype), build)
+        normalised = lookup(adj_t, ("gcn", num_nodes, self.improved, self.add_self_loops,
+                                    dtype), build)
         if self.cached and isinstance(adj_t, SparseTensor):
             self._cached_adj_t = normalised
         elif self.cached:
@@ -115,9 +114,10 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
                    edge_values=None, trusted: bool = False) -> torch.Tensor:
         """``trusted``: x is on the structure's device and the edge inputs were derived from
         the structure, so the op's argument checks can be skipped."""
-        dtype = common_dtype(x, edge_weight, edge_values)
+        multiplier = edge_values if edge_values is not None else edge_weight
+        if multiplier is not None and multiplier.dtype != x.dtype:  # as PyG's message promotes
+            x = x.to(torch.promote_types(x.dtype, multiplier.dtype))
         spmm = spmm_unchecked if trusted else ops.spmm
-        out = spmm(structure.graph, cast(x, dtype), edge_weight=edge_weight,
-                   edge_values=edge_values)
+        out = spmm(structure.graph, x, edge_weight=edge_weight, edge_values=edge_values)
         bias = parameter(self, "bias")
         return out if bias is None else out + bias

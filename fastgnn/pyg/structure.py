@@ -72,8 +72,10 @@ class StructureCache:
         self._entries: "collections.OrderedDict[Tuple, Tuple]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    @_eager
     def get(self, source, options: Tuple, build: Callable[[], object]):
+        """``build()``'s value for ``source`` and ``options``, built once while ``source`` is
+        alive and unchanged. Called from code torch.compile does not trace: the ``_eager``
+        functions of this module, or through :func:`lookup`."""
         key = (id(source), options)
         stamp = _stamp(source)
         # A hit takes no lock: dict reads and move_to_end are atomic, and a racing eviction
@@ -112,6 +114,12 @@ class StructureCache:
 cache = StructureCache()
 
 
+@_eager
+def lookup(source, options: Tuple, build: Callable[[], object]):
+    """``cache.get`` for callers outside this module (a layer's own lookups)."""
+    return cache.get(source, options, build)
+
+
 def is_edge_tensor(value) -> bool:
     """A plain dense tensor (not a subclass such as EdgeIndex, not a sparse layout)."""
     return type(value) is torch.Tensor and value.layout == torch.strided
@@ -130,6 +138,19 @@ class Edges:
     values: Optional[torch.Tensor]
     graph: Optional[Graph] = None  # when the input was a fastgnn.Graph
     is_sparse: bool = False
+
+    def check_per_edge(self, name: str, values: torch.Tensor) -> None:
+        """A per-edge input (edge weights, edge features): one row per edge, on the edges'
+        device. Checked before any indexing, where a wrong size would be a device assert."""
+        count = self.graph.num_edges if self.index is None else self.index.size(1)
+        device = self.graph.device if self.index is None else self.index.device
+        if not isinstance(values, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(values).__name__}")
+        if values.dim() == 0 or values.size(0) != count:
+            raise ValueError(f"{name} must have one row per edge ({count}), got shape "
+                             f"{list(values.shape)}")
+        if values.device != device:
+            raise ValueError(f"{name} is on {values.device} but the edges are on {device}")
 
 
 def is_sparse_tensor(value) -> bool:
@@ -164,8 +185,7 @@ def _sparse_edges(adj_t) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     return index, adj_t.values()
 
 
-@_eager
-def as_edges(structure) -> Edges:
+def _as_edges(structure) -> Edges:
     """Normalises a layer's structure argument; raises Unsupported for other formats."""
     if is_edge_tensor(structure) and structure.dim() == 2 and structure.size(0) == 2 and \
             structure.dtype in _INDEX_DTYPES:  # the common case, checked first
@@ -187,9 +207,35 @@ def as_edges(structure) -> Edges:
     raise Unsupported(f"structure of type {type(structure).__name__}")
 
 
+as_edges = _eager(_as_edges)
+
+
 def sparse_size(structure) -> Tuple[int, int]:
     """(num_src, num_dst) of a transposed sparse adjacency."""
     return int(structure.size(1)), int(structure.size(0))
+
+
+def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor],
+                size=None) -> Tuple[int, int]:
+    """(num_src, num_dst) as PyG's propagate infers them: ``size``, then the features, then a
+    sparse adjacency's shape or the Graph's sizes."""
+    if size is None and x_src is not None and x_dst is not None and edges.graph is None \
+            and not edges.is_sparse:  # an edge list: the features say it all
+        return x_src.shape[0], x_dst.shape[0]
+    known = [None, None] if size is None else list(size)
+    for slot, x in ((0, x_src), (1, x_dst)):
+        if known[slot] is None and x is not None:
+            known[slot] = x.size(0)
+    structural = None
+    if edges.is_sparse:
+        structural = sparse_size(edges.source)
+    elif edges.graph is not None:
+        structural = (edges.graph.num_src_nodes, edges.graph.num_dst_nodes)
+    if structural is not None:
+        known = [s if k is None else k for k, s in zip(known, structural)]
+    if known[1] is None:
+        raise Unsupported("destination features None without size")
+    return int(known[0]), int(known[1])
 
 
 # ---- derived structures -----------------------------------------------------------------------
@@ -213,11 +259,15 @@ class Structure:
     num_loops: int = 0
     memo: Dict = field(default_factory=dict)
 
-    def per_edge(self, edges: Edges, values: Optional[torch.Tensor],
+    def per_edge(self, edges: Edges, name: str, values: Optional[torch.Tensor],
                  extend: Optional[Callable[[torch.Tensor], torch.Tensor]] = None):
-        """A per-edge input given in the user's edge order, in the order the Graph takes.
-        ``extend`` maps user-ordered values to the rebuilt edge list (drops, adds loops)."""
-        if values is None or not self.rebuilt:
+        """A per-edge input (the argument ``name``) given in the user's edge order, in the
+        order the Graph takes. ``extend`` maps user-ordered values to the rebuilt edge list
+        (drops, adds loops)."""
+        if values is None:
+            return None
+        edges.check_per_edge(name, values)
+        if not self.rebuilt:
             return values
         if edges.graph is not None:
             values = edges.graph.edge_values_to_csr(values)
@@ -263,8 +313,7 @@ def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
     return cache.get(edges.source, ("rebuilt", loops, num_src, num_dst, num_loops), build)
 
 
-@_eager
-def resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = None,
+def _resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = None,
             num_loops: int = 0, rebuild: bool = False) -> Structure:
     """The cached Structure of ``edges`` on ``num_src`` sources and ``num_dst`` destinations.
 
@@ -279,3 +328,15 @@ def resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = Non
     if loops is None and not rebuild:
         return _plain(edges, num_src, num_dst)
     return _rebuilt(edges, num_src, num_dst, loops, num_loops)
+
+
+resolve = _eager(_resolve)
+
+
+@_eager
+def edges_and_structure(structure, x_src: torch.Tensor, x_dst: Optional[torch.Tensor],
+                        size=None) -> Tuple[Edges, Structure]:
+    """:func:`as_edges`, :func:`node_counts` and the plain :func:`resolve` in one step (one
+    check for torch.compile instead of two): layers without self-loops."""
+    edges = _as_edges(structure)
+    return edges, _resolve(edges, *node_counts(edges, x_src, x_dst, size))
