@@ -2,6 +2,7 @@
 the one-time fallback warning, the per-layer backend, sizes and dtypes."""
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
 from typing import Optional, Tuple
@@ -18,6 +19,8 @@ _HOOK_TABLES = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
                 "_message_and_aggregate_forward_pre_hooks",
                 "_message_and_aggregate_forward_hooks",
                 "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+_hook_tables_of = operator.itemgetter(*_HOOK_TABLES)
 
 REDUCES = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
 
@@ -124,6 +127,13 @@ class FastLayer:
         # Read from __dict__, where MessagePassing keeps these: Module attribute lookups cost
         # more than the rest of this check, which runs on every call.
         state = self.__dict__
+        try:  # the common answer first, in two C-level calls for the ten hook tables
+            if not any(_hook_tables_of(state)) and not state.get("_explain") and \
+                    state.get("_decomposed_layers", 1) == 1 and \
+                    state.get("flow", "source_to_target") == "source_to_target":
+                return None
+        except KeyError:  # a table missing: the checks below say what is unusual
+            pass
         if state.get("_explain"):
             return "explain=True"
         if state.get("_decomposed_layers", 1) != 1:
