@@ -36,16 +36,15 @@ def _timed_batch(fn, device, repeats):
 def _compare(fns, device, repeats, rounds):
     """Per-call times of each function over ``rounds`` batches: {label: [ms per batch]}.
     The functions take turns batch by batch, so a drift in clocks or temperature touches them
-    alike, and the turn order rotates every round, so none always runs right after the
-    memory-hungry stock layer."""
+    alike, and the turn order reverses every round, so each follows each other equally often
+    (a batch pays for the caches its predecessor left cold)."""
     for fn in fns.values():
         for _ in range(3):
             fn()
     labels = list(fns)
     samples = {label: [] for label in labels}
     for r in range(rounds):
-        first = r % len(labels)
-        for label in labels[first:] + labels[:first]:
+        for label in (labels if r % 2 == 0 else labels[::-1]):
             samples[label].append(_timed_batch(fns[label], device, repeats))
     return samples
 
@@ -120,10 +119,13 @@ def main():
           f"{args.rounds} batches of {args.repeats}; adapter overhead: median of the per-round "
           "adapter/direct ratios (ratio of the fastest batches)")
     for name, (stock, adapter, direct) in cases.items():
-        samples = _compare({label: (lambda f=f: f().sum().backward())
-                            for label, f in (("stock", stock), ("adapter", adapter),
-                                             ("direct", lambda d=direct: d(x)))},
-                           device, args.repeats, args.rounds)
+        def step(fn):
+            return lambda: fn().sum().backward()
+        # The stock layer runs on its own: its edge-sized messages would leave the caches
+        # cold for whichever of the two compared batches came next.
+        samples = _compare({"stock": step(stock)}, device, args.repeats, args.rounds)
+        samples.update(_compare({"adapter": step(adapter), "direct": step(lambda: direct(x))},
+                                device, args.repeats, args.rounds))
         cells = "  ".join(f"{label} {_median(times):7.3f} ({min(times):.3f})"
                           for label, times in samples.items())
         paired, fastest = _overhead(samples["adapter"], samples["direct"])
