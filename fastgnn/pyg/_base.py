@@ -1,5 +1,5 @@
 """What every fastgnn PyG layer shares: dispatch between the fused path and PyG's own forward,
-the one-time fallback warning, the per-layer backend, sizes and dtypes."""
+the one-time fallback warning, the per-layer backend, feature checks and dtypes."""
 from __future__ import annotations
 
 import operator

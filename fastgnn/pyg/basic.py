@@ -31,7 +31,8 @@ def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str,
 
 
 def _reduce(structure: Structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tensor:
-    """``x``: checked by :func:`_prepare` (or as it does)."""
+    """``x`` has passed :func:`_prepare`'s checks (float, on the structure's device), so sum
+    and mean skip the op's own."""
     if weight is None and reduce in SPMM_REDUCES:
         return spmm_unchecked(structure.graph, x, reduce=reduce)
     if weight is None:
