@@ -19,10 +19,13 @@ import torch_geometric.nn as pyg_nn  # noqa: E402
 import fastgnn  # noqa: E402
 import fastgnn.pyg  # noqa: E402
 from fastgnn import datasets  # noqa: E402
+from fastgnn.tuning import median  # noqa: E402
 
 
 def _timed_batch(fn, device, repeats):
-    """Milliseconds per call of ``repeats`` back-to-back calls."""
+    """Milliseconds per call of ``repeats`` back-to-back calls, by the wall clock from an idle
+    device to an idle device (``tuning.time_calls`` reads CUDA events instead): the host
+    time these host-bound steps cost a training loop."""
     if device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -49,15 +52,11 @@ def _compare(fns, device, repeats, rounds):
     return samples
 
 
-def _median(values):
-    return sorted(values)[len(values) // 2]
-
-
 def _overhead(adapter, direct):
     """The adapter's extra time over the direct calls: the median of the per-round ratios (a
     round's two batches ran back to back, so host noise that lasts longer than a round
     cancels) and the ratio of the fastest batches (the least disturbed ones)."""
-    paired = _median([a / d for a, d in zip(adapter, direct)]) - 1
+    paired = median([a / d for a, d in zip(adapter, direct)]) - 1
     return paired, min(adapter) / min(direct) - 1
 
 
@@ -126,7 +125,7 @@ def main():
         samples = _compare({"stock": step(stock)}, device, args.repeats, args.rounds)
         samples.update(_compare({"adapter": step(adapter), "direct": step(lambda: direct(x))},
                                 device, args.repeats, args.rounds))
-        cells = "  ".join(f"{label} {_median(times):7.3f} ({min(times):.3f})"
+        cells = "  ".join(f"{label} {median(times):7.3f} ({min(times):.3f})"
                           for label, times in samples.items())
         paired, fastest = _overhead(samples["adapter"], samples["direct"])
         print(f"{name:10s} {cells}  adapter overhead {paired:+.1%} ({fastest:+.1%})")

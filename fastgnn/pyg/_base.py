@@ -19,7 +19,6 @@ _HOOK_TABLES = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
                 "_message_and_aggregate_forward_pre_hooks",
                 "_message_and_aggregate_forward_hooks",
                 "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
-
 _hook_tables_of = operator.itemgetter(*_HOOK_TABLES)
 
 REDUCES = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
@@ -127,20 +126,17 @@ class FastLayer:
         # Read from __dict__, where MessagePassing keeps these: Module attribute lookups cost
         # more than the rest of this check, which runs on every call.
         state = self.__dict__
-        try:  # the common answer first, in two C-level calls for the ten hook tables
-            if not any(_hook_tables_of(state)) and not state.get("_explain") and \
-                    state.get("_decomposed_layers", 1) == 1 and \
-                    state.get("flow", "source_to_target") == "source_to_target":
-                return None
-        except KeyError:  # a table missing: the checks below say what is unusual
-            pass
         if state.get("_explain"):
             return "explain=True"
         if state.get("_decomposed_layers", 1) != 1:
             return "decomposed_layers > 1"
-        for table in _HOOK_TABLES:
-            if state.get(table):
-                return f"a registered {table.strip('_')[:-1]}"
+        try:
+            hooked = any(_hook_tables_of(state))  # the ten tables in one C-level call
+        except KeyError:  # a MessagePassing without some of them
+            hooked = any(map(state.get, _HOOK_TABLES))
+        if hooked:
+            table = next(t for t in _HOOK_TABLES if state.get(t))
+            return f"a registered {table.strip('_')[:-1]}"
         if state.get("flow", "source_to_target") != "source_to_target":
             return f"flow={state['flow']!r}"
         return None
