@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 try:
     import torch
@@ -84,7 +84,17 @@ def _extension():
                 extra_link_args=openmp, include_dirs=[os.path.join(ROOT, "csrc")], **kwargs)
 
 
+def _packages():
+    """fastgnn's packages, and the top-level ``zoo/`` folder installed as ``fastgnn.zoo``: a
+    top-level module named ``zoo`` would clash with other distributions."""
+    zoo = ["fastgnn.zoo" + name[len("zoo"):] for name in find_packages(include=["zoo", "zoo.*"])]
+    return find_packages(include=["fastgnn", "fastgnn.*"]) + zoo
+
+
 setup(
+    packages=_packages(),
+    package_dir={"fastgnn.zoo": "zoo"},
+    package_data={"fastgnn.zoo": ["configs/*.yaml"]},
     ext_modules=[_extension()],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
 )

@@ -1,3 +1,4 @@
-"""fastgnn model zoo: Lightning modules (GCN, GATv2, GraphTransformer, MaxK-SAGE) driven by
-LightningCLI YAML configs, with the kernel backend as a config flag. Models land here as
-their kernels do; the package exists so the layout and installation are fixed now."""
+"""fastgnn model zoo: Lightning modules built from stock PyG layers, data modules on the real
+dataset loaders, and a LightningCLI (``fastgnn-zoo``) whose ``--model.backend`` picks stock PyG,
+fastgnn's kernels or fastgnn's pure-PyTorch reference. Installed as ``fastgnn.zoo`` (the
+top-level ``zoo/`` folder of the repository); never import it as ``zoo``."""
