@@ -94,4 +94,9 @@ TORCH_LIBRARY(fastgnn, m) {
   // lets tests evaluate the reference with the exact same dropout.
   m.def("attention_dropout_mask(Tensor col, int heads, float dropout, int seed, int offset) "
         "-> Tensor");
+
+  // ---- Reordering ----------------------------------------------------------------------------
+  // Reverse Cuthill-McKee order of an undirected graph given as its symmetric CSR: perm (int64)
+  // with perm[new_id] = old_id. CPU only (a sequential search, run once per dataset).
+  m.def("reorder_rcm(Tensor rowptr, Tensor col) -> Tensor");
 }

@@ -10,8 +10,15 @@ pytestmark = pytest.mark.skipif(not _native.available, reason="native extension 
 
 # Ops that take no tensors (cache management) have nothing to fake or differentiate.
 TENSORLESS = {"release_graph_cache", "graph_cache_size"}
-# Ops that autograd never differentiates: backward kernels and the dropout-mask generator.
-NOT_DIFFERENTIATED_SUFFIXES = ("_backward", "_dropout_mask")
+# Ops that autograd never differentiates: backward kernels, the dropout-mask generator and
+# integer-valued preprocessing.
+NOT_DIFFERENTIATED_SUFFIXES = ("_backward", "_dropout_mask", "reorder_rcm")
+# Ops that run on the CPU only, and why.
+CPU_ONLY = {
+    "fastgnn::attention_dropout_mask":
+        "test utility: materialises the kernels' dropout formula on the CPU",
+    "fastgnn::reorder_rcm": "a sequential search, run once per dataset",
+}
 
 
 def fastgnn_ops():
@@ -32,8 +39,8 @@ def test_op_has_cpu_kernel(qualname):
 def test_op_has_cuda_kernel_when_built_with_cuda(qualname):
     if not _native.cuda_built:
         pytest.skip("CPU-only build")
-    if qualname == "fastgnn::attention_dropout_mask":
-        pytest.skip("test utility: materialises the kernels' dropout formula on the CPU")
+    if qualname in CPU_ONLY:
+        pytest.skip(CPU_ONLY[qualname])
     assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CUDA")
 
 
