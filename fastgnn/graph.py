@@ -23,6 +23,7 @@ _release_hooks: list = []  # called with a graph key when that graph is collecte
 _release_lock = threading.Lock()
 
 NORMS = ("none", "left", "right", "both")
+SPMM_FORMATS = ("auto", "csr", "wsb")
 
 
 def add_release_hook(hook: Callable[[int], None]) -> None:
@@ -74,6 +75,7 @@ class Graph:
         self.cache_transpose = bool(cache_transpose)
         self.key = next(_keys)
         self._derived: Dict[object, object] = {}
+        self._spmm_format: Optional[str] = None
         self._finalizer = weakref.finalize(self, _release, self.key)
 
     # ---- construction ---------------------------------------------------------------------
@@ -322,6 +324,31 @@ class Graph:
     def edge_values_to_csr(self, values: torch.Tensor) -> torch.Tensor:
         """Reorders per-edge values given in input edge order into CSR order."""
         return values if self._edge_perm is None else values[self._edge_perm]
+
+    # ---- block-sparse Tensor Core layout ------------------------------------------------------
+    def wsb(self, path: Optional[str] = None):
+        """The WSB layout (``fastgnn.ops.wsb.WSB``: tiles of 16 destinations x 16 sources for
+        Tensor Core SpMM), built on this graph's device on first use and cached. With ``path``
+        it is loaded from there when saved for this structure, else built and saved there.
+        ``.density``, ``.padding_ratio`` and ``.memory_bytes()`` describe it."""
+        from fastgnn.ops import wsb
+        layout = self.cached("wsb", lambda: wsb.load_or_build(self, path))
+        if path is not None:
+            wsb.keep_at(layout, path)
+        return layout
+
+    @property
+    def spmm_format(self) -> Optional[str]:
+        """SpMM format policy: "auto" (the tuner measures CSR against WSB where the structural
+        pre-filter lets WSB through), "csr" or "wsb" (forced wherever WSB applies: CUDA
+        float16/bfloat16 features, no edge-value gradients). None: FASTGNN_SPMM_FORMAT."""
+        return self._spmm_format
+
+    @spmm_format.setter
+    def spmm_format(self, value: Optional[str]) -> None:
+        if value is not None:
+            _validate.choice("spmm_format", value, SPMM_FORMATS)
+        self._spmm_format = value
 
     # ---- devices ----------------------------------------------------------------------------
     def to(self, device, non_blocking: bool = False) -> "Graph":

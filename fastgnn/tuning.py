@@ -145,18 +145,21 @@ def _race(candidates: Mapping[str, Callable[[], object]], device: torch.device) 
 def choose(op: str, graph, width: int, dtype: torch.dtype, device,
            candidates: Union[Mapping[str, Callable[[], object]],
                              Callable[[], Mapping[str, Callable[[], object]]]],
-           default: str) -> str:
+           default: str, penalties: Optional[Mapping[str, float]] = None) -> str:
     """The name of the fastest candidate for this key (timed on first use).
 
     ``candidates`` maps names to runs, or is a function returning that mapping, built only
-    when a choice must be made. The choice is remembered on ``graph``, so every later call
-    for the same (op, width, dtype, device) is one lookup.
+    when a choice must be made. ``penalties`` adds milliseconds per call to a candidate's time
+    (a one-off cost spread over the calls expected); it is read after ``candidates()`` runs,
+    which may fill it in. The choice is remembered on ``graph``, so every later call for the
+    same (op, width, dtype, device) is one lookup.
     """
     device = torch.device(device)
 
     def decide() -> str:
         return _decide(op, graph, width, dtype, device,
-                       candidates() if callable(candidates) else candidates, default)
+                       candidates() if callable(candidates) else candidates, default,
+                       penalties or {})
 
     memo = graph.cached(_TUNED, dict)
     key = (op, width, dtype, device)
@@ -175,7 +178,8 @@ def choices(graph) -> Dict[str, str]:
 
 
 def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device,
-            candidates: Mapping[str, Callable[[], object]], default: str) -> str:
+            candidates: Mapping[str, Callable[[], object]], default: str,
+            penalties: Mapping[str, float]) -> str:
     if default not in candidates:
         raise ValueError(f"default {default!r} is not among the candidates {list(candidates)}")
     if not enabled() or len(candidates) == 1:
@@ -190,7 +194,8 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
     if not can_time(device):
         return default
     timings = _race(candidates, device)
-    best = min(timings, key=timings.get) if timings else default
+    best = min(timings, key=lambda name: timings[name] + penalties.get(name, 0.0)) \
+        if timings else default
     with _lock:
         _memory[key] = best
         _store_disk()

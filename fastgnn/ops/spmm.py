@@ -7,7 +7,11 @@ That autograd formula is registered in C++ (``csrc/spmm_autograd.cpp``), where a
 fraction of a Python ``autograd.Function``'s host time.
 On CUDA each product runs our CSR kernels or cuSPARSE (descriptors and workspace cached per
 graph in C++, freed with the Graph), whichever ``fastgnn.tuning`` measured fastest for the
-forward and for the backward separately (``ALGOS`` below).
+forward and for the backward separately (``ALGOS`` below). Float16/bfloat16 forwards with
+plain norms may also run on the block-sparse Tensor Core layout (``fastgnn.ops.wsb``), when
+the graph's windows are dense enough and the tuner measures it faster, its build cost spread
+over ``WSB_EXPECTED_CALLS`` calls; ``Graph.spmm_format`` or ``FASTGNN_SPMM_FORMAT``
+(auto|csr|wsb) forces either.
 """
 from __future__ import annotations
 
@@ -15,12 +19,19 @@ from typing import Optional
 
 import torch
 
+import os
+
 from fastgnn import _library, _native, _validate, backends, reference, tuning
-from fastgnn.graph import NORMS, Graph, add_release_hook
+from fastgnn.graph import NORMS, SPMM_FORMATS, Graph, add_release_hook
+from fastgnn.ops import wsb
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
 REDUCES = ("sum", "mean")
-_PLANS = "spmm plans"  # the Graph.cached key of {call signature: (norm value, transposed, algo)}
+_PLANS = "spmm plans"  # the Graph.cached key of {call signature: (value, transposed, algo, wsb)}
+# Calls a WSB build is expected to serve (a few hundred epochs of a few layers): its build time
+# divided by this is charged to every WSB call when the tuner compares it with CSR.
+WSB_EXPECTED_CALLS = int(os.environ.get("FASTGNN_WSB_EXPECTED_CALLS", "1000"))
+_FORMAT_FROM_ENV = os.environ.get("FASTGNN_SPMM_FORMAT", "auto")  # read once: calls are hot
 
 
 def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
@@ -142,17 +153,56 @@ def _transpose_for_backward(g: Graph, x: torch.Tensor, norm: str, reduce: str, p
     return None, None, None, None
 
 
+def _wsb_applies(g: Graph, flat: torch.Tensor, plain_norm: bool, policy: str) -> bool:
+    """Where the Tensor Core layout can run: CUDA half features, values without gradients."""
+    return (policy != "csr" and wsb.product is not None and flat.is_cuda and plain_norm
+            and flat.dtype in (torch.float16, torch.bfloat16) and g.index_dtype == torch.int32)
+
+
+def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, transposed,
+                algo: int, policy: str) -> Optional[torch.Tensor]:
+    """The WSB value blocks when the forward should run on WSB, else None."""
+    if policy == "auto" and wsb.estimated_edges_per_tile(g) < wsb.MIN_EDGES_PER_TILE:
+        return None  # sparse windows: never pay the build
+    penalties = {}
+
+    def blocks():
+        layout = g.wsb()
+        return layout, layout.values(value, flat.dtype, key=(norm, reduce))
+
+    def candidates():
+        layout, vals = blocks()
+        penalties["wsb"] = layout.build_seconds * 1e3 / WSB_EXPECTED_CALLS
+        csr = lambda: _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False,  # noqa: E731
+                            g.key, algo)
+        tiles = lambda: wsb.product(layout.tile_ptr, layout.tile_cols, vals, flat,  # noqa: E731
+                                    g.num_dst_nodes, g.rowptr, g.col, value, *transposed, g.key,
+                                    algo)
+        return {"csr": csr, "wsb": tiles}
+    if policy == "auto":
+        with torch.no_grad():
+            choice = tuning.choose("spmm_format", g, flat.shape[1], flat.dtype, flat.device,
+                                   candidates, "csr", penalties)
+        if choice != "wsb":
+            return None
+    return blocks()[1]
+
+
 def _plan(g: Graph, flat: torch.Tensor, value: Optional[torch.Tensor], norm: str, reduce: str,
-          plain_norm: bool, grad: bool):
-    """``(transposed, algo)``: the backward's walk and the tuned kernels (timed with
-    ``value``, the call's edge values in CSR order)."""
+          plain_norm: bool, grad: bool, policy: str):
+    """``(transposed, algo, wsb_values)``: the backward's walk, the tuned kernels (timed with
+    ``value``, the call's edge values in CSR order) and the WSB blocks when WSB runs."""
+    _validate.choice("FASTGNN_SPMM_FORMAT", policy, SPMM_FORMATS)
     transposed = _transpose_for_backward(g, flat, norm, reduce, plain_norm) if grad \
         else (None,) * 4
-    algo = 0
+    algo, blocks = 0, None
     if flat.is_cuda:
         detached = None if value is None else value.detach()
         algo = _cuda_algos(g, detached, flat.detach(), transposed, grad)
-    return transposed, algo
+        if _wsb_applies(g, flat, plain_norm, policy):
+            blocks = _choose_wsb(g, flat.detach(), detached, norm, reduce, transposed, algo,
+                                 policy)
+    return transposed, algo, blocks
 
 
 def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
@@ -162,20 +212,27 @@ def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
     plain_norm = edge_weight is None and edge_values is None
     # Only the edge inputs change from call to call; the rest depends on this key, so a
     # repeated call is one lookup (plus its edge values' reorder into CSR order).
+    policy = (g.spmm_format or _FORMAT_FROM_ENV) if x.is_cuda else "csr"
     key = (norm, reduce, plain_norm, flat.shape[1], x.dtype, x.device, grad,
-           torch.are_deterministic_algorithms_enabled())
+           torch.are_deterministic_algorithms_enabled(), policy)
     plans = g.cached(_PLANS, dict)
     plan = plans.get(key)
     value = plan[0] if plan is not None and plain_norm else csr_values(
         g, x.dtype, norm, reduce, edge_weight, edge_values)
     if plan is None:
         plan = (value if plain_norm else None,) + _plan(g, flat, value, norm, reduce, plain_norm,
-                                                        grad)
+                                                        grad, policy)
         # A transpose built per call (cache_transpose=False) is not kept alive by the plan.
         if (g.cache_transpose or not grad) and tuning.can_time(x.device):
             plans[key] = plan
-    _, transposed, algo = plan
-    out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key, algo)
+    _, transposed, algo, blocks = plan
+    if blocks is not None:
+        layout = g.wsb()
+        out = wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, g.num_dst_nodes,
+                          g.rowptr, g.col, value, *transposed, g.key, algo)
+    else:
+        out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key,
+                    algo)
     return out if x.dim() == 2 else out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 

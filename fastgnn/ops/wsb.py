@@ -1,0 +1,216 @@
+"""WSB, the weighted block-sparse layout for Tensor Cores, and SpMM over it.
+
+Destinations are cut into windows of 16 rows. Each window's distinct source columns, in
+ascending order, are packed 16 at a time into tiles; a tile holds its 16 column ids (-1 pads
+the last one) and the dense 16 x 16 block of edge values (duplicate edges summed). A CUDA
+product then multiplies each block by the 16 gathered feature rows on Tensor Cores (float16 or
+bfloat16 operands, float accumulation). It pays where windows are dense enough that the
+padded slots cost less than the Tensor Cores save: ``WSB.density`` says how full the tiles are.
+
+The structure (tiles and the slot of every edge) is built once per Graph on its device, cached
+on it and freed with it; ``Graph.wsb(path=...)`` also keeps it on disk, keyed by a fingerprint
+of the structure, so the build is paid once per dataset. Values are laid out per (norm, dtype)
+and cached as well.
+
+Only the forward runs on WSB: gradients take the CSR route (the cached transpose), which on
+directed graphs beats scattering into many windows' columns.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Optional
+
+import torch
+
+from fastgnn import _library, _native
+
+WINDOW = 16  # destination rows per window (the Tensor Core tile's M)
+TILE = 16    # source columns per tile (two of the paper's 8-column blocks: the tile's K)
+FORMAT_VERSION = 1
+# Fewer true edges than this per 256-slot tile, and WSB is not even tried (the structural
+# pre-filter): the product would be mostly padding.
+MIN_EDGES_PER_TILE = 16
+
+
+class WSB:
+    """The WSB structure of one Graph. Build it through ``Graph.wsb()``."""
+
+    def __init__(self, tile_ptr: torch.Tensor, tile_cols: torch.Tensor, edge_slot: torch.Tensor,
+                 num_dst: int, fingerprint: str, build_seconds: float = 0.0):
+        self.tile_ptr = tile_ptr      # int32 [windows + 1]
+        self.tile_cols = tile_cols    # int32 [tiles * 16]
+        self.edge_slot = edge_slot    # int64 [E]: flat index of each CSR edge in the value blocks
+        self.num_dst = num_dst
+        self.fingerprint = fingerprint
+        self.build_seconds = build_seconds
+        self._values = {}
+
+    @property
+    def num_windows(self) -> int:
+        return self.tile_ptr.numel() - 1
+
+    @property
+    def num_tiles(self) -> int:
+        return self.tile_cols.numel() // TILE
+
+    @property
+    def density(self) -> float:
+        """Edges (with repeats) per slot of the stored tiles: 1.0 would be full tiles."""
+        return self.edge_slot.numel() / max(1, self.num_tiles * WINDOW * TILE)
+
+    @property
+    def padding_ratio(self) -> float:
+        """Share of the tiles' column slots that are padding."""
+        return float((self.tile_cols < 0).sum()) / max(1, self.tile_cols.numel())
+
+    def memory_bytes(self, dtype: torch.dtype = torch.float16) -> int:
+        """Bytes of the structure plus one value layout in ``dtype``."""
+        value_bytes = self.num_tiles * WINDOW * TILE * torch.empty((), dtype=dtype).element_size()
+        return sum(t.numel() * t.element_size() for t in (self.tile_ptr, self.tile_cols,
+                                                          self.edge_slot)) + value_bytes
+
+    def values(self, csr_values: Optional[torch.Tensor], dtype: torch.dtype,
+               key=None) -> torch.Tensor:
+        """The dense value blocks ``[tiles * 256]`` in ``dtype`` for per-edge values in CSR
+        order (None: ones), duplicates summed in float; cached under ``key`` when given."""
+        if key is not None and (key, dtype) in self._values:
+            return self._values[(key, dtype)]
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        blocks = torch.zeros(self.num_tiles * WINDOW * TILE, dtype=acc,
+                             device=self.edge_slot.device)
+        edge_values = torch.ones(self.edge_slot.numel(), dtype=acc, device=blocks.device) \
+            if csr_values is None else csr_values.to(acc)
+        blocks.index_add_(0, self.edge_slot, edge_values)
+        blocks = blocks.to(dtype)
+        if key is not None:
+            self._values[(key, dtype)] = blocks
+        return blocks
+
+    def save(self, path: str) -> None:
+        torch.save({"version": FORMAT_VERSION, "fingerprint": self.fingerprint,
+                    "num_dst": self.num_dst, "tile_ptr": self.tile_ptr.cpu(),
+                    "tile_cols": self.tile_cols.cpu(), "edge_slot": self.edge_slot.cpu()}, path)
+
+    def __repr__(self) -> str:
+        return (f"WSB(windows={self.num_windows}, tiles={self.num_tiles}, "
+                f"density={self.density:.3f}, padding_ratio={self.padding_ratio:.3f}, "
+                f"memory_mb={self.memory_bytes() / 2**20:.1f})")
+
+
+def fingerprint(g) -> str:
+    """A digest of the structure (sizes, CSR): what a saved WSB must match to be reused."""
+    digest = hashlib.sha1(f"{g.num_src_nodes},{g.num_dst_nodes},{g.num_edges}".encode())
+    for t in (g.rowptr, g.col):
+        digest.update(t.to("cpu", torch.int64).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _window_columns(row: torch.Tensor, col: torch.Tensor, num_src: int):
+    """(distinct (window, column) keys in order, each edge's index among them)."""
+    key = (row // WINDOW) * max(num_src, 1) + col
+    return torch.unique(key, sorted=True, return_inverse=True)
+
+
+def build(g) -> WSB:
+    """Builds the WSB structure of ``g`` on its device."""
+    if g.index_dtype != torch.int32:
+        raise ValueError("WSB needs a graph with int32 indices")
+    start = time.perf_counter()
+    row, col = g.row.to(torch.int64), g.col.to(torch.int64)
+    windows = -(-g.num_dst_nodes // WINDOW)
+    keys, edge_key = _window_columns(row, col, g.num_src_nodes)
+    key_window = keys // max(g.num_src_nodes, 1)
+    per_window = torch.bincount(key_window, minlength=windows)
+    first_key = torch.cumsum(per_window, 0) - per_window
+    tiles = (per_window + TILE - 1) // TILE
+    tile_ptr = torch.zeros(windows + 1, dtype=torch.int64, device=g.device)
+    tile_ptr[1:] = torch.cumsum(tiles, 0)
+    position = torch.arange(keys.numel(), device=g.device) - first_key[key_window]
+    key_slot = (tile_ptr[key_window] + position // TILE) * TILE + position % TILE
+    num_tiles = int(tile_ptr[-1])
+    tile_cols = torch.full((num_tiles * TILE,), -1, dtype=torch.int32, device=g.device)
+    tile_cols[key_slot] = (keys % max(g.num_src_nodes, 1)).to(torch.int32)
+    slot = key_slot[edge_key]
+    edge_slot = (slot // TILE) * (WINDOW * TILE) + (row % WINDOW) * TILE + slot % TILE
+    if g.device.type == "cuda":
+        torch.cuda.synchronize(g.device)
+    return WSB(tile_ptr.to(torch.int32), tile_cols, edge_slot, g.num_dst_nodes,
+               fingerprint(g), time.perf_counter() - start)
+
+
+def _saved(path: str, device) -> Optional[dict]:
+    if not os.path.exists(path):
+        return None
+    saved = torch.load(path, map_location=device, weights_only=True)
+    return saved if saved.get("version") == FORMAT_VERSION else None
+
+
+def load_or_build(g, path: Optional[str]) -> WSB:
+    """The structure saved at ``path`` when it was saved for this graph, else ``build(g)``."""
+    saved = _saved(path, g.device) if path is not None else None
+    if saved is not None and saved["fingerprint"] == fingerprint(g):
+        return WSB(saved["tile_ptr"], saved["tile_cols"], saved["edge_slot"], saved["num_dst"],
+                   saved["fingerprint"])
+    return build(g)
+
+
+def keep_at(layout: WSB, path: str) -> None:
+    """Saves ``layout`` at ``path`` unless the file already holds this structure's (a file
+    from another structure is overwritten)."""
+    saved = _saved(path, "cpu")
+    if saved is None or saved["fingerprint"] != layout.fingerprint:
+        layout.save(path)
+
+
+def estimated_edges_per_tile(g, sample_windows: int = 256) -> float:
+    """Edges per tile over a sample of windows: the pre-filter's cheap look at density."""
+    windows = -(-g.num_dst_nodes // WINDOW)
+    if windows == 0 or g.num_edges == 0:
+        return 0.0
+    gen = torch.Generator().manual_seed(0)
+    picked = torch.randperm(windows, generator=gen)[:sample_windows].to(g.device)
+    rows = (picked[:, None] * WINDOW + torch.arange(WINDOW, device=g.device)).flatten()
+    rows = rows[rows < g.num_dst_nodes]
+    rowptr = g.rowptr.to(torch.int64)
+    degree = rowptr[rows + 1] - rowptr[rows]
+    if int(degree.sum()) == 0:
+        return 0.0
+    edges = torch.repeat_interleave(rowptr[rows], degree) + (
+        torch.arange(int(degree.sum()), device=g.device)
+        - torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree))
+    edge_rows = torch.repeat_interleave(rows, degree)
+    keys, _ = _window_columns(edge_rows, g.col[edges].to(torch.int64), g.num_src_nodes)
+    key_window = keys // max(g.num_src_nodes, 1)
+    _, counts = torch.unique(key_window, return_counts=True)
+    tiles = int(((counts + TILE - 1) // TILE).sum())
+    return edges.numel() / max(1, tiles)
+
+
+# ---- the op's fake kernel and autograd ----------------------------------------------------------
+# Inputs: tile_ptr, tile_cols, tile_vals, x, num_out, then the CSR route of the backward:
+# rowptr, col, value, t_rowptr, t_col, t_perm, t_value, graph_key, algo (spmm's, backward bits).
+def _fake(tile_ptr, tile_cols, tile_vals, x, num_out, rowptr, col, value, t_rowptr, t_col,
+          t_perm, t_value, graph_key, algo):
+    return x.new_empty((num_out, x.shape[1]))
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[5:12])
+    ctx.num_src = inputs[3].shape[0]
+    ctx.graph_key, ctx.algo = inputs[12], inputs[13]
+
+
+def _backward(ctx, grad_out):
+    rowptr, col, value, t_rowptr, t_col, t_perm, t_value = ctx.saved_tensors
+    grad_x = torch.ops.fastgnn.spmm(rowptr, col, value, grad_out.contiguous(), t_rowptr, t_col,
+                                    t_perm, t_value, ctx.num_src, True, ctx.graph_key,
+                                    ctx.algo >> 8)
+    return (None,) * 3 + (grad_x,) + (None,) * 10
+
+
+product = None
+if _native.has_op("wsb_spmm"):
+    _library.register_fake("wsb_spmm", _fake)
+    product = _library.register_autograd("wsb_spmm", _backward, _setup)
