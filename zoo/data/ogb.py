@@ -152,9 +152,10 @@ class OGBNodeProp(GraphDataModule):
                         self._fetcher(graph_files))
         n = graph["num_nodes"]
         edge_index, edge_attr = graph["edge_index"], graph.get("edge_attr")
-        if spec.inverse_edges:
-            edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-            edge_attr = None if edge_attr is None else torch.cat([edge_attr, edge_attr])
+        if spec.inverse_edges:  # each edge followed by its reverse, in ogb's order
+            edge_index = torch.stack([edge_index, edge_index.flip(0)], dim=2).reshape(2, -1)
+            if edge_attr is not None:
+                edge_attr = edge_attr.repeat_interleave(2, dim=0)
         elif self.to_undirected:
             edge_index = to_undirected(edge_index, num_nodes=n)
 
