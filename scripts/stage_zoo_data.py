@@ -67,14 +67,15 @@ def stage(source: str, root: str) -> Tuple[List[str], List[str]]:
 
 
 def main(argv=None) -> int:
-    from fastgnn.datasets import data_root
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", help="the --data.root the zoo will read")
     parser.add_argument("--source", default=None,
                         help="the datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
     args = parser.parse_args(argv)
-    source = args.source or data_root()
+    source = args.source
+    if source is None:  # the project's rule for FASTGNN_DATA (imported only here: it loads torch)
+        from fastgnn.datasets import data_root
+        source = data_root()
     if not os.path.isdir(source):
         print(f"error: datasets folder {source} not found (set FASTGNN_DATA or --source)",
               file=sys.stderr)
