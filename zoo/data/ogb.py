@@ -16,8 +16,8 @@ from typing import Callable, Dict, List
 
 import numpy as np
 import torch
+from torch_geometric import utils as pyg_utils
 from torch_geometric.data import Data, download_url, extract_zip
-from torch_geometric.utils import scatter, to_undirected
 
 from .base import GraphDataModule
 from .common import check_split, index_mask, missing_files, pick, require_files
@@ -49,23 +49,6 @@ def read_csv(path: str, dtype) -> np.ndarray:
     """One of OGB's headerless ``*.csv.gz`` files as a 2-D array."""
     with gzip.open(path, "rt") as f:
         return np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
-
-
-def _cached(cache: str, root: str, files: List[str], read: Callable[[], dict],
-            fetch: Callable[[], None]) -> dict:
-    """``read()``'s tensors, parsed once and then loaded from ``cache``. Missing ``files`` are
-    fetched first (``fetch`` raises when downloading is off)."""
-    if os.path.exists(cache):
-        return torch.load(cache, weights_only=True)
-    if any(not os.path.exists(f) for f in files):
-        fetch()
-        require_files(root, files)
-    value = read()
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    tmp = f"{cache}.{os.getpid()}.tmp"  # other ranks may read the cache while it is written
-    torch.save(value, tmp)
-    os.replace(tmp, cache)
-    return value
 
 
 class OGBNodeProp(GraphDataModule):
@@ -119,15 +102,24 @@ class OGBNodeProp(GraphDataModule):
     def _split(self, part: str) -> str:
         return os.path.join(self.folder, "split", self._spec.split, f"{part}.csv.gz")
 
-    def _cache(self, what: str) -> str:
-        return os.path.join(self.folder, "processed", f"fastgnn_zoo_{what}.pt")
-
-    def _fetcher(self, files: List[str]) -> Callable[[], None]:
-        def fetch():  # downloads, or with download off names the missing files
+    def _parsed(self, what: str, files: List[str], read: Callable[[], dict]) -> dict:
+        """``read()``'s tensors, parsed from ``files`` once (downloading them if missing and
+        allowed) and then loaded from the cache ``processed/fastgnn_zoo_<what>.pt``."""
+        cache = os.path.join(self.folder, "processed", f"fastgnn_zoo_{what}.pt")
+        if os.path.exists(cache):
+            return torch.load(cache, weights_only=True)
+        missing = [f for f in files if not os.path.exists(f)]
+        if missing:
             if not self.download:
-                raise missing_files(self.root, [f for f in files if not os.path.exists(f)])
+                raise missing_files(self.root, missing)
             _download(self._spec.archive, self.root, self.folder)
-        return fetch
+            require_files(self.root, files)
+        value = read()
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"  # other ranks may read the cache while it is written
+        torch.save(value, tmp)
+        os.replace(tmp, cache)
+        return value
 
     def _read_graph(self) -> dict:
         spec = self._spec
@@ -148,8 +140,7 @@ class OGBNodeProp(GraphDataModule):
         graph_files += [self._split(p) for p in SPLIT_PARTS]
         if spec.edge_features:
             graph_files.append(self._raw("edge-feat"))
-        graph = _cached(self._cache("graph"), self.root, graph_files, self._read_graph,
-                        self._fetcher(graph_files))
+        graph = self._parsed("graph", graph_files, self._read_graph)
         n = graph["num_nodes"]
         edge_index, edge_attr = graph["edge_index"], graph.get("edge_attr")
         if spec.inverse_edges:  # each edge followed by its reverse, in ogb's order
@@ -157,18 +148,17 @@ class OGBNodeProp(GraphDataModule):
             if edge_attr is not None:
                 edge_attr = edge_attr.repeat_interleave(2, dim=0)
         elif self.to_undirected:
-            edge_index = to_undirected(edge_index, num_nodes=n)
+            edge_index = pyg_utils.to_undirected(edge_index, num_nodes=n)
 
         if self.random_features:
             gen = torch.Generator().manual_seed(RANDOM_FEATURES_SEED)
             x = torch.randn(n, self.random_features, generator=gen)
         elif spec.node_features:
-            feat_file = [self._raw("node-feat")]
-            x = _cached(self._cache("node_feat"), self.root, feat_file,
-                        lambda: {"x": torch.from_numpy(read_csv(feat_file[0], np.float32))},
-                        self._fetcher(feat_file))["x"]
+            feat = self._raw("node-feat")
+            x = self._parsed("node_feat", [feat],
+                             lambda: {"x": torch.from_numpy(read_csv(feat, np.float32))})["x"]
         else:  # ogbn-proteins: the mean of the incoming edges' features
-            x = scatter(edge_attr, edge_index[1], dim=0, dim_size=n, reduce="mean")
+            x = pyg_utils.scatter(edge_attr, edge_index[1], dim=0, dim_size=n, reduce="mean")
 
         y = graph["y"]
         data = Data(x=x, y=y[:, 0] if spec.task == "multiclass" else y, edge_index=edge_index,
