@@ -166,7 +166,7 @@ def test_heterophilous_ten_splits(staged, name):
     for split in range(10):
         data = check_module(Heterophilous(root, name, split=split, download=False),
                             nodes, 2 * edges, features, outputs, task)
-        check_masks(data, splits_sum_to_all=False)
+        check_masks(data)
         assert torch.equal(data.train_mask, torch.from_numpy(raw["train_masks"][split]))
         assert torch.equal(data.test_mask, torch.from_numpy(raw["test_masks"][split]))
         train_masks.append(tuple(data.train_mask.nonzero().flatten().tolist()))

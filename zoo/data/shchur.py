@@ -39,10 +39,10 @@ class _PitfallsDataModule(GraphDataModule):
     to validate, every other node to test, at random from the seed ``split`` (any int >= 0;
     the zoo reports splits 0 to 9).
 
-    The paper keeps only each graph's largest connected component. PyG's loaders, and the
-    PyG users who cite the protocol, keep the whole graph (the node and edge counts PyG
-    documents), so that is the default here; ``largest_connected_component=True`` gives the
-    paper's graphs.
+    The paper keeps only each graph's largest connected component. PyG's loaders keep the
+    whole graph (the node and edge counts PyG documents), which is what PyG users train on,
+    so that is the default here; ``largest_connected_component=True`` gives the paper's
+    graphs (Amazon Photo: 7,487 of 7,650 nodes).
     """
 
     task = "multiclass"
