@@ -1,0 +1,10 @@
+"""The zoo's data modules: one per dataset family, each a :class:`GraphDataModule`."""
+from .base import TASKS, GraphDataModule
+from .graphland import GraphLand
+from .heterophilous import Heterophilous
+from .ogb import OGBNodeProp
+from .planetoid import Planetoid
+from .shchur import Amazon, Coauthor
+
+__all__ = ["TASKS", "GraphDataModule", "Planetoid", "Amazon", "Coauthor", "Heterophilous",
+           "OGBNodeProp", "GraphLand"]
