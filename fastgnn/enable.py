@@ -5,7 +5,8 @@ A swap makes a new instance of the other class that shares the old one's ``__dic
 contents (the same parameter and buffer tensors, hooks and submodules), so optimizer state
 and ``state_dict`` keys stay valid. Nothing in the stock libraries is modified: adapters
 register (stock class, fastgnn class) pairs here, and ``enable`` imports the adapter of each
-installed library (``fastgnn.pyg`` for PyTorch Geometric) so that users need not.
+installed library (``fastgnn.pyg`` for PyTorch Geometric, ``fastgnn.dgl.nn`` for DGL) so that
+users need not.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def supported_layers() -> Dict[type, type]:
     return dict(_to_fast)
 
 
-_ADAPTERS = (("torch_geometric", "fastgnn.pyg"),)  # (library, adapter package)
+_ADAPTERS = (("torch_geometric", "fastgnn.pyg"),  # (library, adapter package)
+             ("dgl", "fastgnn.dgl.nn"))
 
 
 def _load_adapters() -> None:

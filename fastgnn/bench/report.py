@@ -212,8 +212,12 @@ def table_markdown(rows: List[Dict]) -> str:
 # ---- plots -------------------------------------------------------------------------------------
 def plot(rows: List[Dict], prefix: str) -> List[str]:
     """``<prefix>-speedup.png`` and ``<prefix>-memory.png``: per graph, one bar per workload
-    (best fastgnn row vs the best baseline). Returns the written paths."""
-    import matplotlib
+    (best fastgnn row vs the best baseline). Returns the written paths: none without
+    matplotlib (the DGL environment has none; ``bench.py report`` draws them elsewhere)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return []
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib import ticker

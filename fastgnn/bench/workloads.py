@@ -20,6 +20,7 @@ import torch
 
 import fastgnn
 from fastgnn import backends, reference
+from fastgnn._adapter import FallbackWarning
 from fastgnn.bench.graphs import BenchGraph
 from fastgnn.graph import Graph
 
@@ -357,3 +358,53 @@ for _name, (_make, _bipartite_ok, _ties_split) in _LAYERS.items():
     register(_name, "layer")(functools.partial(_layer_case, make_layer=_make,
                                                bipartite_ok=_bipartite_ok,
                                                ties_split=_ties_split))
+
+
+# ---- layers: stock DGL vs after fastgnn.enable --------------------------------------------------
+def _dgl_layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Module]) -> Case:
+    """The stock DGL layer on a block of the graph's edges is the oracle and the baseline; the
+    fastgnn row runs the same layer (same parameters) after ``fastgnn.enable``."""
+    x = ctx.features(ctx.graph.num_src_nodes, ctx.width)
+    block, reason = _dgl_graph(ctx)
+    if block is None:
+        return Case([x], lambda: x, [Implementation("dgl-stock", BASELINE, skip=reason)],
+                    oracle_name="dgl-stock")
+    torch.manual_seed(ctx.seed)
+    stock = make_layer(ctx.width, ctx.heads).to(ctx.device).train()
+    run = lambda layer: (lambda: layer(block, x))  # noqa: E731
+
+    def enabled():
+        fast = fastgnn.enable(stock)  # a new object sharing stock's parameters
+        if type(fast) is type(stock):
+            return None, "no fastgnn adapter"
+        with warnings.catch_warnings(), torch.no_grad():  # a fallback would time DGL's code
+            warnings.simplefilter("error", FallbackWarning)
+            fast(block, x)
+        return run(fast), None
+
+    impls = [Implementation("dgl-stock", BASELINE, run(stock), "dgl"),
+             _guarded("dgl+fastgnn.enable", FASTGNN, "fastgnn.enable", enabled)]
+    return Case([x] + [p for p in stock.parameters() if p.requires_grad], run(stock), impls,
+                oracle_name="dgl-stock")
+
+
+def _dgl_layer(class_name: str, multi_head: bool = False, *args, **kwargs):
+    def make(width: int, heads: int) -> torch.nn.Module:
+        cls = getattr(importlib.import_module("dgl.nn"), class_name)
+        if multi_head:
+            return cls(width, max(1, width // heads), heads, *args, **kwargs)
+        return cls(width, width, *args, **kwargs)
+    return make
+
+
+_DGL_LAYERS = {
+    # GraphConv without weight and bias: the normalised propagation alone
+    "dgl-graphconv": _dgl_layer("GraphConv", weight=False, bias=False,
+                                allow_zero_in_degree=True),
+    "dgl-gatconv": _dgl_layer("GATConv", True, allow_zero_in_degree=True),
+    "dgl-gatv2conv": _dgl_layer("GATv2Conv", True, allow_zero_in_degree=True),
+    "dgl-dotgatconv": _dgl_layer("DotGatConv", True, allow_zero_in_degree=True),
+    "dgl-sageconv-pool": _dgl_layer("SAGEConv", False, "pool"),
+}
+for _name, _make in _DGL_LAYERS.items():
+    register(_name, "layer")(functools.partial(_dgl_layer_case, make_layer=_make))

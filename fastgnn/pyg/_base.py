@@ -3,13 +3,13 @@ the one-time fallback warning, the per-layer backend, feature checks and dtypes.
 from __future__ import annotations
 
 import operator
-import threading
-import warnings
 from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import backends
+from fastgnn import _adapter, backends
+# fastgnn.pyg exports FallbackWarning; tests reset _warned between cases
+from fastgnn._adapter import FallbackWarning, _warned  # noqa: F401
 from fastgnn.pyg.structure import Unsupported
 
 # MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.
@@ -24,22 +24,9 @@ _hook_tables_of = operator.itemgetter(*_HOOK_TABLES)
 REDUCES = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
 
 
-class FallbackWarning(UserWarning):
-    """A fastgnn PyG layer ran PyG's own forward for an option without a fused path."""
-
-
-_warned = set()
-_warned_lock = threading.Lock()
-
-
 def warn_fallback(layer_name: str, option: str) -> None:
     """Warns once per (layer class, option)."""
-    with _warned_lock:
-        if (layer_name, option) in _warned:
-            return
-        _warned.add((layer_name, option))
-    warnings.warn(f"fastgnn.pyg.{layer_name}: {option} has no fused path; running PyG's own "
-                  "forward for it", FallbackWarning, stacklevel=4)
+    _adapter.warn_fallback(f"fastgnn.pyg.{layer_name}", option, "PyG's own forward")
 
 
 def reduce_of(aggr) -> str:

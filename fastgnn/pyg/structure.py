@@ -7,16 +7,14 @@ device, so an in-place change or a replacement rebuilds the Graph. The cache is 
 """
 from __future__ import annotations
 
-import collections
 import functools
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
 from fastgnn import _library
+from fastgnn._adapter import StructureCache, Unsupported
 from fastgnn.graph import Graph
 
 try:  # PyG >= 2.5
@@ -43,10 +41,6 @@ def _eager(fn):
     return call
 
 
-class Unsupported(Exception):
-    """An input the fused path does not handle; the message names the option."""
-
-
 # ---- identity-keyed cache ---------------------------------------------------------------------
 def _stamp(source) -> Tuple:
     if isinstance(source, torch.Tensor):
@@ -63,55 +57,7 @@ def _stamp(source) -> Tuple:
     return ()  # a fastgnn.Graph is immutable
 
 
-class StructureCache:
-    """Bounded LRU of values derived from structure objects, held through weak references."""
-
-    def __init__(self, capacity: int = 32):
-        self.capacity = capacity
-        self.builds = 0  # how many entries were built (tests watch it)
-        self._entries: "collections.OrderedDict[Tuple, Tuple]" = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, source, options: Tuple, build: Callable[[], object]):
-        """``build()``'s value for ``source`` and ``options``, built once while ``source`` is
-        alive and unchanged. Called from code torch.compile does not trace: the ``_eager``
-        functions of this module, or through :func:`lookup`."""
-        key = (id(source), options)
-        stamp = _stamp(source)
-        # A hit takes no lock: dict reads and move_to_end are atomic, and a racing eviction
-        # (KeyError) only makes this call a miss.
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is source and entry[1] == stamp:
-            try:
-                self._entries.move_to_end(key)
-            except KeyError:
-                pass
-            return entry[2]
-        value = build()
-        ref = weakref.ref(source, lambda dead, key=key: self._forget(key, dead))
-        with self._lock:
-            self.builds += 1
-            self._entries[key] = (ref, stamp, value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-        return value
-
-    def _forget(self, key, dead_ref) -> None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] is dead_ref:
-                del self._entries[key]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-cache = StructureCache()
+cache = StructureCache(stamp=_stamp)
 
 
 @_eager

@@ -1,0 +1,106 @@
+"""Attention layers on fastgnn's fused attention ops (no edge-sized tensors): GATConv,
+GATv2Conv and DotGatConv."""
+from __future__ import annotations
+
+import dgl.nn.pytorch as dgl_nn
+import torch
+
+from fastgnn import ops
+from fastgnn.dgl._graphs import Unsupported
+from fastgnn.dgl.nn._base import FastLayer, check_features, dropout_rate, graph_of
+
+
+def _node_pair(layer, graph, feat, project_src, project_dst, dropout=None):
+    """(h_dst, feat_src [S,H,D], feat_dst [T,H,D]) as DGL's attention layers derive them: a
+    pair projected by two maps, else one projection whose first rows are a block's
+    destinations. ``project_dst`` None: the destinations share the sources' projection."""
+    heads, width = layer._num_heads, layer._out_feats
+    drop = dropout if dropout is not None else (lambda x: x)
+    if isinstance(feat, tuple):
+        h_src, h_dst = drop(feat[0]), drop(feat[1])
+        return (h_dst, project_src(h_src).view(-1, heads, width),
+                (project_dst or project_src)(h_dst).view(-1, heads, width))
+    h_src = h_dst = drop(feat)
+    feat_src = project_src(h_src).view(-1, heads, width)
+    if graph.is_block:
+        h_dst = h_dst[:graph.num_dst_nodes()]
+    feat_dst = feat_src[:h_dst.shape[0]] if project_dst is None else \
+        project_dst(h_dst).view(-1, heads, width)
+    return h_dst, feat_src, feat_dst
+
+
+def _check(layer, graph, feat, get_attention):
+    if get_attention:
+        raise Unsupported("get_attention=True")
+    g = graph_of(layer, graph)
+    if isinstance(feat, tuple):
+        check_features(g, feat[0], feat[1], two_dim=True)
+    elif graph.is_block:
+        check_features(g, feat, feat[:g.num_dst_nodes] if isinstance(feat, torch.Tensor)
+                       else feat, two_dim=True)
+    else:
+        check_features(g, feat, feat, two_dim=True)
+    return g
+
+
+class GATConv(FastLayer, dgl_nn.GATConv):
+    """:class:`dgl.nn.GATConv` on ``fastgnn.ops.gat_attention``."""
+
+    def forward(self, graph, feat, edge_weight=None, get_attention=False):
+        return self._dispatch(graph, feat, edge_weight, get_attention)
+
+    def _fused(self, graph, feat, edge_weight=None, get_attention=False):
+        g = _check(self, graph, feat, get_attention)
+        if edge_weight is not None:
+            raise Unsupported("edge_weight (it scales the attention after the softmax)")
+        modules = self._modules
+        if "fc_src" in modules:
+            h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, modules["fc_src"],
+                                                   modules["fc_dst"], self.feat_drop)
+        else:
+            fc = modules["fc"]
+            h_dst, feat_src, feat_dst = _node_pair(
+                self, graph, feat, fc, fc if isinstance(feat, tuple) else None, self.feat_drop)
+        alpha_src = (feat_src * self.attn_l).sum(dim=-1)
+        alpha_dst = (feat_dst * self.attn_r).sum(dim=-1)
+        out = ops.gat_attention(g, feat_src, alpha_src, alpha_dst,
+                                self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
+        if self.res_fc is not None:
+            out = out + self.res_fc(h_dst).view(h_dst.shape[0], -1, self._out_feats)
+        if self.has_explicit_bias:
+            out = out + self.bias.view(self._num_heads, self._out_feats)
+        return out if not self.activation else self.activation(out)
+
+
+class GATv2Conv(FastLayer, dgl_nn.GATv2Conv):
+    """:class:`dgl.nn.GATv2Conv` on ``fastgnn.ops.gatv2_attention``."""
+
+    def forward(self, graph, feat, get_attention=False):
+        return self._dispatch(graph, feat, get_attention)
+
+    def _fused(self, graph, feat, get_attention=False):
+        g = _check(self, graph, feat, get_attention)
+        shared = self.share_weights and not isinstance(feat, tuple)
+        h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, self.fc_src,
+                                               None if shared else self.fc_dst, self.feat_drop)
+        out = ops.gatv2_attention(g, feat_dst, feat_src, self.attn.view(self._num_heads, -1),
+                                  self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
+        if self.res_fc is not None:
+            out = out + self.res_fc(h_dst).view(h_dst.shape[0], -1, self._out_feats)
+        return out if not self.activation else self.activation(out)
+
+
+class DotGatConv(FastLayer, dgl_nn.DotGatConv):
+    """:class:`dgl.nn.DotGatConv` on ``fastgnn.ops.graph_attention`` (scale 1/sqrt(out_feats))."""
+
+    def forward(self, graph, feat, get_attention=False):
+        return self._dispatch(graph, feat, get_attention)
+
+    def _fused(self, graph, feat, get_attention=False):
+        g = _check(self, graph, feat, get_attention)
+        modules = self._modules
+        if isinstance(feat, tuple):
+            _, keys, queries = _node_pair(self, graph, feat, modules["fc_src"], modules["fc_dst"])
+        else:
+            _, keys, queries = _node_pair(self, graph, feat, modules["fc"], None)
+        return ops.graph_attention(g, queries, keys, keys, scale=self._out_feats ** -0.5)
