@@ -135,6 +135,26 @@ def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: tor
     return _attend(g, logits, xs[src], dropout, dropout_mask, x_src.dtype)
 
 
+def gat_attention(g: Graph, x_src: torch.Tensor, alpha_src: torch.Tensor,
+                  alpha_dst: torch.Tensor, negative_slope: float = 0.2, dropout: float = 0.0,
+                  alpha_edge: Optional[torch.Tensor] = None,
+                  dropout_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """GAT (v1) attention (PyG's GATConv): ``e_ij = LeakyReLU(alpha_src[j] + alpha_dst[i]
+    (+ alpha_edge[e]))``, softmax over the in-edges of i, ``out[i] = sum_j a_ij x_src[j]``.
+
+    Shapes: ``x_src [S, H, D]``, ``alpha_src [S, H]``, ``alpha_dst [T, H]``,
+    ``alpha_edge [E, H]``. ``dropout_mask [E, H]`` (0/1, input edge order) replaces random
+    attention dropout.
+    """
+    src, dst = _csr_edges(g)
+    acc = _acc_dtype(x_src.dtype)
+    logits = alpha_src.to(acc)[src] + alpha_dst.to(acc)[dst]
+    if alpha_edge is not None:
+        logits = logits + _user_to_csr(g, alpha_edge).to(acc)
+    logits = torch.nn.functional.leaky_relu(logits, negative_slope)
+    return _attend(g, logits, x_src.to(acc)[src], dropout, dropout_mask, x_src.dtype)
+
+
 def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     scale: Optional[float] = None, dropout: float = 0.0,
                     edge_term: Optional[torch.Tensor] = None,

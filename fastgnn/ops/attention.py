@@ -1,4 +1,4 @@
-"""Fused graph attention: GATv2 and dot-product (Graph Transformer) attention.
+"""Fused graph attention: GAT, GATv2 and dot-product (Graph Transformer) attention.
 
 The native ops stream each destination's in-edges once with an online softmax and save only
 the per-(destination, head) log-sum-exp; the backward recomputes the logits from it (source
@@ -62,6 +62,53 @@ def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: tor
     impl = backends.select("gatv2_attention", x_src.device)
     return impl.fn(g, x_dst, x_src, att, negative_slope=float(negative_slope),
                    dropout=float(dropout), edge_term=edge_term)
+
+
+def _check_same_dtype(reference_name: str, reference_value: torch.Tensor, **others) -> None:
+    """Features combined in one kernel share a dtype: a TypeError naming the odd one out."""
+    for name, value in others.items():
+        if value is not None and value.dtype != reference_value.dtype:
+            raise TypeError(f"{name} has dtype {value.dtype} but {reference_name} has "
+                            f"{reference_value.dtype}; cast them to one dtype")
+
+
+def _check_node_scores(name: str, value, rows: int, heads: int, g: Graph, rows_name: str) -> None:
+    _validate.node_features(name, value, rows, g.device, rows_name, dim=2)
+    if value.shape[1] != heads:
+        raise ValueError(f"{name} must have shape [{rows}, {heads}], got {list(value.shape)}")
+
+
+def gat_attention(g: Graph, x_src: torch.Tensor, alpha_src: torch.Tensor,
+                  alpha_dst: torch.Tensor, negative_slope: float = 0.2, dropout: float = 0.0, *,
+                  alpha_edge: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """GAT (v1) attention, PyG's GATConv semantics, fused: ``[S,H,D], [S,H], [T,H] -> [T,H,D]``.
+
+    ``e_ij = LeakyReLU(alpha_src[j,h] + alpha_dst[i,h] (+ alpha_edge[e,h]))``, softmax over the
+    in-edges of i, ``out[i,h] = sum_j a_ij x_src[j,h]``; destinations without in-edges get 0.
+    ``alpha_src``/``alpha_dst`` are the per-node attention scores (``a_l . W h_j`` and
+    ``a_r . W h_i``); ``alpha_edge [E,H]`` (input edge order) is PyG's edge_dim term.
+    Attention dropout applies when ``dropout > 0`` (callers pass 0 in eval mode).
+    """
+    check_graph(g)
+    _validate.node_features("x_src", x_src, g.num_src_nodes, g.device, "num_src_nodes", dim=3)
+    heads = x_src.shape[1]
+    _check_node_scores("alpha_src", alpha_src, g.num_src_nodes, heads, g, "num_src_nodes")
+    _check_node_scores("alpha_dst", alpha_dst, g.num_dst_nodes, heads, g, "num_dst_nodes")
+    if alpha_edge is not None:
+        _validate.float_tensor("alpha_edge", alpha_edge)
+        if alpha_edge.device != g.device:
+            raise ValueError(f"alpha_edge is on {alpha_edge.device} but the graph is on {g.device}")
+        if tuple(alpha_edge.shape) != (g.num_edges, heads):
+            raise ValueError(f"alpha_edge must have shape [{g.num_edges}, {heads}], got "
+                             f"{list(alpha_edge.shape)}")
+    _check_same_dtype("x_src", x_src, alpha_src=alpha_src, alpha_dst=alpha_dst,
+                      alpha_edge=alpha_edge)
+    _check_dropout(dropout)
+    if not isinstance(negative_slope, (int, float)) or isinstance(negative_slope, bool):
+        raise TypeError(f"negative_slope must be a float, got {type(negative_slope).__name__}")
+    impl = backends.select("gat_attention", x_src.device)
+    return impl.fn(g, x_src, alpha_src, alpha_dst, negative_slope=float(negative_slope),
+                   dropout=float(dropout), alpha_edge=alpha_edge)
 
 
 def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -236,4 +283,6 @@ if _native.has_op("gatv2_forward"):
 backends.register("gatv2_attention", "reference", ("cpu", "cuda"), reference.gatv2_attention,
                   priority=-10)
 backends.register("graph_attention", "reference", ("cpu", "cuda"), reference.graph_attention,
+                  priority=-10)
+backends.register("gat_attention", "reference", ("cpu", "cuda"), reference.gat_attention,
                   priority=-10)
