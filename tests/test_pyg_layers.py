@@ -569,6 +569,22 @@ def test_fallback_of_constructed_and_copied_layers(layer_cls):
         torch.testing.assert_close(fast(x, ei), stock(x, ei))
 
 
+@pytest.mark.parametrize("layer_cls", [layer.__name__ for layer in fpyg.LAYERS])
+def test_torch_jit_script_says_what_to_do(layer_cls):
+    args = (torch.nn.Linear(IN, OUT),) if layer_cls == "GINConv" else () if \
+        layer_cls == "SimpleConv" else (IN, OUT)
+    model = torch.nn.Sequential(getattr(pyg_nn, layer_cls)(*args))
+    fastgnn.enable(model)
+    with pytest.raises(RuntimeError, match=f"fastgnn.pyg.{layer_cls}.*torch.compile"):
+        torch.jit.script(model)
+    assert type(model[0]) is getattr(fpyg, layer_cls)  # the eager model is left as it was
+    fastgnn.disable(model)
+    try:  # the stock layer scripts as before, where PyG's own does (GATv2Conv's does not)
+        torch.jit.script(model[0])
+    except RuntimeError as exc:
+        assert "fastgnn" not in str(exc)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "transformer-beta-edge",
                                   "gat-edge-mean"])
