@@ -90,6 +90,19 @@ TORCH_LIBRARY(fastgnn, m) {
         "Tensor q, Tensor k, Tensor v, Tensor? edge_term, float scale, float dropout, int seed, "
         "int offset, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
         "-> (Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor grad_edge_term)");
+  // GAT (v1): logit = LeakyReLU(alpha_src[j] + alpha_dst[i] (+ alpha_edge[e])) from per-node
+  // scores alpha_dst [T, H], alpha_src [S, H] (alpha_edge [E, H], input edge order); values
+  // x_src [S, H, D]. Same conventions as gatv2_forward/backward.
+  m.def("gat_forward(Tensor rowptr, Tensor col, Tensor? edge_perm, Tensor? t_rowptr, "
+        "Tensor? t_col, Tensor? t_perm, Tensor alpha_dst, Tensor x_src, Tensor alpha_src, "
+        "Tensor? alpha_edge, float negative_slope, float dropout, int seed, int offset, "
+        "Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) -> (Tensor out, Tensor lse)");
+  m.def("gat_backward(Tensor grad_out, Tensor out, Tensor lse, Tensor rowptr, Tensor col, "
+        "Tensor? edge_perm, Tensor? t_rowptr, Tensor? t_col, Tensor t_perm, Tensor alpha_dst, "
+        "Tensor x_src, Tensor alpha_src, Tensor? alpha_edge, float negative_slope, "
+        "float dropout, int seed, int offset, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) -> (Tensor grad_alpha_dst, Tensor grad_x_src, Tensor grad_alpha_src, "
+        "Tensor grad_alpha_edge)");
   // The [E, H] keep-mask (CSR order, bool) that the kernels apply for this seed and offset:
   // lets tests evaluate the reference with the exact same dropout.
   m.def("attention_dropout_mask(Tensor col, int heads, float dropout, int seed, int offset) "

@@ -36,6 +36,7 @@ class Net(torch.nn.Module):
         ])
         self.simple = pyg_nn.SimpleConv("mean", "sum")
         self.gat = pyg_nn.GATv2Conv(channels, 4, heads=2, edge_dim=2)
+        self.gat_v1 = pyg_nn.GATConv(channels, channels, heads=2, concat=False, edge_dim=2)
         self.transformer = pyg_nn.TransformerConv(channels, channels, heads=2, concat=False,
                                                   beta=True)
 
@@ -45,6 +46,7 @@ class Net(torch.nn.Module):
         x = self.blocks[1][0](x, edge_index)
         x = self.blocks[2](x, edge_index)
         x = self.simple(x, edge_index)
+        x = self.gat_v1(x, edge_index, edge_attr)
         x = self.gat(x, edge_index, edge_attr)
         return self.transformer(x, edge_index)
 
@@ -57,7 +59,7 @@ def _inputs(device="cpu"):
 
 
 STOCK_TYPES = {pyg_nn.GCNConv, pyg_nn.SAGEConv, pyg_nn.GraphConv, pyg_nn.GINConv,
-               pyg_nn.SimpleConv, pyg_nn.GATv2Conv, pyg_nn.TransformerConv}
+               pyg_nn.SimpleConv, pyg_nn.GATv2Conv, pyg_nn.TransformerConv, pyg_nn.GATConv}
 
 
 def _layer_types(model):

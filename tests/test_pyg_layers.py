@@ -69,6 +69,22 @@ CASES = [
         c, OUT, heads=2, share_weights=True, residual=True, bias=False), None, False),
     ("gatv2-residual", lambda c: pyg_nn.GATv2Conv(c, OUT, heads=2, residual=True,
                                                   concat=False), None, True),
+    ("gat", lambda c: pyg_nn.GATConv(c, OUT, heads=2), None, True),
+    ("gat-mean-heads", lambda c: pyg_nn.GATConv(c, OUT, heads=3, concat=False,
+                                                negative_slope=0.1), None, True),
+    ("gat-noloops", lambda c: pyg_nn.GATConv(c, OUT, heads=2, add_self_loops=False), None,
+     True),
+    ("gat-edge-mean", lambda c: pyg_nn.GATConv(c, OUT, heads=2, edge_dim=3), "attr", True),
+    ("gat-edge-fill-float", lambda c: pyg_nn.GATConv(c, OUT, heads=2, edge_dim=3,
+                                                     fill_value=0.5), "attr", True),
+    ("gat-edge-fill-tensor", lambda c: pyg_nn.GATConv(
+        c, OUT, heads=2, edge_dim=3, fill_value=torch.tensor([1.0, -1.0, 0.5])), "attr", True),
+    ("gat-edge-fill-max-noloops", lambda c: pyg_nn.GATConv(
+        c, OUT, edge_dim=3, fill_value="max", add_self_loops=False), "attr", True),
+    ("gat-residual-nobias", lambda c: pyg_nn.GATConv(c, OUT, heads=2, residual=True,
+                                                     bias=False), None, True),
+    ("gat-residual-mean", lambda c: pyg_nn.GATConv(c, OUT, heads=2, residual=True,
+                                                   concat=False), None, True),
     ("transformer", lambda c: pyg_nn.TransformerConv(c, OUT, heads=2), None, True),
     ("transformer-mean-beta", lambda c: pyg_nn.TransformerConv(c, OUT, heads=2, concat=False,
                                                                beta=True), None, True),
@@ -117,7 +133,7 @@ def test_random_bipartite(case, train, more_dst, device):
     num_src, num_dst = (30, 45) if more_dst else (50, 30)
     same_width = name.startswith(("gin", "simple"))
     dst_in = IN if same_width else DST_IN
-    if more_dst and name == "gatv2-edge-mean":
+    if more_dst and name in ("gatv2-edge-mean", "gat-edge-mean"):
         pytest.skip("PyG's loop-fill scatter rejects destinations beyond min(S, T)")
     ei = random_edge_index(num_src, num_dst, 300, seed=4)
     stock, fast = make_pair(_build(factory, IN if same_width else (IN, DST_IN)), train, device)
@@ -130,7 +146,7 @@ def test_random_bipartite(case, train, more_dst, device):
 
 
 CORA_CASES = ["gcn", "gcn-weight", "sage-mean", "sage-max", "graphconv-mean", "gin",
-              "simple-mean-sum", "gatv2-edge-mean", "transformer-beta-edge"]
+              "simple-mean-sum", "gatv2-edge-mean", "transformer-beta-edge", "gat-edge-mean"]
 
 
 @pytest.mark.data
@@ -151,10 +167,10 @@ def test_cora(name, device):
 @pytest.mark.slow
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["gcn", "gcn-weight", "sage-mean", "sage-max", "gatv2",
-                                  "transformer"])
+                                  "transformer", "gat"])
 def test_tolokers(name, device):
     data = load_dataset("tolokers")
-    if device == "cpu" and name.startswith(("gatv2", "transformer", "sage-max")):
+    if device == "cpu" and name.startswith(("gat", "transformer", "sage-max")):
         pytest.skip("reference attention and min/max on the full graph: GPU only")
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
     stock, fast = make_pair(_build(factory, data.x.shape[1]), True, device)
@@ -447,10 +463,12 @@ def test_fallback_for_weighted_max():
 
 
 # ---- dropout -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("layer", ["gatv2", "transformer"])
+@pytest.mark.parametrize("layer", ["gat", "gatv2", "transformer"])
 def test_attention_dropout_statistics(layer):
     torch.manual_seed(0)
-    if layer == "gatv2":
+    if layer == "gat":
+        stock = pyg_nn.GATConv(IN, OUT, heads=2, dropout=0.5, bias=False)
+    elif layer == "gatv2":
         stock = pyg_nn.GATv2Conv(IN, OUT, heads=2, dropout=0.5, bias=False)
     else:
         stock = pyg_nn.TransformerConv(IN, OUT, heads=2, dropout=0.5, root_weight=False)
@@ -473,7 +491,7 @@ def test_attention_dropout_statistics(layer):
 # ---- state_dict, autocast, compile -------------------------------------------------------------
 @pytest.mark.parametrize("name", ["gcn", "sage-norm-project-noroot", "graphconv-add",
                                   "gin-train-eps-mean", "gatv2-edge-mean",
-                                  "transformer-beta-edge"])
+                                  "transformer-beta-edge", "gat-edge-mean"])
 def test_state_dict_round_trip(name):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
     stock = _build(factory, IN)
@@ -503,7 +521,7 @@ def test_directly_constructed_layers_match():
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "sage-max", "gatv2-edge-mean",
-                                  "transformer-beta-edge"])
+                                  "transformer-beta-edge", "gat-edge-mean"])
 def test_autocast(name, dtype, device):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
     stock, fast = make_pair(_build(factory, IN), True, device)
@@ -520,7 +538,7 @@ def test_autocast(name, dtype, device):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "gatv2-edge-mean"])
+@pytest.mark.parametrize("name", ["gcn", "gcn-weight", "gatv2-edge-mean", "gat-edge-mean"])
 def test_torch_compile(name, device):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
     stock, fast = make_pair(_build(factory, IN), True, device)
@@ -551,8 +569,25 @@ def test_fallback_of_constructed_and_copied_layers(layer_cls):
         torch.testing.assert_close(fast(x, ei), stock(x, ei))
 
 
+@pytest.mark.parametrize("layer_cls", [layer.__name__ for layer in fpyg.LAYERS])
+def test_torch_jit_script_says_what_to_do(layer_cls):
+    args = (torch.nn.Linear(IN, OUT),) if layer_cls == "GINConv" else () if \
+        layer_cls == "SimpleConv" else (IN, OUT)
+    model = torch.nn.Sequential(getattr(pyg_nn, layer_cls)(*args))
+    fastgnn.enable(model)
+    with pytest.raises(RuntimeError, match=f"fastgnn.pyg.{layer_cls}.*torch.compile"):
+        torch.jit.script(model)
+    assert type(model[0]) is getattr(fpyg, layer_cls)  # the eager model is left as it was
+    fastgnn.disable(model)
+    try:  # the stock layer scripts as before, where PyG's own does (GATv2Conv's does not)
+        torch.jit.script(model[0])
+    except RuntimeError as exc:
+        assert "fastgnn" not in str(exc)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "transformer-beta-edge"])
+@pytest.mark.parametrize("name", ["gcn-weight", "sage-mean", "transformer-beta-edge",
+                                  "gat-edge-mean"])
 def test_torch_compile_inductor_cuda(name):
     _, factory, extra, _ = CASES[CASE_IDS.index(name)]
     stock, fast = make_pair(_build(factory, IN), True, "cuda")

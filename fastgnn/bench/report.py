@@ -71,7 +71,7 @@ def environment(device: torch.device) -> Dict[str, object]:
     }
 
 
-_MULTI_HEAD = ("gatv2", "graph-attention", "transformerconv")
+_MULTI_HEAD = ("gatv2", "graph-attention", "transformerconv", "gat-attention", "gatconv")
 
 
 def shape(row: Dict[str, object]) -> str:

@@ -287,6 +287,24 @@ def gatv2_attention(ctx: Context) -> Case:
                 lambda: reference.gatv2_attention(g, x_dst, x_src, att), impls)
 
 
+@register("gat-attention", "op")
+def gat_attention(ctx: Context) -> Case:
+    g, (h, d) = ctx.graph, _heads(ctx)
+    x_src = ctx.features(g.num_src_nodes, h, d)
+    alpha_src = ctx.features(g.num_src_nodes, h)
+    alpha_dst = ctx.features(g.num_dst_nodes, h)
+    impls = fastgnn_implementations(
+        "gat_attention", ctx, lambda: fastgnn.ops.gat_attention(g, x_src, alpha_src, alpha_dst))
+
+    def logits():
+        return torch.nn.functional.leaky_relu(alpha_src[ctx.src] + alpha_dst[ctx.dst], 0.2)
+
+    impls.append(_guarded("pyg-ops", BASELINE, "torch_geometric",
+                          lambda: _pyg_attend(ctx, logits, lambda: x_src[ctx.src])))
+    return Case([x_src, alpha_src, alpha_dst],
+                lambda: reference.gat_attention(g, x_src, alpha_src, alpha_dst), impls)
+
+
 @register("graph-attention", "op")
 def graph_attention(ctx: Context) -> Case:
     g, (h, d) = ctx.graph, _heads(ctx)
@@ -352,6 +370,8 @@ _LAYERS = {
     "transformerconv": (_pyg_layer("TransformerConv", multi_head=True, root_weight=False,
                                    bias=False), True, False),
     "gcnconv": (_pyg_layer("GCNConv"), False, False),
+    "gatconv": (_pyg_layer("GATConv", multi_head=True, add_self_loops=False, bias=False), True,
+                False),
     "sageconv-max": (_pyg_layer("SAGEConv", aggr="max"), True, True),
 }
 for _name, (_make, _bipartite_ok, _ties_split) in _LAYERS.items():

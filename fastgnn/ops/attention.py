@@ -58,6 +58,7 @@ def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: tor
         raise ValueError(f"att must have shape [{heads}, {dim}] on {g.device}, got "
                          f"{list(att.shape)} on {att.device}")
     _check_edge_term(edge_term, g, heads, dim)
+    _check_same_dtype("x_src", x_src, x_dst=x_dst, att=att, edge_term=edge_term)
     _check_dropout(dropout)
     impl = backends.select("gatv2_attention", x_src.device)
     return impl.fn(g, x_dst, x_src, att, negative_slope=float(negative_slope),
@@ -126,6 +127,7 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _check_heads("v", v, g.num_src_nodes, g, "num_src_nodes", heads, dim)
     _check_heads("q", q, g.num_dst_nodes, g, "num_dst_nodes", heads, dim)
     _check_edge_term(edge_term, g, heads, dim)
+    _check_same_dtype("k", k, q=q, v=v, edge_term=edge_term)
     _check_dropout(dropout)
     if scale is not None and not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
@@ -200,6 +202,15 @@ def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: f
     return _gatv2(*graph, *args, *launch)[0]
 
 
+def _native_gat(g: Graph, x_src, alpha_src, alpha_dst, negative_slope: float, dropout: float,
+                alpha_edge) -> torch.Tensor:
+    seed, offset = _draw_seed(dropout)
+    graph = structure_args(g, wants_grad(x_src, alpha_src, alpha_dst, alpha_edge))
+    args = (alpha_dst, x_src, alpha_src, alpha_edge, negative_slope, dropout, seed, offset)
+    launch = _launch("gat_attention", g, x_src, lambda plan: _gat(*graph, *args, *plan))
+    return _gat(*graph, *args, *launch)[0]
+
+
 def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: float,
                             edge_term) -> torch.Tensor:
     seed, offset = _draw_seed(dropout)
@@ -224,7 +235,8 @@ def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 
 
 # ---- autograd and fake kernels of the native ops ----------------------------------------------
 # Forward inputs: rowptr, col, edge_perm, t_rowptr, t_col, t_perm, (3 features), edge_term,
-# slope|scale, dropout, seed, offset, light_rows, heavy_rows, heavy_warps.
+# slope|scale, dropout, seed, offset, light_rows, heavy_rows, heavy_warps. GAT's features are
+# (alpha_dst, x_src, alpha_src) and its edge term alpha_edge: the same layout.
 _FEATURES = slice(6, 10)
 
 
@@ -279,6 +291,12 @@ if _native.has_op("gatv2_forward"):
     backends.register("gatv2_attention", "native", _native.devices(), _native_gatv2, priority=10)
     backends.register("graph_attention", "native", _native.devices(), _native_graph_attention,
                       priority=10)
+
+if _native.has_op("gat_forward"):
+    _library.register_fake("gat_forward", _forward_fake)
+    _library.register_fake("gat_backward", _backward_fake)
+    _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)
+    backends.register("gat_attention", "native", _native.devices(), _native_gat, priority=10)
 
 backends.register("gatv2_attention", "reference", ("cpu", "cuda"), reference.gatv2_attention,
                   priority=-10)

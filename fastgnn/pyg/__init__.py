@@ -7,9 +7,9 @@ without a fused path run PyG's own forward, with a one-time :class:`FallbackWarn
 
 Fused: edge_index tensors, EdgeIndex, fastgnn.Graph, torch sparse COO/CSR adjacencies and
 torch_sparse SparseTensors (attention layers: not sparse ones); every constructor option of
-GCNConv, SAGEConv (aggr mean/sum/max/min), GraphConv, GINConv, SimpleConv, GATv2Conv and
-TransformerConv with string aggregations. Fallback: return_attention_weights, Aggregation
-modules or aggregation lists, edge weights (or sparse values) with min/max, sparse CSC,
+GCNConv, SAGEConv (aggr mean/sum/max/min), GraphConv, GINConv, SimpleConv, GATConv, GATv2Conv
+and TransformerConv with string aggregations. Fallback: return_attention_weights, GATConv's
+explicit size, Aggregation modules or aggregation lists, edge weights (or sparse values) with min/max, sparse CSC,
 flow="target_to_source", explain, decomposed_layers > 1, MessagePassing hooks, node features
 that are not 2-D, and inputs the stock layer itself rejects (it then raises its own error).
 """
@@ -17,16 +17,17 @@ import torch_geometric.nn as _pyg_nn
 
 from fastgnn.enable import register_swap as _register_swap
 from fastgnn.pyg._base import FallbackWarning, inherit_message_types as _inherit_message_types
-from fastgnn.pyg.attention import GATv2Conv, TransformerConv
+from fastgnn.pyg.attention import GATConv, GATv2Conv, TransformerConv
 from fastgnn.pyg.basic import GINConv, GraphConv, SAGEConv, SimpleConv
 from fastgnn.pyg.gcn import GCNConv
 from fastgnn.pyg.structure import cache as structure_cache
 
-LAYERS = (GCNConv, SAGEConv, GraphConv, GINConv, SimpleConv, GATv2Conv, TransformerConv)
+LAYERS = (GCNConv, SAGEConv, GraphConv, GINConv, SimpleConv, GATv2Conv, TransformerConv,
+          GATConv)
 
 for _layer in LAYERS:
     _inherit_message_types(_layer)
     _register_swap(getattr(_pyg_nn, _layer.__name__), _layer)
 
 __all__ = ["GCNConv", "SAGEConv", "GraphConv", "GINConv", "SimpleConv", "GATv2Conv",
-           "TransformerConv", "FallbackWarning", "structure_cache", "LAYERS"]
+           "TransformerConv", "GATConv", "FallbackWarning", "structure_cache", "LAYERS"]

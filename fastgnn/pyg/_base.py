@@ -128,6 +128,17 @@ class FastLayer:
             return f"flow={state['flow']!r}"
         return None
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script calls this before compiling. Handing it a stock layer instead would
+        # also put that stock layer into the user's eager model (torch writes the result back
+        # into the parent module), so scripting stops here with an error that says what to do.
+        name = type(self).__name__
+        raise RuntimeError(
+            f"torch.jit.script cannot compile fastgnn.pyg.{name}: fastgnn's fused layers run "
+            "Python code that TorchScript does not support. Use torch.compile(model), which "
+            "compiles through fastgnn's ops, or call fastgnn.disable(model) first to script "
+            "the stock PyG layers.")
+
     def _dispatch(self, *args, **kwargs):
         reason = self._unsupported_state()
         if reason is None:

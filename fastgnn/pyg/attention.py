@@ -1,4 +1,4 @@
-"""Attention layers on fastgnn's fused attention ops: GATv2Conv and TransformerConv."""
+"""Attention layers on fastgnn's fused attention ops: GATConv, GATv2Conv and TransformerConv."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,8 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.utils import scatter
 
 from fastgnn import ops
-from fastgnn.pyg._base import FastLayer, cast, check_features, common_dtype, split_pair
+from fastgnn.pyg._base import (FastLayer, cast, check_features, common_dtype, parameter,
+                               split_pair)
 from fastgnn.pyg.structure import Structure, Unsupported, as_edges, resolve
 
 
@@ -40,6 +41,79 @@ def _heads_out(layer, out: torch.Tensor) -> torch.Tensor:
     return out.reshape(-1, layer.heads * layer.out_channels) if layer.concat else out.mean(dim=1)
 
 
+def _looped_structure(layer, edges, num_src: int, num_dst: int) -> Structure:
+    """The structure PyG's GAT layers attend over: with add_self_loops, existing loops are
+    replaced by one per node below min(S, T)."""
+    if layer.add_self_loops:
+        return resolve(edges, num_src, num_dst, "replace", min(num_src, num_dst))
+    return resolve(edges, num_src, num_dst)
+
+
+def _edge_features(layer, structure: Structure, edges, edge_attr) -> torch.Tensor:
+    """edge_attr on the structure's edges ([E, edge_dim]), the added self-loops' filled in
+    as PyG's add_self_loops does with ``layer.fill_value``."""
+    extend = None
+    if layer.add_self_loops:
+        def extend(attr):
+            kept = attr[structure.kept]
+            return torch.cat([kept, _loop_attr(structure, kept, layer.fill_value)])
+    attr = structure.per_edge(edges, "edge_attr", edge_attr, extend)
+    return attr.view(-1, 1) if attr.dim() == 1 else attr
+
+
+class GATConv(FastLayer, pyg_nn.GATConv):
+    """:class:`torch_geometric.nn.GATConv` on ``fastgnn.ops.gat_attention``.
+
+    The edge term ``att_edge . lin_edge(edge_attr)`` is computed as ``edge_attr @ M`` with
+    ``M [edge_dim, H]`` folded from ``lin_edge.weight`` and ``att_edge``: no E x H x C tensor.
+    """
+
+    def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None, size=None,
+                return_attention_weights=None):
+        return self._dispatch(x, edge_index, edge_attr, size, return_attention_weights)
+
+    def _fused(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+        if return_attention_weights:
+            raise Unsupported("return_attention_weights=True")
+        if size is not None:
+            raise Unsupported("an explicit size")
+        heads, channels = self.heads, self.out_channels
+        x_src, x_dst = split_pair(x)
+        if x_dst is None:
+            raise Unsupported("destination features None")
+        check_features(x_src, x_dst)
+        edges = _attention_edges(edge_index)
+        structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
+
+        residual = self.res(x_dst) if self.res is not None else None
+        lin = self.lin
+        if lin is not None:
+            h_src = lin(x_src).view(-1, heads, channels)
+            h_dst = h_src if isinstance(x, torch.Tensor) else lin(x_dst).view(-1, heads, channels)
+        else:
+            h_src = self.lin_src(x_src).view(-1, heads, channels)
+            h_dst = self.lin_dst(x_dst).view(-1, heads, channels)
+        alpha_src = (h_src * parameter(self, "att_src")).sum(dim=-1)
+        alpha_dst = (h_dst * parameter(self, "att_dst")).sum(dim=-1)
+        alpha_edge = None
+        lin_edge = self.lin_edge
+        if edge_attr is not None and lin_edge is not None:  # PyG ignores edge_attr otherwise
+            attr = _edge_features(self, structure, edges, edge_attr)
+            weight = parameter(lin_edge, "weight").view(heads, channels, -1)
+            fold = (weight * parameter(self, "att_edge").view(heads, channels, 1)).sum(dim=1)
+            alpha_edge = attr.to(fold.dtype) @ fold.t()
+        dtype = common_dtype(h_src, alpha_src, alpha_dst, alpha_edge)
+        out = ops.gat_attention(structure.graph, cast(h_src, dtype), cast(alpha_src, dtype),
+                                cast(alpha_dst, dtype), self.negative_slope,
+                                self.dropout if self.training else 0.0,
+                                alpha_edge=cast(alpha_edge, dtype))
+        out = _heads_out(self, out)
+        if residual is not None:
+            out = out + residual
+        bias = parameter(self, "bias")
+        return out if bias is None else out + bias
+
+
 class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
     """:class:`torch_geometric.nn.GATv2Conv` on ``fastgnn.ops.gatv2_attention``."""
 
@@ -58,11 +132,7 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
         if edge_attr is not None and self.lin_edge is None:
             raise Unsupported("edge_attr without edge_dim")
         edges = _attention_edges(edge_index)
-        num_src, num_dst = x_src.size(0), x_dst.size(0)
-        if self.add_self_loops:
-            structure = resolve(edges, num_src, num_dst, "replace", min(num_src, num_dst))
-        else:
-            structure = resolve(edges, num_src, num_dst)
+        structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
 
         residual = self.res(x_dst) if self.res is not None else None
         x_l = self.lin_l(x_src).view(-1, heads, channels)
@@ -72,14 +142,7 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
             x_r = self.lin_r(x_dst).view(-1, heads, channels)
         edge_term = None
         if edge_attr is not None:
-            extend = None
-            if self.add_self_loops:
-                def extend(attr):
-                    kept = attr[structure.kept]
-                    return torch.cat([kept, _loop_attr(structure, kept, self.fill_value)])
-            attr = structure.per_edge(edges, "edge_attr", edge_attr, extend)
-            if attr.dim() == 1:
-                attr = attr.view(-1, 1)
+            attr = _edge_features(self, structure, edges, edge_attr)
             edge_term = self.lin_edge(attr).view(-1, heads, channels)
         att = self.att.view(heads, channels)
         dtype = common_dtype(x_l, x_r, att, edge_term)
