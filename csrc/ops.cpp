@@ -124,4 +124,26 @@ TORCH_LIBRARY(fastgnn, m) {
   m.def("wsb_spmm(Tensor tile_ptr, Tensor tile_cols, Tensor tile_vals, Tensor x, int num_out, "
         "Tensor rowptr, Tensor col, Tensor? value, Tensor? t_rowptr, Tensor? t_col, "
         "Tensor? t_perm, Tensor? t_value, int graph_key, int algo) -> Tensor");
+  // ---- MaxK family ---------------------------------------------------------------------------
+  // CBSR (compressed balanced sparse rows) holds the k kept entries of each row of an [N, F]
+  // matrix: values [N, k] (x's dtype) and column indices [N, k] in ascending column order,
+  // dtype uint8 for F <= 256, int16 for F <= 32768, else int32 (csrc/maxk_common.h).
+  // maxk: the k largest entries of each row of x; ties go to the smallest column, NaN counts
+  // as the largest value, -0.0 equals +0.0.
+  m.def("maxk(Tensor x, int k) -> (Tensor values, Tensor indices)");
+  // out [num_dst, num_features] = A h, h the CBSR matrix of num_src rows, A[i, col[e]] =
+  // value[e] (1 when absent; float32, float64 for float64 values, CSR order). The forward
+  // ignores t_rowptr/t_col/t_perm/t_value (the cached transpose, t_value the edge values in
+  // its order): autograd keeps them for the backward. config (CUDA): bits 0-19 the edges per
+  // work item (0: default), bit 20 one edge per step (bitwise reproducible sums).
+  m.def("maxk_spgemm(Tensor rowptr, Tensor col, Tensor? value, Tensor values, Tensor indices, "
+        "int num_features, Tensor? t_rowptr, Tensor? t_col, Tensor? t_perm, Tensor? t_value, "
+        "int graph_key, int config) -> Tensor");
+  // grad_values [num_src, k] = (A^T grad_out) sampled at the CBSR pattern `indices`: only the
+  // k kept entries of each source row. Pulled over the transposed CSR (t_rowptr, t_col,
+  // t_value in transposed order; deterministic), or on CUDA with config bit 0 pushed over the
+  // forward CSR (rowptr, col, value) from a dense grad_out row held in shared memory, with
+  // atomic adds (the paper's outer-product SSpMM). config bits 8-27: edges per work item.
+  m.def("maxk_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor? t_rowptr, Tensor? t_col, "
+        "Tensor? t_value, Tensor grad_out, Tensor indices, int graph_key, int config) -> Tensor");
 }

@@ -1,16 +1,17 @@
 """fastgnn: compiled CPU and CUDA kernels for GCN-, reduction- and attention-style GNN layers.
 
-Public names: Graph, ops, enable, disable, reorder, NodeOrder, set_backend, get_backend,
+Public names: Graph, CBSR, ops, enable, disable, reorder, NodeOrder, set_backend, get_backend,
 backend, info.
 """
 __version__ = "0.1.0"
 
 from fastgnn import ops  # noqa: E402  (registers every op's implementations)
 from fastgnn.backends import backend, get_backend, set_backend  # noqa: E402
+from fastgnn.cbsr import CBSR  # noqa: E402
 from fastgnn.enable import disable, enable  # noqa: E402
 from fastgnn.graph import Graph  # noqa: E402
 from fastgnn.info import info  # noqa: E402
 from fastgnn.reordering import NodeOrder, reorder  # noqa: E402
 
 __all__ = ["Graph", "ops", "enable", "disable", "set_backend", "get_backend", "backend", "info",
-           "reorder", "NodeOrder", "__version__"]
+           "reorder", "NodeOrder", "__version__", "CBSR"]

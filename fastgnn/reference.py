@@ -10,6 +10,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from fastgnn.cbsr import CBSR
+from fastgnn.cbsr import index_dtype as cbsr_index_dtype
 from fastgnn.graph import Graph
 
 
@@ -174,15 +176,36 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _attend(g, logits, values, dropout, dropout_mask, v.dtype)
 
 
-def maxk(x: torch.Tensor, k: int) -> torch.Tensor:
-    """MaxK nonlinearity: keeps the ``k`` largest entries of each row, zeroes the rest."""
+def _order_key(x: torch.Tensor) -> torch.Tensor:
+    """int64 keys that order like ``x``'s values, with NaN the largest and -0.0 == +0.0
+    (csrc/maxk_common.h's rule)."""
+    acc = x.to(_acc_dtype(x.dtype))
+    acc = torch.where(torch.isnan(acc), torch.full_like(acc, float("nan")), acc) + 0.0
+    wide = acc.dtype == torch.float64
+    bits = acc.view(torch.int64 if wide else torch.int32).to(torch.int64)
+    low_bits = 2**63 - 1 if wide else 2**31 - 1
+    return torch.where(bits < 0, bits ^ low_bits, bits)  # negatives: reverse their order
+
+
+def maxk_cbsr(x: torch.Tensor, k: int) -> CBSR:
+    """MaxK nonlinearity into CBSR: the ``k`` largest entries of each row of ``x [N, F]``,
+    ties to the smallest column, columns ascending in each row."""
     if not 1 <= k <= x.shape[-1]:
         raise ValueError(f"k must be in [1, {x.shape[-1]}], got {k}")
-    values, index = torch.topk(x, k, dim=-1)
-    return torch.zeros_like(x).scatter(-1, index, values)
+    # A stable descending sort keeps equal keys in column order: ties go to smaller columns.
+    kept = torch.sort(_order_key(x), dim=1, descending=True, stable=True).indices[:, :k]
+    columns = kept.sort(dim=1).values
+    return CBSR(x.gather(1, columns), columns.to(cbsr_index_dtype(x.shape[1])), x.shape[1])
 
 
-def maxk_spmm(g: Graph, x: torch.Tensor, k: int, norm: str = "none",
-              edge_weight: Optional[torch.Tensor] = None, reduce: str = "sum") -> torch.Tensor:
-    """SpMM over MaxK-sparsified features: ``spmm(g, maxk(x, k), ...)``."""
-    return spmm(g, maxk(x, k), norm=norm, edge_weight=edge_weight, reduce=reduce)
+def maxk(x: torch.Tensor, k: int) -> torch.Tensor:
+    """MaxK nonlinearity, dense: keeps the ``k`` largest entries of each row, zeroes the rest
+    (the dense view of :func:`maxk_cbsr`)."""
+    return maxk_cbsr(x, k).to_dense()
+
+
+def maxk_spmm(g: Graph, h: CBSR, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
+              reduce: str = "sum", edge_values: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """SpMM over CBSR features: ``spmm`` of their dense view."""
+    return spmm(g, h.to_dense(), norm=norm, edge_weight=edge_weight, reduce=reduce,
+                edge_values=edge_values)

@@ -95,7 +95,7 @@ def test_maxk_and_maxk_spmm():
     x = torch.tensor([[3.0, -1.0, 2.0, 5.0], [0.0, 1.0, 0.5, -2.0]])
     assert reference.maxk(x, 2).tolist() == [[3.0, 0.0, 0.0, 5.0], [0.0, 1.0, 0.5, 0.0]]
     g = fastgnn.Graph.from_edge_index(torch.tensor([[0, 1], [1, 1]]), num_nodes=2)
-    out = reference.maxk_spmm(g, x, 1)
+    out = reference.maxk_spmm(g, reference.maxk_cbsr(x, 1))
     assert out.tolist() == [[0.0] * 4, [0.0, 1.0, 0.0, 5.0]]
     with pytest.raises(ValueError, match="k must be"):
         reference.maxk(x, 5)

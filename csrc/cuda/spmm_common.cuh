@@ -1,5 +1,6 @@
-// What the SpMM kernels (spmm_kernels.cu, spmm_split_kernels.cu) share: the per-edge weight
-// lookup and the recovery of a launch's compile-time types from its runtime description.
+// What the SpMM kernels (spmm_kernels.cu, spmm_split_kernels.cu, maxk_kernels.cu) share:
+// the per-edge weight lookup, the recovery of a launch's compile-time types from its runtime
+// description, and the in-order sum of a work list's partial rows.
 #pragma once
 
 #include "cuda/common.cuh"
@@ -48,6 +49,25 @@ void dispatch_spmm(FloatType type, CsrView csr, const void* value, const void* v
       dispatch_vec(vec, [&](auto vec_c) { f(ops, vec_c); });
     });
   });
+}
+
+// One thread per (split row, feature) of a work-list launch (SplitWorkView): the row's
+// partial results added in item order, so the sum is deterministic.
+template <typename scalar_t, typename index_t>
+__global__ void split_combine(const typename Scalar<scalar_t>::acc* __restrict__ partial,
+                              SplitWorkView work, scalar_t* __restrict__ out, int64_t width) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  const auto* split_row = static_cast<const index_t*>(work.split_row);
+  const auto* split_first = static_cast<const index_t*>(work.split_first);
+  const int64_t total = work.split_rows * width;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i / width, f = i % width;
+    const int64_t first = split_first[k], last = split_first[k + 1];
+    acc_t sum = 0;
+    for (int64_t s = first; s < last; ++s) sum += partial[s * width + f];
+    out[int64_t(split_row[k]) * width + f] = Scalar<scalar_t>::store(sum);
+  }
 }
 
 }  // namespace cuda

@@ -95,25 +95,6 @@ spmm_split_items(const index_t* __restrict__ rowptr, const index_t* __restrict__
   }
 }
 
-// One thread per (split row, feature): the row's partials added in item order.
-template <typename scalar_t, typename index_t>
-__global__ void spmm_split_combine(const typename Scalar<scalar_t>::acc* __restrict__ partial,
-                                   SplitWorkView work, scalar_t* __restrict__ out,
-                                   int64_t width) {
-  using acc_t = typename Scalar<scalar_t>::acc;
-  const auto* split_row = static_cast<const index_t*>(work.split_row);
-  const auto* split_first = static_cast<const index_t*>(work.split_first);
-  const int64_t total = work.split_rows * width;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i / width, f = i % width;
-    const int64_t first = split_first[k], last = split_first[k + 1];
-    acc_t sum = 0;
-    for (int64_t s = first; s < last; ++s) sum += partial[s * width + f];
-    out[int64_t(split_row[k]) * width + f] = Scalar<scalar_t>::store(sum);
-  }
-}
-
 // (lanes per item, passes) covering the width with as few idle lanes as possible: groups of
 // 4-32 lanes with one packet each, then a full warp with 2 or 4 packets per lane.
 template <int kVec, typename F>
@@ -147,7 +128,7 @@ void spmm_csr_split(FloatType type, CsrView csr, const void* value, const void* 
                                             partials, work, width);
     });
     if (work.split_rows > 0) {
-      spmm_split_combine<scalar_t, index_t>
+      split_combine<scalar_t, index_t>
           <<<grid_for(work.split_rows * width, kThreads), kThreads, 0, stream>>>(
               partials, work, ops.out, width);
     }

@@ -249,6 +249,23 @@ for _reduce in ("min", "max"):
     register(f"aggregate-{_reduce}", "op")(functools.partial(_minmax_case, reduce=_reduce))
 
 
+# ---- MaxK aggregation: CBSR SpGEMM/SSpMM against dense SpMM of the same MaxK output -------------
+def _maxk_spmm_case(ctx: Context, k: int) -> Case:
+    g = ctx.graph
+    x = ctx.features(g.num_src_nodes, ctx.width)
+    k = min(k, ctx.width)
+    impls = fastgnn_implementations(
+        "maxk_spmm", ctx, lambda: fastgnn.ops.maxk_spmm(g, fastgnn.ops.maxk(x, k)))
+    impls.append(Implementation(
+        "fastgnn-dense-spmm", BASELINE,
+        lambda: fastgnn.ops.spmm(g, fastgnn.ops.maxk(x, k).to_dense()), "fastgnn.ops.spmm"))
+    return Case([x], lambda: reference.maxk_spmm(g, reference.maxk_cbsr(x, k)), impls)
+
+
+for _k in (8, 16, 32, 64):
+    register(f"maxk-spmm-k{_k}", "op")(functools.partial(_maxk_spmm_case, k=_k))
+
+
 # ---- attention (op level) ----------------------------------------------------------------------
 def _pyg_attend(ctx: Context, logits: Callable[[], torch.Tensor],
                 values: Callable[[], torch.Tensor]):

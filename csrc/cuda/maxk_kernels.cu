@@ -1,0 +1,392 @@
+// MaxK-family CUDA kernels: the top-k into CBSR, the forward SpGEMM and the backward SSpMM
+// (MaxK-GNN, Peng et al. 2024). See maxk_kernels.h for each launcher's contract.
+#include "cuda/maxk_kernels.h"
+#include "cuda/spmm_common.cuh"
+
+#include <type_traits>
+
+namespace fastgnn {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+constexpr unsigned kFull = 0xffffffffu;
+
+// Calls f(cidx_t{}) for the CBSR index type.
+template <typename F>
+void dispatch_cbsr_index(CbsrIndexType type, F&& f) {
+  switch (type) {
+    case CbsrIndexType::kUInt8: f(uint8_t{}); break;
+    case CbsrIndexType::kInt16: f(int16_t{}); break;
+    case CbsrIndexType::kInt32: f(int32_t{}); break;
+  }
+}
+
+// Lanes per edge: k rounded up to a power of two, at most a warp.
+inline int lanes_per_edge(int64_t k) {
+  int lanes = 1;
+  while (lanes < k && lanes < kWarp) lanes *= 2;
+  return lanes;
+}
+
+// Walks the edges [begin, end) of a warp's work item: groups of `lanes` lanes take 32 / lanes
+// edges side by side, kEdgesInFlight steps at a time. The warp loads 32 edges' columns and
+// weights at once and shuffles them to the groups; load(j) for all the steps in flight is
+// issued before their apply(j, w, loaded), so their memory latencies overlap instead of
+// chaining edge after edge. in_order (lanes == 32 only: every lane then walks the same edges)
+// puts a warp barrier after each edge, so each shared-memory word gets its adds in edge order.
+constexpr int kEdgesInFlight = 4;
+
+template <typename index_t, typename acc_t, typename Load, typename Apply>
+__device__ __forceinline__ void walk_edges(const index_t* __restrict__ col,
+                                           const acc_t* __restrict__ value, index_t begin,
+                                           index_t end, int lanes, bool in_order, Load load,
+                                           Apply apply) {
+  using Loaded = decltype(load(int64_t(0)));
+  const int lane = threadIdx.x % kWarp, group = lane / lanes, step = kWarp / lanes;
+  for (index_t e0 = begin; e0 < end; e0 += kWarp) {
+    const int count = int(min(int64_t(kWarp), int64_t(end - e0)));
+    long long my_col = 0;
+    acc_t my_weight = 0;
+    if (lane < count) {
+      my_col = col[e0 + lane];
+      my_weight = value ? value[e0 + lane] : acc_t(1);
+    }
+    for (int t = 0; t < count; t += step * kEdgesInFlight) {
+      long long j[kEdgesInFlight];
+      acc_t w[kEdgesInFlight];
+      Loaded loaded[kEdgesInFlight];
+#pragma unroll
+      for (int u = 0; u < kEdgesInFlight; ++u) {
+        const int at = t + u * step + group;
+        j[u] = __shfl_sync(kFull, my_col, at < count ? at : 0);
+        w[u] = __shfl_sync(kFull, my_weight, at < count ? at : 0);
+        if (at >= count) j[u] = -1;
+        if (j[u] >= 0) loaded[u] = load(int64_t(j[u]));
+      }
+#pragma unroll
+      for (int u = 0; u < kEdgesInFlight; ++u) {
+        if (j[u] >= 0) apply(int64_t(j[u]), w[u], loaded[u]);
+        if (in_order) __syncwarp();
+      }
+    }
+  }
+}
+
+// ---- top-k -----------------------------------------------------------------------------------
+// A warp per row; lane l holds columns l, l + 32, ... (kRegs of them) as order keys. Key 0
+// marks a column past the width: real keys are at least ~0x7fffff's complement of -inf,
+// 0x007fffff, and the search's candidates are at least 1, so those never count.
+template <typename scalar_t, typename cidx_t, int kRegs>
+__global__ void __launch_bounds__(kThreads)
+maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
+                 cidx_t* __restrict__ indices, int64_t rows, int width, int k) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;  // the whole warp leaves together
+  const scalar_t* xr = x + row * width;
+  uint32_t key[kRegs];
+#pragma unroll
+  for (int r = 0; r < kRegs; ++r) {
+    const int c = r * kWarp + lane;
+    key[r] = c < width ? maxk_order_key(float(Scalar<scalar_t>::load(xr[c]))) : 0u;
+  }
+  // The k-th largest key, bit by bit: keep a bit when at least k keys reach the candidate.
+  // Exactly k keys at or above a candidate settle the answer early (no ties to break).
+  uint32_t threshold = 0;
+  bool exact = false;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t candidate = threshold | (1u << bit);
+    int count = 0;
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) count += key[r] >= candidate;
+    count = __reduce_add_sync(kFull, count);
+    if (count >= k) threshold = candidate;
+    if (count == k) {
+      exact = true;
+      break;
+    }
+  }
+  // Without an exact cut, every key above the threshold is kept and the first `ties` keys
+  // equal to it in column order.
+  int ties = 0;
+  if (!exact) {
+    int above = 0;
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) above += key[r] > threshold;
+    ties = k - __reduce_add_sync(kFull, above);
+  }
+  const unsigned lower_lanes = (1u << lane) - 1u;
+  int written = 0, ties_seen = 0;
+  scalar_t* out_values = values + row * k;
+  cidx_t* out_indices = indices + row * k;
+#pragma unroll
+  for (int r = 0; r < kRegs; ++r) {
+    bool take;
+    if (exact) {
+      take = key[r] >= threshold;
+    } else {
+      const bool tie = key[r] == threshold;
+      const unsigned tie_lanes = __ballot_sync(kFull, tie);
+      take = key[r] > threshold || (tie && ties_seen + __popc(tie_lanes & lower_lanes) < ties);
+      ties_seen += __popc(tie_lanes);
+    }
+    const unsigned taken = __ballot_sync(kFull, take);
+    if (take) {
+      const int at = written + __popc(taken & lower_lanes);
+      const int c = r * kWarp + lane;
+      out_values[at] = xr[c];
+      out_indices[at] = cidx_t(c);
+    }
+    written += __popc(taken);
+  }
+}
+
+// ---- forward SpGEMM --------------------------------------------------------------------------
+template <typename scalar_t, typename index_t, typename cidx_t>
+__global__ void __launch_bounds__(kThreads)
+maxk_spgemm_items(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
+                  const typename Scalar<scalar_t>::acc* __restrict__ value,
+                  const scalar_t* __restrict__ values, const cidx_t* __restrict__ indices,
+                  scalar_t* __restrict__ out, typename Scalar<scalar_t>::acc* __restrict__ partial,
+                  SplitWorkView work, int width, int k, int lanes, bool reproducible) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  acc_t* buffer = reinterpret_cast<acc_t*>(shared_raw) + int64_t(warp) * width;
+  const int64_t item = int64_t(blockIdx.x) * (blockDim.x / kWarp) + warp;
+  if (item >= work.items) return;
+  const int64_t row = static_cast<const index_t*>(work.item_row)[item];
+  const index_t begin = static_cast<const index_t*>(work.item_start)[item];
+  const index_t end = index_t(min(int64_t(begin) + work.chunk, int64_t(rowptr[row + 1])));
+  const int64_t slot = static_cast<const index_t*>(work.item_slot)[item];
+  for (int f = lane; f < width; f += kWarp) buffer[f] = acc_t(0);
+  __syncwarp();
+  const int first = lane % lanes;
+  struct Entry {
+    acc_t v;
+    int column;  // -1: this lane has no entry (k < lanes)
+  };
+  walk_edges(
+      col, value, begin, end, lanes, reproducible,
+      [&](int64_t j) {
+        return first < k ? Entry{Scalar<scalar_t>::load(values[j * k + first]),
+                                 int(indices[j * k + first])}
+                         : Entry{acc_t(0), -1};
+      },
+      [&](int64_t j, acc_t w, const Entry& entry) {
+        if (entry.column >= 0) atomicAdd(buffer + entry.column, w * entry.v);
+        for (int m = first + lanes; m < k; m += lanes)
+          atomicAdd(buffer + indices[j * k + m], w * Scalar<scalar_t>::load(values[j * k + m]));
+      });
+  __syncwarp();
+  if (slot < 0) {
+    scalar_t* o = out + row * width;
+    for (int f = lane; f < width; f += kWarp) o[f] = Scalar<scalar_t>::store(buffer[f]);
+  } else {
+    acc_t* p = partial + slot * width;
+    for (int f = lane; f < width; f += kWarp) p[f] = buffer[f];
+  }
+}
+
+// ---- backward SSpMM, pulled over the transpose -----------------------------------------------
+template <typename scalar_t, typename index_t, typename cidx_t>
+__global__ void __launch_bounds__(kThreads)
+maxk_sspmm_pull_items(const index_t* __restrict__ t_rowptr, const index_t* __restrict__ t_col,
+                      const typename Scalar<scalar_t>::acc* __restrict__ t_value,
+                      const scalar_t* __restrict__ grad_out, const cidx_t* __restrict__ indices,
+                      scalar_t* __restrict__ grad_values,
+                      typename Scalar<scalar_t>::acc* __restrict__ partial, SplitWorkView work,
+                      int width, int k, int lanes) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (item >= work.items) return;
+  const int64_t j = static_cast<const index_t*>(work.item_row)[item];
+  const index_t begin = static_cast<const index_t*>(work.item_start)[item];
+  const index_t end = index_t(min(int64_t(begin) + work.chunk, int64_t(t_rowptr[j + 1])));
+  const int64_t slot = static_cast<const index_t*>(work.item_slot)[item];
+  const int group = lane / lanes, step = kWarp / lanes, first = lane % lanes;
+  for (int m0 = 0; m0 < k; m0 += lanes) {
+    const int m = m0 + first;
+    const int64_t column = m < k ? int64_t(indices[j * k + m]) : 0;
+    acc_t sum = 0;
+#pragma unroll 4
+    for (index_t e = begin + group; e < end; e += step) {
+      const acc_t w = t_value ? t_value[e] : acc_t(1);
+      sum += w * Scalar<scalar_t>::load(grad_out[int64_t(t_col[e]) * width + column]);
+    }
+    for (int offset = lanes; offset < kWarp; offset *= 2) sum += __shfl_xor_sync(kFull, sum, offset);
+    if (group == 0 && m < k) {
+      if (slot < 0) grad_values[j * k + m] = Scalar<scalar_t>::store(sum);
+      else partial[slot * k + m] = sum;
+    }
+  }
+}
+
+// ---- backward SSpMM, pushed from a shared-memory row (outer product) -------------------------
+template <typename scalar_t, typename index_t, typename cidx_t>
+__global__ void __launch_bounds__(kThreads)
+maxk_sspmm_push_items(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
+                      const typename Scalar<scalar_t>::acc* __restrict__ value,
+                      const scalar_t* __restrict__ grad_out, const cidx_t* __restrict__ indices,
+                      typename Scalar<scalar_t>::acc* __restrict__ acc, SplitWorkView work,
+                      int width, int k, int lanes) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  acc_t* buffer = reinterpret_cast<acc_t*>(shared_raw) + int64_t(warp) * width;
+  const int64_t item = int64_t(blockIdx.x) * (blockDim.x / kWarp) + warp;
+  if (item >= work.items) return;
+  const int64_t row = static_cast<const index_t*>(work.item_row)[item];
+  const index_t begin = static_cast<const index_t*>(work.item_start)[item];
+  const index_t end = index_t(min(int64_t(begin) + work.chunk, int64_t(rowptr[row + 1])));
+  if (begin == end) return;
+  const scalar_t* dy = grad_out + row * width;
+  for (int f = lane; f < width; f += kWarp) buffer[f] = Scalar<scalar_t>::load(dy[f]);
+  __syncwarp();
+  const int first = lane % lanes;
+  walk_edges(
+      col, value, begin, end, lanes, false,
+      [&](int64_t j) { return first < k ? int(indices[j * k + first]) : -1; },
+      [&](int64_t j, acc_t w, int column) {
+        if (column >= 0) atomicAdd(acc + j * k + first, w * buffer[column]);
+        for (int m = first + lanes; m < k; m += lanes)
+          atomicAdd(acc + j * k + m, w * buffer[indices[j * k + m]]);
+      });
+}
+
+// Warps per block whose dense row buffers fit the shared-memory budget, and the bytes.
+template <typename acc_t>
+void row_buffer_launch(int64_t width, int& warps, size_t& bytes) {
+  const int64_t per_warp = width * int64_t(sizeof(acc_t));
+  warps = int(per_warp > 0 ? kMaxkRowBufferBytes / per_warp : kWarpsPerBlock);
+  warps = warps < 1 ? 1 : (warps > kWarpsPerBlock ? kWarpsPerBlock : warps);
+  bytes = size_t(warps) * size_t(per_warp);
+}
+
+template <typename F>
+void dispatch_all(FloatType type, bool index64, CbsrIndexType index_type, F&& f) {
+  dispatch_float(type, [&](auto s) {
+    dispatch_index(index64, [&](auto i) {
+      dispatch_cbsr_index(index_type, [&](auto c) { f(s, i, c); });
+    });
+  });
+}
+
+}  // namespace
+
+void maxk_select(FloatType type, CbsrIndexType index_type, const void* x, void* values,
+                 void* indices, int64_t rows, int64_t width, int64_t k, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (type == FloatType::kDouble || width > kMaxkSelectMaxWidth)
+    throw std::runtime_error("maxk_select: float32/16/bf16 rows of at most 1024 entries");
+  const auto blocks = unsigned(ceil_div(rows, kWarpsPerBlock));
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      dispatch_cbsr_index(index_type, [&](auto c) {
+        using cidx_t = decltype(c);
+        auto launch = [&](auto regs_c) {
+          maxk_select_rows<scalar_t, cidx_t, decltype(regs_c)::value>
+              <<<blocks, kThreads, 0, stream>>>(static_cast<const scalar_t*>(x),
+                                                static_cast<scalar_t*>(values),
+                                                static_cast<cidx_t*>(indices), rows, int(width),
+                                                int(k));
+        };
+        const int64_t regs = ceil_div(width, kWarp);
+        if (regs <= 1) launch(std::integral_constant<int, 1>{});
+        else if (regs <= 2) launch(std::integral_constant<int, 2>{});
+        else if (regs <= 4) launch(std::integral_constant<int, 4>{});
+        else if (regs <= 8) launch(std::integral_constant<int, 8>{});
+        else if (regs <= 16) launch(std::integral_constant<int, 16>{});
+        else launch(std::integral_constant<int, 32>{});
+      });
+    }
+  });
+  check_launch("maxk_select");
+}
+
+void maxk_spgemm(FloatType type, CbsrIndexType index_type, CsrView csr, const void* value,
+                 const void* values, const void* indices, void* out, void* partial,
+                 SplitWorkView work, int64_t width, int64_t k, bool reproducible,
+                 cudaStream_t stream) {
+  if (work.items == 0 || width == 0) return;
+  const int lanes = reproducible ? kWarp : lanes_per_edge(k);
+  dispatch_all(type, csr.index64, index_type, [&](auto s, auto i, auto c) {
+    using scalar_t = decltype(s);
+    using index_t = decltype(i);
+    using cidx_t = decltype(c);
+    using acc_t = typename Scalar<scalar_t>::acc;
+    int warps;
+    size_t bytes;
+    row_buffer_launch<acc_t>(width, warps, bytes);
+    const auto blocks = unsigned(ceil_div(work.items, warps));
+    auto* partials = static_cast<acc_t*>(partial);
+    maxk_spgemm_items<scalar_t, index_t, cidx_t><<<blocks, warps * kWarp, bytes, stream>>>(
+        static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+        static_cast<const acc_t*>(value), static_cast<const scalar_t*>(values),
+        static_cast<const cidx_t*>(indices), static_cast<scalar_t*>(out), partials, work,
+        int(width), int(k), lanes, reproducible);
+    if (work.split_rows > 0) {
+      split_combine<scalar_t, index_t><<<grid_for(work.split_rows * width, kThreads), kThreads,
+                                         0, stream>>>(partials, work,
+                                                      static_cast<scalar_t*>(out), width);
+    }
+  });
+  check_launch("maxk_spgemm");
+}
+
+void maxk_sspmm_pull(FloatType type, CbsrIndexType index_type, CsrView t_csr,
+                     const void* t_value, const void* grad_out, const void* indices,
+                     void* grad_values, void* partial, SplitWorkView work, int64_t width,
+                     int64_t k, cudaStream_t stream) {
+  if (work.items == 0 || k == 0) return;
+  const int lanes = lanes_per_edge(k);
+  dispatch_all(type, t_csr.index64, index_type, [&](auto s, auto i, auto c) {
+    using scalar_t = decltype(s);
+    using index_t = decltype(i);
+    using cidx_t = decltype(c);
+    using acc_t = typename Scalar<scalar_t>::acc;
+    auto* partials = static_cast<acc_t*>(partial);
+    maxk_sspmm_pull_items<scalar_t, index_t, cidx_t>
+        <<<unsigned(ceil_div(work.items, kWarpsPerBlock)), kThreads, 0, stream>>>(
+            static_cast<const index_t*>(t_csr.rowptr), static_cast<const index_t*>(t_csr.col),
+            static_cast<const acc_t*>(t_value), static_cast<const scalar_t*>(grad_out),
+            static_cast<const cidx_t*>(indices), static_cast<scalar_t*>(grad_values), partials,
+            work, int(width), int(k), lanes);
+    if (work.split_rows > 0) {
+      split_combine<scalar_t, index_t><<<grid_for(work.split_rows * k, kThreads), kThreads, 0,
+                                         stream>>>(partials, work,
+                                                   static_cast<scalar_t*>(grad_values), k);
+    }
+  });
+  check_launch("maxk_sspmm_pull");
+}
+
+void maxk_sspmm_push(FloatType type, CbsrIndexType index_type, CsrView csr, const void* value,
+                     const void* grad_out, const void* indices, void* acc, SplitWorkView work,
+                     int64_t width, int64_t k, cudaStream_t stream) {
+  if (work.items == 0 || width == 0) return;
+  const int lanes = lanes_per_edge(k);
+  dispatch_all(type, csr.index64, index_type, [&](auto s, auto i, auto c) {
+    using scalar_t = decltype(s);
+    using index_t = decltype(i);
+    using cidx_t = decltype(c);
+    using acc_t = typename Scalar<scalar_t>::acc;
+    int warps;
+    size_t bytes;
+    row_buffer_launch<acc_t>(width, warps, bytes);
+    maxk_sspmm_push_items<scalar_t, index_t, cidx_t>
+        <<<unsigned(ceil_div(work.items, warps)), warps * kWarp, bytes, stream>>>(
+            static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+            static_cast<const acc_t*>(value), static_cast<const scalar_t*>(grad_out),
+            static_cast<const cidx_t*>(indices), static_cast<acc_t*>(acc), work, int(width),
+            int(k), lanes);
+  });
+  check_launch("maxk_sspmm_push");
+}
+
+}  // namespace cuda
+}  // namespace fastgnn
