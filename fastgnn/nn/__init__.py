@@ -1,0 +1,3 @@
+"""fastgnn layers: drop-in modules built on fastgnn ops."""
+from fastgnn.nn.sparse_input import (SparseInputLinear, SparseInputPygLinear,  # noqa: F401
+                                     feature_density)
