@@ -9,6 +9,7 @@ from fastgnn.backends import backend, get_backend, set_backend  # noqa: E402
 from fastgnn.enable import disable, enable  # noqa: E402
 from fastgnn.graph import Graph  # noqa: E402
 from fastgnn.info import info  # noqa: E402
+from fastgnn.snapshots import SnapshotGraph  # noqa: E402
 
 __all__ = ["Graph", "ops", "enable", "disable", "set_backend", "get_backend", "backend", "info",
-           "__version__"]
+           "__version__", "SnapshotGraph"]

@@ -166,3 +166,9 @@ def maxk_spmm(g: Graph, x: torch.Tensor, k: int, norm: str = "none",
               edge_weight: Optional[torch.Tensor] = None, reduce: str = "sum") -> torch.Tensor:
     """SpMM over MaxK-sparsified features: ``spmm(g, maxk(x, k), ...)``."""
     return spmm(g, maxk(x, k), norm=norm, edge_weight=edge_weight, reduce=reduce)
+
+
+def spmm_snapshots(sg, xs: torch.Tensor, norm: str = "none") -> torch.Tensor:
+    """Each snapshot of a ``SnapshotGraph`` window on its own: ``spmm`` over snapshot ``t``'s
+    edges (a Graph of its own, its own degrees) applied to ``xs[t]``, stacked."""
+    return torch.stack([spmm(sg.snapshot(t), xs[t], norm) for t in range(sg.num_snapshots)])
