@@ -146,4 +146,16 @@ TORCH_LIBRARY(fastgnn, m) {
   // atomic adds (the paper's outer-product SSpMM). config bits 8-27: edges per work item.
   m.def("maxk_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor? t_rowptr, Tensor? t_col, "
         "Tensor? t_value, Tensor grad_out, Tensor indices, int graph_key, int config) -> Tensor");
+  // ---- Snapshot SpMM family (a window of T graph snapshots on one node set) --------------------
+  // out[t, i] = dst_scale[t, i] * sum over edges e of row i present in snapshot t of
+  // src_scale[t, col[e]] * x[t, col[e]]; x is [T, num_src, F], out [T, num_out, F], scales
+  // [T, num_src] and [T, num_out] in the accumulation dtype (absent: 1). In each row the edges
+  // [rowptr[i], shared_end[i]) are in every snapshot (their mask is not read); the rest are in
+  // the snapshots whose bit is set in mask[e] (int64, bit t: snapshot t). Each shared edge is
+  // read once for all T snapshots. The t_* tensors are the same structure transposed (rows
+  // are sources; None when no gradient is wanted): the forward ignores them, autograd runs
+  // the backward, the same op, on them.
+  m.def("spmm_snapshots(Tensor rowptr, Tensor shared_end, Tensor col, Tensor mask, Tensor x, "
+        "Tensor? src_scale, Tensor? dst_scale, int num_out, Tensor? t_rowptr, "
+        "Tensor? t_shared_end, Tensor? t_col, Tensor? t_mask) -> Tensor");
 }

@@ -78,20 +78,75 @@ def _walk(module: torch.nn.Module, table: Dict[type, type], backend_name) -> tor
     return swapped
 
 
-def enable(model: torch.nn.Module, backend: str = "auto") -> torch.nn.Module:
+def enable(model: torch.nn.Module, backend: str = "auto", *,
+           sparse_inputs: bool = False) -> torch.nn.Module:
     """Swaps every supported layer in ``model`` (or ``model`` itself) for its fastgnn subclass
-    running on ``backend``; returns the model (the new object when ``model`` was a layer)."""
+    running on ``backend``; returns the model (the new object when ``model`` was a layer).
+
+    ``sparse_inputs=True`` also swaps the first layer's linear maps for their sparse-input
+    versions (``fastgnn.nn.SparseInputLinear``), which multiply sparse input features in CSR
+    when measuring shows it pays (see :func:`_swap_first_linears`).
+    """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if backend not in backends.names():
         raise ValueError(f"unknown fastgnn backend {backend!r}; available: "
                          f"{', '.join(backends.names())}")
+    if not isinstance(sparse_inputs, bool):
+        raise TypeError(f"sparse_inputs must be a bool, got {type(sparse_inputs).__name__}")
     _load_adapters()
-    return _walk(model, _to_fast, backend)
+    model = _walk(model, _to_fast, backend)
+    return _swap_first_linears(model) if sparse_inputs else model
 
 
 def disable(model: torch.nn.Module) -> torch.nn.Module:
     """Restores the stock classes swapped by :func:`enable`; returns the model."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    return _walk(model, _to_stock, None)
+    return _walk(_restore_linears(model), _to_stock, None)
+
+
+def _swap_first_linears(model: torch.nn.Module) -> torch.nn.Module:
+    """Swaps the linear maps of the model's first layer for sparse-input ones.
+
+    The first layer is the first module, in registration order (``named_modules``), that
+    directly holds a linear map (``torch.nn.Linear`` or PyG's ``Linear``): the model itself
+    for an MLP, a GCNConv for its ``lin``, a SAGEConv for ``lin_l`` and ``lin_r``. Every
+    linear child of it whose input width is the first one's is swapped. The swap is lazy and
+    safe: a swapped layer stays on the stock path unless its input is a reused, sparse
+    tensor on which the sparse product measured faster.
+    """
+    from fastgnn.nn.sparse_input import sparse_input_class
+
+    if sparse_input_class(model) is not None:
+        return _swap(model, sparse_input_class(model))
+    for owner in model.modules():
+        linears = {name: child for name, child in owner._modules.items()
+                   if child is not None and sparse_input_class(child) is not None}
+        if linears:
+            def width(layer):  # torch's in_features or PyG's in_channels (-1: lazy)
+                return getattr(layer, "in_features", getattr(layer, "in_channels", None))
+            first = next(iter(linears.values()))
+            for name, child in linears.items():
+                if child is first or width(child) == width(first):
+                    owner._modules[name] = _swap(child, sparse_input_class(child))
+            break
+    return model
+
+
+def _restore_linears(model: torch.nn.Module) -> torch.nn.Module:
+    """Puts the stock linear classes back where :func:`_swap_first_linears` swapped them."""
+    from fastgnn.nn.sparse_input import SparseInputMixin
+
+    def stock(module):
+        return next(c for c in type(module).__mro__[1:]
+                    if not issubclass(c, SparseInputMixin))
+
+    if isinstance(model, SparseInputMixin):
+        return _swap(model, stock(model))
+    for owner in model.modules():
+        for name, child in list(owner._modules.items()):
+            if isinstance(child, SparseInputMixin):
+                child.__dict__.pop("_fastgnn_seen", None)
+                owner._modules[name] = _swap(child, stock(child))
+    return model

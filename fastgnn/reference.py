@@ -209,3 +209,9 @@ def maxk_spmm(g: Graph, h: CBSR, norm: str = "none", edge_weight: Optional[torch
     """SpMM over CBSR features: ``spmm`` of their dense view."""
     return spmm(g, h.to_dense(), norm=norm, edge_weight=edge_weight, reduce=reduce,
                 edge_values=edge_values)
+
+
+def spmm_snapshots(sg, xs: torch.Tensor, norm: str = "none") -> torch.Tensor:
+    """Each snapshot of a ``SnapshotGraph`` window on its own: ``spmm`` over snapshot ``t``'s
+    edges (a Graph of its own, its own degrees) applied to ``xs[t]``, stacked."""
+    return torch.stack([spmm(sg.snapshot(t), xs[t], norm) for t in range(sg.num_snapshots)])

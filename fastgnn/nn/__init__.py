@@ -1,6 +1,9 @@
-"""fastgnn modules: the MaxK activation, and (with PyTorch Geometric installed) the MaxK-GNN
-layers MaxKSAGEConv, MaxKGCNConv and MaxKGINConv."""
+"""fastgnn modules built on fastgnn ops: the MaxK activation, sparse-input linear layers, the
+snapshot GCN models, and (with PyTorch Geometric installed) the MaxK-GNN layers MaxKSAGEConv,
+MaxKGCNConv and MaxKGINConv."""
 from fastgnn.nn.maxk import MaxK
+from fastgnn.nn.sparse_input import SparseInputLinear, SparseInputPygLinear, feature_density
+from fastgnn.nn.temporal import SnapshotGCNConv, SnapshotGCNGRU
 
 _MAXK_CONVS = ("MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv")
 
@@ -14,4 +17,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'fastgnn.nn' has no attribute {name!r}")
 
 
-__all__ = ["MaxK", *_MAXK_CONVS]
+__all__ = ["MaxK", "SparseInputLinear", "SparseInputPygLinear", "feature_density",
+           "SnapshotGCNConv", "SnapshotGCNGRU", *_MAXK_CONVS]

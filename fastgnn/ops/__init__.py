@@ -4,6 +4,7 @@ from fastgnn.ops.aggregate import aggregate
 from fastgnn.ops.attention import gat_attention, gatv2_attention, graph_attention
 from fastgnn.ops.maxk import maxk, maxk_spmm
 from fastgnn.ops.spmm import spmm
+from fastgnn.ops.snapshots import spmm_snapshots
 
 __all__ = ["spmm", "aggregate", "gatv2_attention", "graph_attention", "maxk", "maxk_spmm",
-           "gat_attention"]
+           "gat_attention", "spmm_snapshots"]

@@ -1,0 +1,59 @@
+// Torch-facing glue of the CUDA snapshot SpMM: checks, stream, allocation.
+#include <torch/library.h>
+
+#include "cuda/glue.h"
+#include "cuda/spmm_snapshots_kernels.h"
+
+namespace fastgnn {
+namespace cuda {
+namespace {
+
+void check_scale(const c10::optional<at::Tensor>& scale, const at::Tensor& x, int64_t rows,
+                 const char* name) {
+  if (!scale.has_value()) return;
+  TORCH_CHECK(scale->scalar_type() == acc_type(x) && scale->dim() == 2 &&
+                  scale->size(0) == x.size(0) && scale->size(1) == rows &&
+                  scale->device() == x.device() && scale->is_contiguous(),
+              "spmm_snapshots: ", name, " must be a contiguous [T, ", rows,
+              "] tensor in the accumulation dtype on x's device");
+}
+
+at::Tensor spmm_snapshots_cuda(const at::Tensor& rowptr, const at::Tensor& shared_end,
+                               const at::Tensor& col, const at::Tensor& mask, const at::Tensor& x,
+                               const c10::optional<at::Tensor>& src_scale,
+                               const c10::optional<at::Tensor>& dst_scale, int64_t num_out,
+                               const c10::optional<at::Tensor>& /*t_rowptr*/,
+                               const c10::optional<at::Tensor>& /*t_shared_end*/,
+                               const c10::optional<at::Tensor>& /*t_col*/,
+                               const c10::optional<at::Tensor>& /*t_mask*/) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const CsrView csr = csr_view(rowptr, col, "spmm_snapshots");
+  TORCH_CHECK(x.dim() == 3 && x.is_cuda(), "spmm_snapshots: x must be a [T, num_src, F] GPU "
+              "tensor, got ", x.dim(), " dims");
+  TORCH_CHECK(x.size(0) <= 63, "spmm_snapshots: at most 63 snapshots, got ", x.size(0));
+  TORCH_CHECK(csr.rows == num_out, "spmm_snapshots: rowptr must have num_out + 1 = ",
+              num_out + 1, " entries, got ", rowptr.numel());
+  TORCH_CHECK(shared_end.is_cuda() && shared_end.scalar_type() == col.scalar_type() &&
+                  shared_end.dim() == 1 && shared_end.numel() == num_out &&
+                  shared_end.is_contiguous(),
+              "spmm_snapshots: shared_end must be [num_out] in the CSR's index dtype");
+  TORCH_CHECK(mask.is_cuda() && mask.scalar_type() == at::kLong && mask.numel() == col.numel() &&
+                  mask.is_contiguous(),
+              "spmm_snapshots: mask must be int64 with one entry per edge");
+  check_scale(src_scale, x, x.size(1), "src_scale");
+  check_scale(dst_scale, x, num_out, "dst_scale");
+  auto xc = x.contiguous();
+  auto out = at::empty({x.size(0), num_out, x.size(2)}, x.options());
+  if (out.numel() == 0) return out;
+  spmm_snapshots(float_type(x), csr, shared_end.data_ptr(), mask.data_ptr<int64_t>(),
+                 xc.data_ptr(), data_or_null(src_scale), data_or_null(dst_scale),
+                 out.data_ptr(), x.size(0), x.size(1), x.size(2), stream());
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastgnn, CUDA, m) { m.impl("spmm_snapshots", &spmm_snapshots_cuda); }
+
+}  // namespace cuda
+}  // namespace fastgnn

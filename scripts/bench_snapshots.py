@@ -1,0 +1,161 @@
+"""Snapshot SpMM: a window of snapshots aggregated by one ``fastgnn.ops.spmm_snapshots`` call
+against one ``fastgnn.ops.spmm`` call per snapshot and against PyG Temporal's way (one PyG
+``GCNConv`` call per snapshot, with ``SnapshotGCNConv`` as our side of that row), plus the
+host-to-device bytes of sliding the window by one.
+
+    python3 scripts/bench_snapshots.py [--device cuda] [--snapshots 8] [--overlap 0.9]
+        [--widths 64 256] [--rounds 7] [--graph arxiv|roads]
+
+The window: ``--snapshots`` prefixes of the graph's edges in arrival order (ogbn-arxiv: the
+later of the two papers' years; roads: file order), the first ``--overlap`` of the edges
+shared by all. norm="both". Times are medians over rounds in which the variants take turns.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import fastgnn  # noqa: E402
+from fastgnn import datasets, tuning  # noqa: E402
+from fastgnn.bench.report import describe_run  # noqa: E402
+from fastgnn.nn import SnapshotGCNConv  # noqa: E402
+from fastgnn.nn.arrivals import arxiv_by_year, prefix_window  # noqa: E402
+
+
+def timed(fn, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def compare(fns, device, rounds):
+    for fn in fns.values():
+        fn()
+        fn()
+    samples = {k: [] for k in fns}
+    labels = list(fns)
+    for r in range(rounds):
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            samples[label].append(timed(fns[label], device))
+    return {k: tuning.median(v) for k, v in samples.items()}
+
+
+def arrivals(name):
+    if name == "arxiv":
+        edges, _, n = arxiv_by_year()
+        return edges, n
+    g = datasets.roads()
+    return g.edge_index, g.num_nodes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--graph", default="arxiv", choices=("arxiv", "roads"))
+    parser.add_argument("--snapshots", type=int, default=8)
+    parser.add_argument("--overlap", type=float, default=0.9)
+    parser.add_argument("--widths", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--no-pyg", action="store_true")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    edges, n = arrivals(args.graph)
+    T = args.snapshots
+    # one more prefix than the window, so that the window can slide by one
+    lists = prefix_window(edges, T + 1, args.overlap)
+    window = lists[:T]
+    sg = fastgnn.SnapshotGraph(window, n, device=device)
+    graphs = [fastgnn.Graph.from_edge_index(ei.to(device), num_nodes=n) for ei in window]
+    device_lists = [ei.to(device) for ei in window]
+    print(describe_run(device) + f", {torch.get_num_threads()} threads")
+    print(f"\n{args.graph}: {n} nodes; window of {T} prefixes with {sg.num_edges} distinct "
+          f"edges, {sg.num_shared_edges} shared ({100 * sg.num_shared_edges / sg.num_edges:.1f}%)"
+          f", snapshots of {window[0].shape[1]} to {window[-1].shape[1]} edges; norm both; "
+          f"{args.rounds} rounds\n")
+    print("| width | pass | spmm_snapshots ms | 8 x fastgnn spmm ms | speedup | "
+          "SnapshotGCNConv ms | 8 x PyG GCNConv ms | speedup |")
+    print("|---|---|---|---|---|---|---|---|")
+    for width in args.widths:
+        torch.manual_seed(0)
+        xs = torch.randn(T, n, width, device=device)
+        xs_grad = xs.clone().requires_grad_()
+        grad = torch.randn_like(xs)
+        ours_conv = SnapshotGCNConv(width, width).to(device)
+        pyg = None
+        if not args.no_pyg:
+            import torch_geometric.nn as pyg_nn
+            pyg = pyg_nn.GCNConv(width, width, add_self_loops=False).to(device)
+            pyg.load_state_dict({"lin.weight": ours_conv.lin.weight, "bias": ours_conv.bias})
+
+        def fwd_ours():
+            with torch.no_grad():
+                fastgnn.ops.spmm_snapshots(sg, xs, "both")
+
+        def fwd_each():
+            with torch.no_grad():
+                for g, x in zip(graphs, xs):
+                    fastgnn.ops.spmm(g, x, "both")
+
+        def train_ours():
+            torch.autograd.grad(fastgnn.ops.spmm_snapshots(sg, xs_grad, "both"), xs_grad, grad)
+
+        def train_each():
+            out = torch.stack([fastgnn.ops.spmm(g, x, "both") for g, x in zip(graphs, xs_grad)])
+            torch.autograd.grad(out, xs_grad, grad)
+
+        def layer_ours(train):
+            def run():
+                with torch.set_grad_enabled(train):
+                    out = ours_conv(sg, xs_grad if train else xs)
+                    if train:
+                        out.backward(grad)
+            return run
+
+        def layer_pyg(train):
+            def run():
+                with torch.set_grad_enabled(train):
+                    out = torch.stack([pyg(x, ei) for ei, x in
+                                       zip(device_lists, xs_grad if train else xs)])
+                    if train:
+                        out.backward(grad)
+            return run
+
+        for label, train in (("forward", False), ("forward+backward", True)):
+            fns = {"ours": train_ours if train else fwd_ours,
+                   "each": train_each if train else fwd_each}
+            if pyg is not None:
+                fns.update({"conv": layer_ours(train), "pyg": layer_pyg(train)})
+            t = compare(fns, device, args.rounds)
+            conv = (f"{t['conv']:.2f} | {t['pyg']:.2f} | {t['pyg'] / t['conv']:.2f}x"
+                    if pyg is not None else "- | - | -")
+            print(f"| {width} | {label} | {t['ours']:.2f} | {t['each']:.2f} | "
+                  f"{t['each'] / t['ours']:.2f}x | {conv} |", flush=True)
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    slid = sg.slide(lists[T])
+    slid.structure()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    slide_ms = (time.perf_counter() - start) * 1e3
+    ei_bytes = lambda ei: ei.numel() * ei.element_size()  # noqa: E731
+    print(f"\nHost to device: building the window moved {sg.bytes_uploaded / 2**20:.2f} MiB; "
+          f"sliding it by one moved {slid.bytes_uploaded / 2**20:.3f} MiB ({slide_ms:.0f} ms "
+          f"including the new structure), where the new snapshot's edge_index alone is "
+          f"{ei_bytes(lists[T]) / 2**20:.2f} MiB and the whole window's edge lists "
+          f"(what a per-snapshot loop moves each step) {sum(map(ei_bytes, lists[1:])) / 2**20:.2f} MiB.")
+
+
+if __name__ == "__main__":
+    main()
