@@ -3,6 +3,7 @@
 
   scripts/bench.py --device cpu --quick --out bench-out          # < 2 minutes on a small CPU
   scripts/bench.py --device cuda --out benchmarks/results        # the GPU suite
+  scripts/bench.py --device cuda --training --out benchmarks/results  # training steps
   scripts/bench.py report benchmarks/results/<date>-<device>.jsonl --readme README.md
 
 A run writes ``<out>/<date>-<device>.jsonl`` (one row per graph x workload x width x
@@ -42,6 +43,9 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, help="timed runs per measurement (median kept)")
     p.add_argument("--warmup", type=int, help="untimed runs before timing")
     p.add_argument("--quick", action="store_true", help="small suite, < 2 minutes on a CPU")
+    p.add_argument("--training", action="store_true",
+                   help="the end-to-end training-step suite (train-* workloads) instead of "
+                   "the op and layer suite")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     p.add_argument("--data-root",
                    help="datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
@@ -89,7 +93,7 @@ def main_run(argv) -> int:
     if args.data_root:
         os.environ["FASTGNN_DATA"] = args.data_root
     default_graphs, default_workloads, default_widths, warmup, repeats = \
-        suite.default_suite(device, args.quick)
+        suite.default_suite(device, args.quick, args.training)
     workloads = args.workloads or default_workloads
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
@@ -97,7 +101,8 @@ def main_run(argv) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    prefix = os.path.join(args.out, f"{date}-{report.device_tag(device)}")
+    suffix = "-training" if args.training else ""
+    prefix = os.path.join(args.out, f"{date}-{report.device_tag(device)}{suffix}")
     jsonl = f"{prefix}.jsonl"
     if os.path.exists(jsonl):
         os.remove(jsonl)  # one file per run and day: a rerun replaces it

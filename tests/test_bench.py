@@ -210,7 +210,46 @@ def test_every_registered_workload_builds():
     ctx_graph = graphs.load(TINY)
     for name, workload in WORKLOADS.items():
         case = workload.build(Context(ctx_graph, 8, torch.device("cpu")))
-        assert case.implementations and all(i.forward or i.skip for i in case.implementations), name
+        runs = [getattr(i, "forward", None) or getattr(i, "model", None) or i.skip
+                for i in case.implementations]
+        assert runs and all(runs), name
+
+
+# ---- training steps ----------------------------------------------------------------------------
+def test_training_steps_run_checked_and_reported(tmp_path):
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "out"
+    assert _bench_cli().main(["--device", "cpu", "--training", "--graphs", TINY, "--workloads",
+                              "train-gcn,train-sage-max", "--widths", "8", "--warmup", "0",
+                              "--repeats", "1", "--out", str(out)]) == 0
+    jsonl = [p for p in os.listdir(out) if p.endswith(".jsonl")]
+    assert len(jsonl) == 1 and jsonl[0].endswith("-cpu-training.jsonl")
+    rows = report.read_jsonl(str(out / jsonl[0]))
+    assert len(rows) == 2 * 2 * 2  # models x precisions x (stock, enabled)
+    for row in rows:
+        assert row["status"] == "ok" and row["level"] == "step", row
+        assert row["wall_ms"] > 0 and row["busy_ms"] > 0 and row["busy_kind"] == "cpu_process_time"
+        assert row["fwd_ms"] is None and row["peak_mb"] is not None
+        if row["kind"] == FASTGNN:
+            assert row["check"].startswith("logits match pyg-stock")
+    assert {r["precision"] for r in rows} == {"fp32", "bf16"}
+    steps = report.step_comparisons(rows)
+    assert len(steps) == 4 and all(c["speedup"] > 0 for c in steps)
+    table = open(out / jsonl[0].replace(".jsonl", ".md")).read()
+    assert "## Training steps" in table and "train-sage-max" in table
+
+
+def test_training_step_with_other_parameters_is_a_mismatch():
+    pytest.importorskip("torch_geometric")
+    from fastgnn.bench import training
+    ctx = Context(graphs.load(TINY), 8, torch.device("cpu"))
+    case = training.build(ctx, "gcn")
+    stock, fast = case.implementations
+    expected = training._logits(stock.model, case, ctx.device, "fp32")
+    with torch.no_grad():
+        next(fast.model.parameters()).add_(1.0)
+    fields = training.measure_step(fast, case, expected, ctx.device, "fp32", 0, 1)
+    assert fields["status"] == "mismatch" and "wall_ms" not in fields
 
 
 # ---- timing ------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def expected_result(forward: Forward, inputs: Sequence[torch.Tensor],
     return Expected(output.detach(), detached), grad_output
 
 
-def _compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
+def compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
              rtol: float) -> None:
     if actual is None or expected is None:
         if (actual is None) != (expected is None):
@@ -117,12 +117,12 @@ def check(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.T
     """Raises :class:`Mismatch` unless the output and (with ``grads``) every input gradient
     match, within ``rtol`` times the largest expected magnitude (at least 1)."""
     output = forward()
-    _compare("output", output, expected.output, rtol)
+    compare("output", output, expected.output, rtol)
     if not grads:
         return
     for index, (grad, want) in enumerate(zip(gradients(output, inputs, grad_output),
                                              expected.grads)):
-        _compare(f"grad[{index}]", grad, want, rtol)
+        compare(f"grad[{index}]", grad, want, rtol)
 
 
 def _batch(device: torch.device) -> int:
@@ -198,12 +198,17 @@ class _ResidentPeak(threading.Thread):
 def peak_memory(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
                 device: torch.device) -> Tuple[Optional[float], str]:
     """MB allocated above the current level during one forward + backward, and how measured."""
+    return peak_growth(lambda: gradients(forward(), inputs, grad_output), device)
+
+
+def peak_growth(run: Callable[[], object], device: torch.device) -> Tuple[Optional[float], str]:
+    """MB allocated above the current level during one ``run()``, and how measured."""
     release_memory(device)
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        gradients(forward(), inputs, grad_output)
+        run()
         sync(device)
         return (torch.cuda.max_memory_allocated(device) - base) / MB, MEM_CUDA
     if not os.path.exists("/proc/self/statm"):
@@ -213,7 +218,7 @@ def peak_memory(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: t
     base = _resident_bytes()
     sampler.start()
     try:
-        gradients(forward(), inputs, grad_output)
+        run()
     finally:
         peak = sampler.finish()
     return max(peak - base, 0) / MB, MEM_CPU

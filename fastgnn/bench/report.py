@@ -19,7 +19,7 @@ import torch
 ROW_FIELDS = ("graph", "workload", "level", "width", "heads", "implementation", "kind", "backend",
               "device", "device_name", "threads", "torch", "fastgnn_commit", "date", "fwd_ms",
               "bwd_ms", "peak_mb", "mem_kind", "check", "status", "error", "nodes", "edges",
-              "tuned")
+              "tuned", "precision", "wall_ms", "busy_ms", "busy_kind")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 _PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -117,7 +117,8 @@ def comparisons(rows: Iterable[Dict]) -> List[Dict]:
     """For each successful fastgnn row: the best baseline and the speedups and memory ratio."""
     groups: Dict[Tuple, List[Dict]] = defaultdict(list)
     for row in rows:
-        groups[(row["graph"], row["workload"], shape(row))].append(row)
+        if row.get("level") != "step":  # training steps: step_comparisons
+            groups[(row["graph"], row["workload"], shape(row))].append(row)
     found = []
     for (graph, workload, width), members in groups.items():
         ok = [r for r in members if r["status"] == "ok"]
@@ -138,6 +139,26 @@ def comparisons(rows: Iterable[Dict]) -> List[Dict]:
                 "speedup": _ratio(_total(best), _total(row)),
                 "memory_ratio": _ratio(row["peak_mb"], best["peak_mb"]),
             })
+    return found
+
+
+def step_comparisons(rows: Iterable[Dict]) -> List[Dict]:
+    """For each successful fastgnn training-step row: the stock row of the same graph, model
+    and precision, and the wall-time speedup over it."""
+    stock = {(r["graph"], r["workload"], r["precision"]): r for r in rows
+             if r.get("level") == "step" and r["kind"] == "baseline" and r["status"] == "ok"}
+    found = []
+    for row in rows:
+        if row.get("level") != "step" or row["kind"] != "fastgnn" or row["status"] != "ok":
+            continue
+        base = stock.get((row["graph"], row["workload"], row["precision"]))
+        found.append({
+            "graph": row["graph"], "workload": row["workload"], "precision": row["precision"],
+            "stock_ms": base and base["wall_ms"], "wall_ms": row["wall_ms"],
+            "busy_ms": row["busy_ms"], "speedup": _ratio(base and base["wall_ms"], row["wall_ms"]),
+            "wall_over_busy": _ratio(row["wall_ms"], row["busy_ms"]),
+            "memory_ratio": _ratio(row["peak_mb"], base and base["peak_mb"]),
+        })
     return found
 
 
@@ -167,14 +188,37 @@ def speedup_table(rows: List[Dict]) -> str:
                       "bwd speedup", "fwd+bwd speedup", "memory ratio"], lines)
 
 
+def step_table(rows: List[Dict]) -> str:
+    """Training steps: fastgnn.enable against stock PyG, wall time per step."""
+    lines = [[c["graph"], c["workload"], c["precision"], c["stock_ms"], c["wall_ms"], c["busy_ms"],
+              c["speedup"], c["wall_over_busy"], c["memory_ratio"]]
+             for c in step_comparisons(rows)]
+    if not lines:
+        return "_No training-step rows._"
+    return _markdown(["graph", "model", "precision", "stock ms/step", "fastgnn ms/step",
+                      "fastgnn busy ms/step", "speedup", "wall / busy", "memory ratio"], lines)
+
+
 def results_table(rows: List[Dict]) -> str:
     """Every row: times, memory and status (skips, mismatches, OOMs and errors included)."""
     lines = [[r["graph"], r["workload"], shape(r), r["implementation"], r["backend"] or "-",
               r["fwd_ms"], r["bwd_ms"], r["peak_mb"],
               r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error'] or ''}"]
-             for r in rows]
+             for r in rows if r.get("level") != "step"]
     return _markdown(["graph", "workload", "width", "implementation", "backend", "fwd ms",
                       "bwd ms", "peak MB", "status"], lines)
+
+
+def step_results(rows: List[Dict]) -> str:
+    """Every training-step row: wall and busy time per step, memory and status."""
+    lines = [[r["graph"], r["workload"], r["precision"], r["implementation"], r["wall_ms"],
+              r["busy_ms"], r["busy_kind"], r["peak_mb"],
+              r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error'] or ''}"]
+             for r in rows if r.get("level") == "step"]
+    if not lines:
+        return "_No training-step rows._"
+    return _markdown(["graph", "model", "precision", "implementation", "ms/step", "busy ms/step",
+                      "busy measured as", "peak MB", "status"], lines)
 
 
 def graph_table(rows: List[Dict]) -> str:
@@ -206,6 +250,7 @@ def table_markdown(rows: List[Dict]) -> str:
     return "\n\n".join([
         "# fastgnn benchmark", summary(rows), "## Graphs", graph_table(rows),
         "## Speedups against the best baseline", speedup_table(rows),
+        "## Training steps", step_table(rows), "## Training-step results", step_results(rows),
         "## All results", results_table(rows)]) + "\n"
 
 

@@ -16,17 +16,22 @@ import torch
 
 from fastgnn import datasets, tuning
 from fastgnn.bench import graphs as graph_specs
-from fastgnn.bench import measure, report
+from fastgnn.bench import measure, report, training
 from fastgnn.bench.workloads import WORKLOADS, Case, Context, Implementation
 
 # Suites: (graphs, workloads, widths, warmup, repeats)
+KERNELS = [name for name, w in WORKLOADS.items() if w.level != "step"]
+STEPS = [name for name, w in WORKLOADS.items() if w.level == "step"]
 QUICK = (["cora", "powerlaw-50k", "block-small"],
          ["spmm-both", "aggregate-max", "gatv2-attention", "gatv2conv"], [32], 1, 3)
 CPU_DEFAULT = (["cora", "tolokers", "flickr", "powerlaw-200k", "uniform-100k", "block-small"],
-               list(WORKLOADS), [64], 2, 5)
+               KERNELS, [64], 2, 5)
 CUDA_DEFAULT = (["cora", "tolokers", "ogbn-arxiv", "flickr", "roads-ny", "powerlaw-16M",
                  "powerlaw-8M-flat", "uniform-8M", "block-powerlaw"],
-                list(WORKLOADS), [64], 3, 10)
+                KERNELS, [64], 3, 10)
+# Training steps (--training): input width 128, hidden 256 (fastgnn.bench.training).
+TRAINING_QUICK = (["cora"], STEPS, [128], 1, 3)
+TRAINING = (["tolokers", "ogbn-arxiv", "flickr", "roads-ny"], STEPS, [128], 2, 10)
 
 
 @dataclass
@@ -42,7 +47,9 @@ class Options:
     heads: int = 4
 
 
-def default_suite(device: torch.device, quick: bool):
+def default_suite(device: torch.device, quick: bool, steps: bool = False):
+    if steps:
+        return TRAINING_QUICK if quick else TRAINING
     if quick:
         return QUICK
     return CUDA_DEFAULT if device.type == "cuda" else CPU_DEFAULT
@@ -152,7 +159,9 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
                 emit(**on_graph, workload=name, level=WORKLOADS[name].level, width=width,
                      heads=opts.heads, tuned=tuned or None, **fields)
             case = _build(name, context, case_emit)
-            if case is not None:
+            if isinstance(case, training.StepCase):
+                training.run_case(case, opts.device, opts.warmup, opts.repeats, case_emit)
+            elif case is not None:
                 run_case(case, opts, case_emit)
                 del case
             measure.release_memory(opts.device)
@@ -179,9 +188,14 @@ def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, obj
 
 
 def _describe_row(row: Dict[str, object]) -> str:
-    times = "" if row["status"] != "ok" else (
-        f" fwd {row['fwd_ms']:.3f} ms  bwd {row['bwd_ms']:.3f} ms  peak "
-        f"{_fmt_mb(row['peak_mb'])}")
+    if row["status"] != "ok":
+        times = ""
+    elif row["level"] == "step":
+        times = (f" {row['precision']} step {row['wall_ms']:.3f} ms  busy {row['busy_ms']:.3f} ms"
+                 f"  peak {_fmt_mb(row['peak_mb'])}")
+    else:
+        times = (f" fwd {row['fwd_ms']:.3f} ms  bwd {row['bwd_ms']:.3f} ms  peak "
+                 f"{_fmt_mb(row['peak_mb'])}")
     detail = f"  ({row['error']})" if row["error"] else ""
     return (f"  {row['workload'] or '':<16} w{row['width'] or '-':<4} "
             f"{row['implementation'] or '':<20} {row['status']:<8}{times}{detail}")

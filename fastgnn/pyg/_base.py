@@ -10,6 +10,7 @@ import torch
 from fastgnn import _adapter, backends
 # fastgnn.pyg exports FallbackWarning; tests reset _warned between cases
 from fastgnn._adapter import FallbackWarning, _warned  # noqa: F401
+from fastgnn.ops._common import autocast_dtype
 from fastgnn.pyg.structure import Unsupported
 
 # MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.
@@ -36,11 +37,17 @@ def reduce_of(aggr) -> str:
 
 
 def common_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
-    """The dtype PyG's elementwise arithmetic would produce from these tensors."""
-    dtype = None
+    """The dtype the fused op runs in: the one PyG's elementwise arithmetic would produce from
+    these tensors, except under ``torch.autocast``, where the ops' autocast policy holds
+    (``csrc/autocast.cpp``: the autocast dtype, float64 excepted), so that features already in
+    it are not upcast into copies."""
+    dtype, device = None, None
     for t in tensors:
         if t is not None and t.dtype != dtype:
             dtype = t.dtype if dtype is None else torch.promote_types(dtype, t.dtype)
+            device = t.device
+    if dtype is not None and dtype != torch.float64:
+        return autocast_dtype(device.type) or dtype
     return dtype
 
 

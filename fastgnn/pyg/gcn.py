@@ -9,7 +9,8 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fastgnn import ops
 from fastgnn.ops.spmm import spmm_unchecked
-from fastgnn.pyg._base import FastLayer, check_device, check_features, parameter
+from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
+                              parameter)
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
                                    is_edge_tensor, lookup, resolve)
 
@@ -115,8 +116,8 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         """``trusted``: x is on the structure's device and the edge inputs were derived from
         the structure, so the op's argument checks can be skipped."""
         multiplier = edge_values if edge_values is not None else edge_weight
-        if multiplier is not None and multiplier.dtype != x.dtype:  # as PyG's message promotes
-            x = x.to(torch.promote_types(x.dtype, multiplier.dtype))
+        if multiplier is not None:  # as PyG's message promotes (autocast: its dtype)
+            x = cast(x, common_dtype(x, multiplier))
         spmm = spmm_unchecked if trusted else ops.spmm
         out = spmm(structure.graph, x, edge_weight=edge_weight, edge_values=edge_values)
         bias = parameter(self, "bias")
