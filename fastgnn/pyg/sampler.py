@@ -106,8 +106,8 @@ class NeighborSampler(BaseSampler):
             graph = graph.to(device)
         weight = None
         if weight_attr is not None:
-            weight = data[weight_attr]
-            if weight is None:
+            weight = getattr(data, weight_attr, None)
+            if not isinstance(weight, torch.Tensor):
                 raise ValueError(f"data has no attribute {weight_attr!r} (weight_attr)")
             weight = weight.to(graph.device)
         self.generator = generator
@@ -120,9 +120,9 @@ class NeighborSampler(BaseSampler):
             raise ValueError("fastgnn.pyg.NeighborSampler does not do temporal sampling")
         sub = self._sampler.sample_subgraph(index.node, self.generator)
         device = self._out_device
-        edge_index = registered_edge_index(sub.graph.to(device))
-        return SamplerOutput(node=sub.node_ids.to(device), row=_sampled_row(edge_index),
-                             col=edge_index[1], edge=sub.edge_ids.to(device),
+        row = _sampled_row(registered_edge_index(sub.graph.to(device)))
+        return SamplerOutput(node=sub.node_ids.to(device), row=row, col=row._col,
+                             edge=sub.edge_ids.to(device),
                              batch=None, num_sampled_nodes=sub.num_sampled_nodes,
                              num_sampled_edges=sub.num_sampled_edges,
                              metadata=(index.input_id, index.time))
