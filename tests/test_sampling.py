@@ -199,14 +199,15 @@ def test_same_seed_same_blocks(device):
 def test_thread_count_does_not_change_blocks():
     g, _ = random_graph(3000, 30000, seed=4)
     weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(0))
-    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:1500]
+    # past the kernel's serial thresholds (1024 seeds, 16384 edges) in every pass
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:2500]
     threads = torch.get_num_threads()
     results = []
     try:
         for n in (1, 2, 3):
             torch.set_num_threads(n)
             for w in (None, weight):
-                results.append(NeighborSampler(g, [4, 6], weight=w).sample_blocks(
+                results.append(NeighborSampler(g, [8, 10], weight=w).sample_blocks(
                     seeds, torch.Generator().manual_seed(5)))
     finally:
         torch.set_num_threads(threads)

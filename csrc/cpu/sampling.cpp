@@ -27,11 +27,15 @@ using sampling::sample_count;
 using sampling::unit;
 
 constexpr int64_t kEmpty = -1;
-constexpr int64_t kParallelGrain = 256;  // seeds or edges below which a loop runs serially
+// Items below which a loop runs serially: a parallel region costs microseconds (and far more
+// when a thread waits for a core on a busy machine), a seed's sampling about 0.1 us and a
+// hash probe about 10 ns.
+constexpr int64_t kSeedGrain = 1024;
+constexpr int64_t kEdgeGrain = 16384;
 
 template <typename Body>
-void parallel_for(int64_t n, const Body& body) {
-#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 64) if (n > kParallelGrain)
+void parallel_for(int64_t n, int64_t grain, const Body& body) {
+#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 64) if (n >= grain)
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
@@ -114,7 +118,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   // 1. How many edges each seed takes, and the block's row pointers.
   std::vector<int64_t> ptr(num_seeds + 1, 0);
   std::atomic<bool> in_range{true};
-  parallel_for(num_seeds, [&](int64_t i) {
+  parallel_for(num_seeds, kSeedGrain, [&](int64_t i) {
     const int64_t v = nodes[seeds_begin + i];
     if (v < 0 || v >= num_rows) {
       in_range.store(false, std::memory_order_relaxed);
@@ -132,7 +136,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   int64_t* pos = edge_pos.data_ptr<int64_t>();
 
   // 2. The edges of each seed, as CSR positions of the base graph.
-  parallel_for(num_seeds, [&](int64_t i) {
+  parallel_for(num_seeds, kSeedGrain, [&](int64_t i) {
     const int64_t v = nodes[seeds_begin + i], begin = rowptr[v];
     const int64_t degree = rowptr[v + 1] - begin, k = ptr[i + 1] - ptr[i];
     int64_t* out = pos + ptr[i];
@@ -155,15 +159,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   int64_t* keys = table.data_ptr<int64_t>();
   int64_t* values = keys + capacity;
   std::atomic<bool> unique{true};
-  parallel_for(num_known, [&](int64_t i) {
+  parallel_for(num_known, kEdgeGrain, [&](int64_t i) {
     if (!insert_min(keys, values, mask, nodes[i], i, true)) unique.store(false, std::memory_order_relaxed);
   });
   TORCH_CHECK(unique.load(), "sample_layer: the seed nodes must be unique");
-  parallel_for(num_edges, [&](int64_t e) {
+  parallel_for(num_edges, kEdgeGrain, [&](int64_t e) {
     insert_min(keys, values, mask, col[pos[e]], num_known + e, false);
   });
   std::vector<int64_t> value_of(num_edges), rank(num_edges + 1, 0);
-  parallel_for(num_edges, [&](int64_t e) {
+  parallel_for(num_edges, kEdgeGrain, [&](int64_t e) {
     value_of[e] = find_value(keys, values, mask, col[pos[e]]);
     rank[e + 1] = value_of[e] == num_known + e;
   });
@@ -174,7 +178,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   std::copy(nodes, nodes + num_known, out_nodes);
   auto block_col = at::empty({num_edges}, nodes_t.options().dtype(out_type));
   out_t* local = block_col.data_ptr<out_t>();
-  parallel_for(num_edges, [&](int64_t e) {
+  parallel_for(num_edges, kEdgeGrain, [&](int64_t e) {
     const int64_t value = value_of[e];
     if (value < num_known) {
       local[e] = out_t(value);
@@ -186,7 +190,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   });
 
   // 4. Each row's sources in ascending local order (the order min/max ties rely on).
-  parallel_for(num_seeds, [&](int64_t i) {
+  parallel_for(num_seeds, kSeedGrain, [&](int64_t i) {
     const int64_t begin = ptr[i], end = ptr[i + 1];
     for (int64_t a = begin + 1; a < end; ++a) {  // rows are fanout-sized: insertion sort
       const out_t key = local[a];
