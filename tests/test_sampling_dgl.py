@@ -48,12 +48,13 @@ def test_conventions_match_dgl():
         assert torch.equal(ob.in_degrees(), sb.in_degrees())
 
 
-@pytest.mark.parametrize("edge_dir", ["in", "out"])
-def test_full_neighbourhood_blocks_equal_dgl(edge_dir):
+def test_full_neighbourhood_blocks_equal_dgl():
+    # (edge_dir="out" is not compared: DGL's blocks of out-edge frontiers point their edges
+    # past the block's destinations; ours reverse them, see tests/test_sampling.py)
     g = _graph()
     seeds = torch.arange(0, 150, 11)
-    ours = NeighborSampler([-1, -1], edge_dir=edge_dir).sample_blocks(g, seeds)[2]
-    stock = dgl.dataloading.NeighborSampler([-1, -1], edge_dir=edge_dir).sample_blocks(g, seeds)[2]
+    ours = NeighborSampler([-1, -1]).sample_blocks(g, seeds)[2]
+    stock = dgl.dataloading.NeighborSampler([-1, -1]).sample_blocks(g, seeds)[2]
     for ob, sb in zip(ours, stock):
         assert _triples(ob) == _triples(sb)
         assert set(ob.srcdata[dgl.NID].tolist()) == set(sb.srcdata[dgl.NID].tolist())
