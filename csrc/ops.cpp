@@ -158,4 +158,18 @@ TORCH_LIBRARY(fastgnn, m) {
   m.def("spmm_snapshots(Tensor rowptr, Tensor shared_end, Tensor col, Tensor mask, Tensor x, "
         "Tensor? src_scale, Tensor? dst_scale, int num_out, Tensor? t_rowptr, "
         "Tensor? t_shared_end, Tensor? t_col, Tensor? t_mask) -> Tensor");
+  // ---- Neighbour sampling --------------------------------------------------------------------
+  // One layer of neighbour sampling over a destination-major CSR (rows: the nodes whose
+  // neighbours are drawn). nodes [M] (int64, unique) are the layer's known nodes; the seeds
+  // nodes[seeds_begin:] each take `fanout` of their row's edges (-1: all; with or without
+  // replacement; weight-proportional when weight, float32 in CSR order, is given: zero weights
+  // are never drawn). Draws depend only on (seed, seed position, draw), never on threads.
+  // Returns the block as destination-major CSR over the seeds, rowptr [S+1] and col [E] (local
+  // ids, ascending within a row, int32 when they fit, else int64), edge_pos [E] (the sampled
+  // edges' CSR positions in the input) and nodes_out: nodes, then the new sources in the order
+  // of their first sampled edge. deterministic=false lets the GPU number new nodes in the
+  // order it meets them (faster); the CPU kernel is always deterministic.
+  m.def("sample_layer(Tensor rowptr, Tensor col, Tensor? weight, Tensor nodes, int seeds_begin, "
+        "int fanout, bool replace, int seed, bool deterministic) "
+        "-> (Tensor rowptr_out, Tensor col_out, Tensor edge_pos, Tensor nodes_out)");
 }

@@ -215,3 +215,83 @@ def spmm_snapshots(sg, xs: torch.Tensor, norm: str = "none") -> torch.Tensor:
     """Each snapshot of a ``SnapshotGraph`` window on its own: ``spmm`` over snapshot ``t``'s
     edges (a Graph of its own, its own degrees) applied to ``xs[t]``, stacked."""
     return torch.stack([spmm(sg.snapshot(t), xs[t], norm) for t in range(sg.num_snapshots)])
+
+
+# ---- neighbour sampling: the kernels' draws replayed in Python integers ----------------------
+_MASK64 = 2**64 - 1
+
+
+def _mix64(z: int) -> int:
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _draw(seed: int, position: int, d: int) -> int:
+    key = _mix64((seed ^ _mix64(position ^ 0x6A09E667F3BCC909)) & _MASK64)
+    return _mix64((key + (d + 1) * 0x9E3779B97F4A7C15) & _MASK64)
+
+
+def _unit(word: int) -> float:
+    return ((word >> 11) + 1) * (1.0 / 9007199254740992.0)
+
+
+def _choose(seed: int, position: int, degree: int, k: int, replace: bool, w) -> list:
+    """Offsets into one row, as csrc/sampling_common.h and csrc/cpu/sampling.cpp choose them."""
+    import bisect
+    import math
+    if w is not None and k > 0:
+        if replace:
+            prefix, total = [], 0.0
+            for value in w:
+                total += value
+                prefix.append(total)
+            return [min(bisect.bisect_left(prefix, _unit(_draw(seed, position, j)) * total),
+                        degree - 1) for j in range(k)]
+        keys = [(math.log(_unit(_draw(seed, position, o))) / w[o], o)
+                for o in range(degree) if w[o] > 0]
+        keys.sort(key=lambda kv: (-kv[0], kv[1]))
+        return [o for _, o in keys[:k]]
+    if k == degree and not replace:
+        return list(range(k))
+    if replace:
+        return [(_draw(seed, position, j) * degree) >> 64 for j in range(k)]
+    chosen = []
+    for d, j in enumerate(range(degree - k, degree)):
+        t = (_draw(seed, position, d) * (j + 1)) >> 64
+        chosen.append(j if t in chosen else t)
+    return chosen
+
+
+def sample_layer(rowptr: torch.Tensor, col: torch.Tensor, weight: Optional[torch.Tensor],
+                 nodes: torch.Tensor, seeds_begin: int, fanout: int, replace: bool,
+                 seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.ops.fastgnn.sample_layer`` (deterministic numbering): the same draws, new nodes
+    numbered by first sampled edge, rows sorted by local id. Returns int64 tensors."""
+    rowptr, col = rowptr.tolist(), col.tolist()
+    w = None if weight is None else weight.to(torch.float64).tolist()
+    known = nodes.tolist()
+    local_of = {v: i for i, v in enumerate(known)}
+    out_nodes = list(known)
+    ptr, rows = [0], []
+    for i, v in enumerate(known[seeds_begin:]):
+        begin, degree = rowptr[v], rowptr[v + 1] - rowptr[v]
+        row_w = None if w is None or fanout < 0 else w[begin:begin + degree]
+        avail = degree if row_w is None else sum(x > 0 for x in row_w)
+        k = degree if fanout < 0 else (fanout if avail else 0) if replace else min(fanout, avail)
+        offsets = _choose(seed & _MASK64, i, degree, k, replace and fanout >= 0, row_w)
+        rows.append([begin + o for o in offsets])
+        ptr.append(ptr[-1] + k)
+    positions = [p for row in rows for p in row]
+    for p in positions:  # first occurrence order
+        if col[p] not in local_of:
+            local_of[col[p]] = len(out_nodes)
+            out_nodes.append(col[p])
+    local, sorted_pos = [], []
+    for row in rows:
+        pairs = sorted(((local_of[col[p]], p) for p in row), key=lambda lp: lp[0])
+        local += [lp[0] for lp in pairs]
+        sorted_pos += [lp[1] for lp in pairs]
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+    return as_tensor(ptr), as_tensor(local), as_tensor(sorted_pos), as_tensor(out_nodes)

@@ -20,6 +20,7 @@ from fastgnn.pyg._base import FallbackWarning, inherit_message_types as _inherit
 from fastgnn.pyg.attention import GATConv, GATv2Conv, TransformerConv
 from fastgnn.pyg.basic import GINConv, GraphConv, SAGEConv, SimpleConv
 from fastgnn.pyg.gcn import GCNConv
+from fastgnn.pyg.sampler import NeighborSampler
 from fastgnn.pyg.structure import cache as structure_cache
 
 LAYERS = (GCNConv, SAGEConv, GraphConv, GINConv, SimpleConv, GATv2Conv, TransformerConv,
@@ -30,4 +31,5 @@ for _layer in LAYERS:
     _register_swap(getattr(_pyg_nn, _layer.__name__), _layer)
 
 __all__ = ["GCNConv", "SAGEConv", "GraphConv", "GINConv", "SimpleConv", "GATv2Conv",
-           "TransformerConv", "GATConv", "FallbackWarning", "structure_cache", "LAYERS"]
+           "TransformerConv", "GATConv", "FallbackWarning", "structure_cache", "LAYERS",
+           "NeighborSampler"]

@@ -1,0 +1,289 @@
+"""Mini-batch loading: seeds split into batches (shuffled per epoch, sharded per rank), their
+neighbourhoods sampled, features and labels gathered, the next batches prepared while the
+current step runs.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Sequence
+
+import torch
+
+from fastgnn import _validate
+from fastgnn.graph import Graph
+from fastgnn.sampling.sampler import Block, NeighborSampler
+
+LAYOUTS = ("blocks", "subgraph")
+
+
+@dataclass
+class MiniBatch:
+    """One mini-batch. ``seeds`` are the output nodes (global ids) and ``y`` their labels.
+
+    ``layout="blocks"``: ``blocks`` holds one bipartite Graph per layer (input layer first) and
+    ``x`` the features of ``blocks[0].src_ids``. ``layout="subgraph"`` (PyG's mini-batches):
+    ``graph`` is every hop's edges over ``node_ids`` (seeds first), ``x`` their features; run
+    the whole model on it and keep the first ``batch_size`` outputs.
+    """
+    seeds: torch.Tensor
+    x: Optional[torch.Tensor] = None
+    y: Optional[torch.Tensor] = None
+    blocks: List[Block] = field(default_factory=list)
+    graph: Optional[Graph] = None
+    node_ids: Optional[torch.Tensor] = None
+    edge_ids: Optional[torch.Tensor] = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.seeds.numel()
+
+    @property
+    def input_nodes(self) -> torch.Tensor:
+        return self.blocks[0].src_ids if self.blocks else self.node_ids
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """The subgraph's ``[2, E]`` edges (local ids, CSR order), registered with fastgnn's
+        PyG structure cache so that enabled layers use ``graph`` without building it again."""
+        if self.graph is None:
+            raise AttributeError("edge_index exists for layout='subgraph' only")
+        from fastgnn.pyg.sampler import registered_edge_index
+        return registered_edge_index(self.graph)
+
+
+def gather(storage: Optional[torch.Tensor], index: torch.Tensor, device: torch.device,
+           pin: bool = False) -> Optional[torch.Tensor]:
+    """``storage[index]`` on ``device``: gathered where ``storage`` lives (GPU storage: on the
+    GPU; CPU or pinned storage: on the CPU, through a pinned buffer with an asynchronous copy
+    when ``pin``)."""
+    if storage is None:
+        return None
+    rows = storage.index_select(0, index.to(storage.device))
+    if rows.device == device:
+        return rows
+    if pin and device.type == "cuda":
+        rows = rows.pin_memory()
+    return rows.to(device, non_blocking=pin)
+
+
+def _resolve_rank(rank: Optional[int], world_size: Optional[int]):
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError("give both rank and world_size, or neither")
+    world_size = _validate.count("world_size", world_size)
+    rank = _validate.count("rank", rank)
+    if world_size < 1 or rank >= world_size:
+        raise ValueError(f"rank must be in [0, world_size), got rank={rank}, "
+                         f"world_size={world_size}")
+    return rank, world_size
+
+
+class NeighborLoader:
+    """Iterates over mini-batches of ``seeds`` with their sampled neighbourhoods.
+
+    A plain iterable with ``__len__`` (what Lightning and ``for`` loops take), like a
+    ``torch.utils.data.DataLoader`` with ``batch_size``, ``shuffle`` and ``drop_last``. Under
+    ``torch.distributed`` (or with explicit ``rank``/``world_size``) each rank takes a disjoint
+    share of the (shuffled) seeds of equal size, as ``DistributedSampler`` does: padded by
+    repeating seeds, or trimmed with ``drop_last``. The shuffle follows ``seed`` and the epoch
+    (``set_epoch``, or one more per pass), so every rank agrees on it.
+
+    Sampling and gathering of the next ``prefetch`` batches run on a background thread (on a
+    side CUDA stream for GPU work) while the current batch is used; ``prefetch=0`` does it
+    inline.
+
+    Args:
+        graph: the fastgnn.Graph to sample from (see :class:`NeighborSampler` for devices).
+        fanouts: neighbours per layer, input layer first (``dgl.dataloading`` order).
+        seeds: output node ids, or a boolean mask over the nodes.
+        features, labels: node features ``[N, F]`` and labels ``[N]`` on the CPU (pinned for
+            fast copies) or the GPU; gathered for each batch.
+        device: where batches are delivered (default: the sampler's device).
+        layout: ``"blocks"`` (one Graph per layer) or ``"subgraph"`` (PyG's one graph).
+        sampler_options: ``replace``, ``weight``, ``edge_dir``, ``deterministic`` and
+            ``device`` of the :class:`NeighborSampler`.
+    """
+
+    def __init__(self, graph: Graph, fanouts: Sequence[int], seeds, *, batch_size: int = 1,
+                 shuffle: bool = False, drop_last: bool = False,
+                 features: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+                 device=None, layout: str = "blocks", prefetch: int = 2, seed: int = 0,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 **sampler_options):
+        _validate.choice("layout", layout, LAYOUTS)
+        self.sampler = NeighborSampler(graph, fanouts, **sampler_options)
+        self.seeds = self._seed_ids(seeds, graph.num_dst_nodes)
+        self.batch_size = _validate.count("batch_size", batch_size)
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.prefetch = _validate.count("prefetch", prefetch)
+        for name, value in (("features", features), ("labels", labels)):
+            if value is not None:
+                _validate.tensor(name, value)
+                if value.size(0) != graph.num_src_nodes:
+                    raise ValueError(f"{name} must have one row per node "
+                                     f"({graph.num_src_nodes}), got {value.size(0)}")
+        self.features, self.labels = features, labels
+        self.device = torch.device(device) if device is not None else self.sampler.device
+        self.layout = layout
+        self.seed = int(seed)
+        self.epoch = 0
+        self._rank = _resolve_rank(rank, world_size) if (rank, world_size) != (None, None) \
+            else None
+
+    @staticmethod
+    def _seed_ids(seeds, num_nodes: int) -> torch.Tensor:
+        seeds = torch.as_tensor(seeds)
+        if seeds.dtype == torch.bool:
+            if seeds.numel() != num_nodes:
+                raise ValueError(f"a seed mask needs one entry per node ({num_nodes}), got "
+                                 f"{seeds.numel()}")
+            seeds = seeds.nonzero().view(-1)
+        _validate.integer_tensor("seeds", seeds)
+        if seeds.dim() != 1:
+            raise ValueError(f"seeds must be 1-D, got shape {list(seeds.shape)}")
+        seeds = seeds.to("cpu", torch.int64)
+        if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_nodes):
+            raise ValueError(f"seeds must be node ids in [0, {num_nodes})")
+        return seeds
+
+    # ---- the epoch's share of seeds ----------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch that seeds the shuffle (as ``DistributedSampler.set_epoch``)."""
+        self.epoch = int(epoch)
+
+    def _share_size(self, world_size: int) -> int:
+        n = self.seeds.numel()
+        return n // world_size if self.drop_last else math.ceil(n / world_size)
+
+    def shard(self) -> torch.Tensor:
+        """This rank's seeds for the current epoch, in batch order."""
+        rank, world_size = self._rank or _resolve_rank(None, None)
+        order = self.seeds
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = order[torch.randperm(order.numel(), generator=gen)]
+        total = self._share_size(world_size) * world_size
+        if total > order.numel():  # pad by repeating, as DistributedSampler does
+            repeats = math.ceil(total / max(order.numel(), 1))
+            order = order.repeat(repeats)
+        return order[:total][rank::world_size]
+
+    def __len__(self) -> int:
+        _, world_size = self._rank or _resolve_rank(None, None)
+        share = self._share_size(world_size)
+        return share // self.batch_size if self.drop_last else math.ceil(share / self.batch_size)
+
+    # ---- batches -----------------------------------------------------------------------------
+    def _batches(self, shard: torch.Tensor, generator: torch.Generator) -> Iterator[MiniBatch]:
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield self.load(shard[start:start + self.batch_size], generator)
+
+    def load(self, seeds: torch.Tensor, generator: Optional[torch.Generator] = None) -> MiniBatch:
+        """Samples and gathers the mini-batch of ``seeds`` (what iteration does per batch)."""
+        pin = self.device.type == "cuda"
+        if self.layout == "blocks":
+            blocks = self.sampler.sample_blocks(seeds, generator).to(self.device, pin).blocks
+            nodes, out_seeds = blocks[0].src_ids, blocks[-1].dst_ids
+            batch = MiniBatch(out_seeds, blocks=blocks)
+        else:
+            sub = self.sampler.sample_subgraph(seeds, generator)
+            nodes = sub.node_ids.to(self.device, non_blocking=pin)
+            batch = MiniBatch(nodes[: seeds.numel()], graph=sub.graph.to(self.device, pin),
+                              node_ids=nodes, edge_ids=sub.edge_ids.to(self.device))
+        batch.x = gather(self.features, nodes, self.device, pin)
+        batch.y = gather(self.labels, batch.seeds, self.device, pin)
+        return batch
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        shard = self.shard()
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        self.epoch += 1
+        batches = self._batches(shard, generator)
+        if self.prefetch == 0:
+            return batches
+        return _Prefetcher(batches, self.prefetch, self.device)
+
+
+class _Prefetcher:
+    """Runs a batch iterator on a background thread, ``depth`` batches ahead; GPU work there
+    goes to a side stream that the consumer's stream waits for."""
+
+    _DONE = object()
+
+    def __init__(self, batches: Iterator[MiniBatch], depth: int, device: torch.device):
+        self._queue: "queue.Queue" = queue.Queue(maxsize=depth)
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, args=(batches,), daemon=True)
+        self._thread.start()
+
+    def _produce(self, batches: Iterator[MiniBatch]) -> None:
+        try:
+            if self._stream is not None:
+                with torch.cuda.stream(self._stream):
+                    self._fill(batches)
+            else:
+                self._fill(batches)
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(exc)
+        self._put(self._DONE)
+
+    def _fill(self, batches: Iterator[MiniBatch]) -> None:
+        for batch in batches:
+            event = None
+            if self._stream is not None:
+                event = torch.cuda.Event()
+                event.record(self._stream)
+            if not self._put((batch, event)):
+                return
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> MiniBatch:
+        item = self._queue.get()
+        if item is self._DONE:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        batch, event = item
+        if event is not None:
+            current = torch.cuda.current_stream(self._stream.device)
+            current.wait_event(event)
+            _record_stream(batch, current)
+        return batch
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def __del__(self):
+        self.close()
+
+
+def _record_stream(batch: MiniBatch, stream) -> None:
+    """Tells the caching allocator that the consumer's stream uses the batch's tensors."""
+    tensors = [batch.seeds, batch.x, batch.y, batch.node_ids, batch.edge_ids]
+    for graph in batch.blocks + ([batch.graph] if batch.graph is not None else []):
+        tensors += [graph.rowptr, graph.col]
+        tensors += [getattr(graph, "src_ids", None), getattr(graph, "edge_ids", None)]
+    for t in tensors:
+        if t is not None and t.is_cuda:
+            t.record_stream(stream)

@@ -1,0 +1,244 @@
+"""Neighbour sampling into blocks that are already fastgnn Graphs.
+
+:class:`NeighborSampler` draws, layer by layer from the seeds outwards, a fixed number of
+in-edges (or out-edges) per node with ``torch.ops.fastgnn.sample_layer``: OpenMP on the CPU,
+CUDA on the GPU (the graph in GPU memory, or in pinned host memory read through unified
+addressing). Each layer comes back as destination-major CSR with its sources already
+relabelled (destination nodes first, then new nodes in the order of their first sampled edge),
+so a :class:`Block` wraps the kernel's arrays as they are: nothing is rebuilt from COO.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+
+from fastgnn import _native, _validate
+from fastgnn.graph import Graph
+
+EDGE_DIRS = ("in", "out")
+_SEED_BOUND = 2**62
+
+
+class Block(Graph):
+    """One sampled layer: a bipartite Graph from ``src_ids`` to ``dst_ids`` (global node ids;
+    the destinations are the first ``num_dst_nodes`` sources) whose edges are the global edges
+    ``edge_ids`` of the sampled graph, in CSR order."""
+
+    def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, src_ids: torch.Tensor,
+                 edge_ids: torch.Tensor):
+        super().__init__(rowptr, col, src_ids.numel(), None, _trusted=True)
+        self.src_ids = src_ids
+        self.edge_ids = edge_ids
+
+    @property
+    def dst_ids(self) -> torch.Tensor:
+        return self.src_ids[: self.num_dst_nodes]
+
+    def to(self, device, non_blocking: bool = False) -> "Block":
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Block(move(self.rowptr), move(self.col), move(self.src_ids), move(self.edge_ids))
+
+    def __repr__(self) -> str:
+        return (f"fastgnn.sampling.Block(num_src_nodes={self.num_src_nodes}, "
+                f"num_dst_nodes={self.num_dst_nodes}, num_edges={self.num_edges}, "
+                f"device={self.device})")
+
+
+@dataclass
+class SampledBlocks:
+    """Blocks of one mini-batch, input layer first (``blocks[-1]`` ends at the seeds)."""
+    blocks: List[Block]
+
+    @property
+    def input_nodes(self) -> torch.Tensor:
+        """Global ids of the nodes whose features the first layer reads."""
+        return self.blocks[0].src_ids
+
+    @property
+    def seeds(self) -> torch.Tensor:
+        return self.blocks[-1].dst_ids
+
+    def to(self, device, non_blocking: bool = False) -> "SampledBlocks":
+        return SampledBlocks([b.to(device, non_blocking) for b in self.blocks])
+
+
+@dataclass
+class SampledSubgraph:
+    """The union of every hop's sampled edges as one graph over ``node_ids`` (seeds first,
+    then each hop's new nodes), what PyG's mini-batches hold. ``graph`` is destination-major
+    CSR whose edge order is ``edge_ids``' order; hop ``h`` added ``num_sampled_nodes[h + 1]``
+    nodes and ``num_sampled_edges[h]`` edges."""
+    graph: Graph
+    node_ids: torch.Tensor
+    edge_ids: torch.Tensor
+    num_sampled_nodes: List[int]
+    num_sampled_edges: List[int]
+
+
+def _layer_seed(generator: Optional[torch.Generator]) -> int:
+    return int(torch.randint(0, _SEED_BOUND, (1,), generator=generator))
+
+
+class NeighborSampler:
+    """Samples ``fanouts[i]`` neighbours per node for layer ``i`` of a GNN (``-1``: all of
+    them), as ``dgl.dataloading.NeighborSampler`` numbers them: ``fanouts[-1]`` is drawn for
+    the seeds, ``fanouts[0]`` for the nodes farthest from them.
+
+    Args:
+        graph: the fastgnn.Graph to sample from (CPU, GPU, or pinned CPU memory for a GPU
+            sampler over a graph larger than the GPU).
+        fanouts: neighbours per node and layer.
+        replace: sample with replacement.
+        weight: optional non-negative per-edge weights in the graph's input edge order;
+            neighbours are then drawn proportionally to them (zero: never).
+        edge_dir: ``"in"`` samples in-edges (messages flow into the seeds, the default) or
+            ``"out"`` out-edges.
+        device: where sampling runs; default the graph's device ("cuda" for a pinned graph).
+        deterministic: on the GPU, number new nodes in first-occurrence order so that the
+            same seed gives the same blocks (default); False is faster.
+    """
+
+    def __init__(self, graph: Graph, fanouts: Sequence[int], *, replace: bool = False,
+                 weight: Optional[torch.Tensor] = None, edge_dir: str = "in",
+                 device=None, deterministic: bool = True):
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a fastgnn.Graph, got {type(graph).__name__}")
+        _validate.choice("edge_dir", edge_dir, EDGE_DIRS)
+        if graph.is_bipartite:
+            raise ValueError("sampling needs a graph whose sources and destinations are the same "
+                             f"nodes, got a bipartite one ({graph.num_src_nodes} sources, "
+                             f"{graph.num_dst_nodes} destinations)")
+        self.fanouts = _check_fanouts(fanouts)
+        if not _native.has_op("sample_layer"):
+            raise RuntimeError("fastgnn.sampling needs the native extension: "
+                               f"{_native.load_error or 'sample_layer is not built'}")
+        self.graph = graph
+        self.replace = bool(replace)
+        self.edge_dir = edge_dir
+        self.deterministic = bool(deterministic)
+        if device is None:
+            device = "cuda" if graph.is_pinned() and graph.device.type == "cpu" else graph.device
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and graph.device.type == "cpu" and not graph.is_pinned():
+            raise ValueError("a GPU sampler reads a CPU graph through unified addressing: pass "
+                             "graph.pin_memory() (or graph.cuda())")
+        if self.device.type == "cpu" and graph.device.type != "cpu":
+            raise ValueError(f"a CPU sampler needs a CPU graph, got one on {graph.device}")
+        if edge_dir == "in":
+            self._rowptr, self._col = graph.rowptr, graph.col
+            position_to_edge = graph.edge_perm
+        else:
+            self._rowptr, self._col, transposed_to_csr = graph.transpose()
+            perm = graph.edge_perm
+            position_to_edge = (transposed_to_csr.to(torch.int64) if perm is None
+                                else perm[transposed_to_csr.to(torch.int64)])
+        # Maps a sampled CSR position to the user's edge id (None: they agree).
+        self._edge_of_position = (None if position_to_edge is None
+                                  else position_to_edge.to(torch.int64))
+        self._weight = None if weight is None else self._weights_by_position(weight)
+
+    def _weights_by_position(self, weight: torch.Tensor) -> torch.Tensor:
+        _validate.float_tensor("weight", weight)
+        if weight.dim() != 1 or weight.numel() != self.graph.num_edges:
+            raise ValueError(f"weight must have one entry per edge ({self.graph.num_edges}), "
+                             f"got shape {list(weight.shape)}")
+        if weight.device != self.graph.device:
+            raise ValueError(f"weight is on {weight.device} but the graph on {self.graph.device}")
+        if not bool(torch.isfinite(weight).all()) or bool((weight < 0).any()):
+            raise ValueError("weight must be finite and non-negative")
+        weight = weight.to(torch.float32)
+        if self._edge_of_position is not None:
+            weight = weight[self._edge_of_position.to(weight.device)]
+        weight = weight.contiguous()
+        return weight.pin_memory() if self.graph.is_pinned() else weight
+
+    def _seeds(self, seeds) -> torch.Tensor:
+        seeds = torch.as_tensor(seeds)
+        _validate.integer_tensor("seeds", seeds)
+        if seeds.dim() != 1:
+            raise ValueError(f"seeds must be 1-D, got shape {list(seeds.shape)}")
+        if seeds.numel():
+            lo, hi = int(seeds.min()), int(seeds.max())
+            if lo < 0 or hi >= self.graph.num_dst_nodes:
+                raise ValueError(f"seeds must be node ids in [0, {self.graph.num_dst_nodes}), "
+                                 f"got {lo if lo < 0 else hi}")
+            if torch.unique(seeds).numel() != seeds.numel():
+                raise ValueError("seeds must be unique node ids")
+        return seeds.to(self.device, torch.int64).contiguous()
+
+    def _layer(self, nodes: torch.Tensor, begin: int, fanout: int, seed: int):
+        return torch.ops.fastgnn.sample_layer(self._rowptr, self._col, self._weight, nodes, begin,
+                                              fanout, self.replace, seed, self.deterministic)
+
+    def _edge_ids(self, positions: torch.Tensor) -> torch.Tensor:
+        if self._edge_of_position is None:
+            return positions
+        return self._edge_of_position[positions.to(self._edge_of_position.device)].to(
+            positions.device)
+
+    def sample_blocks(self, seeds, generator: Optional[torch.Generator] = None) -> SampledBlocks:
+        """One block per layer, input layer first; ``seeds`` (unique node ids) are the last
+        block's destinations. ``generator`` (a CPU torch.Generator) makes it reproducible."""
+        nodes = self._seeds(seeds)
+        blocks = []
+        for fanout in reversed(self.fanouts):
+            rowptr, col, positions, sources = self._layer(nodes, 0, fanout, _layer_seed(generator))
+            blocks.append(Block(rowptr, col, sources, self._edge_ids(positions)))
+            nodes = sources
+        return SampledBlocks(blocks[::-1])
+
+    def sample_subgraph(self, seeds, generator: Optional[torch.Generator] = None,
+                        hops: Optional[Sequence[int]] = None) -> SampledSubgraph:
+        """PyG's mini-batch: hop ``h`` draws ``hops[h]`` neighbours (default: the fanouts from
+        the seeds outwards) for the nodes hop ``h - 1`` discovered only, and every hop's edges
+        form one graph over all sampled nodes."""
+        hops = list(reversed(self.fanouts)) if hops is None else _check_fanouts(hops)
+        nodes = self._seeds(seeds)
+        rowptrs, cols, positions = [], [], []
+        num_nodes, num_edges, begin = [nodes.numel()], [], 0
+        for fanout in hops:
+            rowptr, col, pos, grown = self._layer(nodes, begin, fanout, _layer_seed(generator))
+            rowptrs.append(rowptr)
+            cols.append(col)
+            positions.append(pos)
+            num_nodes.append(grown.numel() - nodes.numel())
+            num_edges.append(pos.numel())
+            begin, nodes = nodes.numel(), grown
+        graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges)
+        return SampledSubgraph(graph, nodes, self._edge_ids(torch.cat(positions)), num_nodes,
+                               num_edges)
+
+
+def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
+               num_edges: List[int]) -> Graph:
+    """The hops' CSRs stacked: hop h's rows are the nodes hop h - 1 added, consecutive after
+    the previous hop's, so the union is their row pointers shifted by the edges before them;
+    the last hop's new nodes get empty rows."""
+    total = sum(num_edges)
+    dtype = torch.int32 if max(total, num_nodes) < 2**31 - 1 else torch.int64
+    parts, offset, rows = [], 0, 0
+    for rowptr, count in zip(rowptrs, num_edges):
+        parts.append(rowptr[:-1].to(dtype) + offset)
+        offset += count
+        rows += rowptr.numel() - 1
+    device = rowptrs[0].device
+    parts.append(torch.full((num_nodes - rows + 1,), total, dtype=dtype, device=device))
+    col = torch.cat([c.to(dtype) for c in cols])
+    return Graph(torch.cat(parts), col, num_nodes, None, _trusted=True)
+
+
+def _check_fanouts(fanouts) -> List[int]:
+    if isinstance(fanouts, (int, torch.Tensor)) or not hasattr(fanouts, "__iter__"):
+        raise TypeError(f"fanouts must be a sequence of ints, got {type(fanouts).__name__}")
+    fanouts = list(fanouts)
+    if not fanouts:
+        raise ValueError("fanouts must name at least one layer")
+    for f in fanouts:
+        if isinstance(f, bool) or not isinstance(f, int) or f < -1:
+            raise ValueError(f"fanouts must be ints >= -1 (-1: all neighbours), got {fanouts}")
+    return fanouts

@@ -1,0 +1,162 @@
+"""Neighbour sampling throughput: fastgnn's sampler against DGL's ``NeighborSampler`` (when
+DGL is installed) on the same graph, seeds and fanouts, in the same process, back to back.
+
+    OMP_NUM_THREADS=2 python scripts/bench_sampling.py --graph ogbn-arxiv           # CPU vs DGL
+    python scripts/bench_sampling.py --graph ogbn-arxiv --device cuda --cpu-threads 16
+    python scripts/bench_sampling.py --graph power-law:10000000:10 --device cuda    # 100M edges
+
+Reports sampled edges per second (the edges of every block of a batch), batches per second
+and, on the GPU, peak memory; medians over ``--repeats`` rounds of ``--batches`` batches.
+Results are appended to ``benchmarks/results/<date>-<device>-sampling.jsonl``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import fastgnn  # noqa: E402
+from fastgnn import datasets  # noqa: E402
+from fastgnn.bench.report import device_name, device_tag, git_commit  # noqa: E402
+from fastgnn.sampling import NeighborSampler  # noqa: E402
+
+
+def load_graph(spec: str, device: torch.device) -> fastgnn.Graph:
+    """A dataset name (edges as stored: in-edges of each destination), or
+    ``power-law:<nodes>:<average degree>`` built on ``device`` (Zipf destinations, skew 0.7)."""
+    if spec.startswith("power-law:"):
+        _, nodes, degree = spec.split(":")
+        n, num_edges = int(nodes), int(int(nodes) * float(degree))
+        gen = torch.Generator(device).manual_seed(0)
+        cdf = torch.arange(1, n + 1, dtype=torch.float64, device=device).pow(-0.7).cumsum(0)
+        cdf /= cdf[-1].clone()
+        ranks = torch.searchsorted(cdf, torch.rand(num_edges, generator=gen, dtype=torch.float64,
+                                                   device=device)).clamp_(max=n - 1)
+        del cdf
+        dst = torch.randperm(n, generator=gen, device=device)[ranks]
+        del ranks
+        src = torch.randint(0, n, (num_edges,), generator=gen, device=device)
+        return fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=n)
+    data = datasets.load(spec)
+    return fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes).to(device)
+
+
+def seed_batches(num_nodes: int, batch_size: int, count: int, seed: int):
+    order = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(seed))
+    return [order[i * batch_size:(i + 1) * batch_size] for i in range(count)]
+
+
+def time_fastgnn(sampler: NeighborSampler, batches, device: torch.device):
+    gen = torch.Generator().manual_seed(0)
+    edges = 0
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for seeds in batches:
+        edges += sum(b.num_edges for b in sampler.sample_blocks(seeds, gen).blocks)
+    sync()
+    return edges, time.perf_counter() - start
+
+
+def time_dgl(dgl_graph, fanouts, batches):
+    import dgl
+    sampler = dgl.dataloading.NeighborSampler(fanouts)
+    edges = 0
+    start = time.perf_counter()
+    for seeds in batches:
+        edges += sum(b.num_edges() for b in sampler.sample_blocks(dgl_graph, seeds)[2])
+    return edges, time.perf_counter() - start
+
+
+def summarise(name, runs, extra=None):
+    rates = [e / s for e, s in runs]
+    row = {"sampler": name, "edges_per_s": statistics.median(rates),
+           "batches_per_s": statistics.median(len_b / s for (_, s), len_b in
+                                              zip(runs, [runs_batches] * len(runs))),
+           "edges_per_batch": runs[0][0] / runs_batches, "rounds": len(runs)}
+    row.update(extra or {})
+    print(f"{name:>28}: {row['edges_per_s'] / 1e6:9.2f} M sampled edges/s, "
+          f"{row['batches_per_s']:9.1f} batches/s, {row['edges_per_batch']:.0f} edges/batch")
+    return row
+
+
+def main():
+    global runs_batches
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="ogbn-arxiv")
+    parser.add_argument("--fanouts", default="15,10", help="per layer, input layer first")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--cpu-threads", type=int, default=0,
+                        help="also time the CPU sampler with this many threads (GPU runs)")
+    parser.add_argument("--no-dgl", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    graph = load_graph(args.graph, device)
+    runs_batches = args.batches
+    batches = seed_batches(graph.num_dst_nodes, args.batch_size, args.batches, 1)
+    contenders = {}
+    contenders[f"fastgnn-{device.type}"] = (
+        lambda s=NeighborSampler(graph, fanouts): time_fastgnn(s, batches, device))
+    if args.cpu_threads:
+        cpu_sampler = NeighborSampler(graph.cpu(), fanouts)
+
+        def cpu_run():
+            threads = torch.get_num_threads()
+            torch.set_num_threads(args.cpu_threads)
+            try:
+                return time_fastgnn(cpu_sampler, batches, torch.device("cpu"))
+            finally:
+                torch.set_num_threads(threads)
+        contenders[f"fastgnn-cpu-{args.cpu_threads}-threads"] = cpu_run
+    if not args.no_dgl and device.type == "cpu":
+        try:
+            import dgl
+            src, dst = graph.edge_index()
+            dgl_graph = dgl.graph((src, dst), num_nodes=graph.num_dst_nodes)
+            dgl_graph.create_formats_()
+            contenders["dgl-NeighborSampler"] = lambda: time_dgl(dgl_graph, fanouts, batches)
+        except ImportError:
+            print("dgl not installed: fastgnn only")
+    for fn in contenders.values():  # warm-up (first touches, DGL's format build)
+        fn()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    runs = {name: [] for name in contenders}
+    for _ in range(args.repeats):  # interleaved rounds: a shared machine's noise hits all
+        for name, fn in contenders.items():
+            runs[name].append(fn())
+    env = {"graph": args.graph, "nodes": graph.num_dst_nodes, "edges": graph.num_edges,
+           "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
+           "device": device.type, "device_name": device_name(device),
+           "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "fastgnn_commit": git_commit(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if device.type == "cuda":
+        env["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        env["graph_gpu_mb"] = (graph.rowptr.nbytes + graph.col.nbytes) / 2**20
+        print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB (graph CSR {env['graph_gpu_mb']:.0f} MB)")
+    rows = [summarise(name, r, env) for name, r in runs.items()]
+    out = args.out or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
+        f"{env['date'][:10]}-{device_tag(device)}-sampling.jsonl")
+    with open(out, "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print("appended to", out)
+
+
+if __name__ == "__main__":
+    main()

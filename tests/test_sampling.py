@@ -1,0 +1,352 @@
+"""fastgnn.sampling: the native sampler against the Python replay of its draws, exact block
+properties, sampling statistics, reproducibility, and the loader (batches, shuffle, shards)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastgnn
+from fastgnn import _validate, reference
+from fastgnn.sampling import NeighborLoader, NeighborSampler
+from tests.conftest import devices, random_graph
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+P_VALUE_FLOOR = 1e-6  # fixed seeds make each test's outcome fixed; this only guards the design
+
+
+def _graph(device="cpu"):
+    """Hubs, self-loops, duplicate edges, isolated nodes."""
+    g, ei = random_graph(80, 600, seed=3)
+    return g.to(device), ei.to(device)
+
+
+def _bipartite_structure():
+    """Edges only from nodes [0, 30) to nodes [30, 60), as one node space."""
+    gen = torch.Generator().manual_seed(5)
+    ei = torch.stack([torch.randint(0, 30, (300,), generator=gen),
+                      torch.randint(30, 60, (300,), generator=gen)])
+    return fastgnn.Graph.from_edge_index(ei, num_nodes=60), ei
+
+
+def _edge_set(ei):
+    return set(map(tuple, ei.t().tolist()))
+
+
+# ---- the kernel against the reference ---------------------------------------------------------
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fanout", [0, 3, 7, -1])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sample_layer_matches_reference(device, fanout, replace, weighted):
+    g, _ = _graph()
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(1))
+    weight[::4] = 0  # zero weights are never drawn
+    weight = weight if weighted else None
+    nodes = torch.tensor([5, 0, 77, 12, 40, 3, 9], dtype=torch.int64)
+    for begin in (0, 3):
+        want = reference.sample_layer(g.rowptr, g.col, weight, nodes, begin, fanout, replace,
+                                      1234)
+        got = torch.ops.fastgnn.sample_layer(
+            g.rowptr.to(device), g.col.to(device), None if weight is None else weight.to(device),
+            nodes.to(device), begin, fanout, replace, 1234, True)
+        for w, t in zip(want, got):
+            assert torch.equal(w, t.cpu().to(torch.int64))
+
+
+# ---- exact properties of blocks ---------------------------------------------------------------
+def _check_blocks(graph, ei, blocks, seeds, fanouts, replace, edge_dir="in"):
+    edges = _edge_set(ei)
+    out_deg = torch.bincount(ei[0], minlength=graph.num_src_nodes)
+    in_deg = torch.bincount(ei[1], minlength=graph.num_dst_nodes)
+    assert torch.equal(blocks[-1].dst_ids.cpu(), seeds)
+    for layer, (block, fanout) in enumerate(zip(blocks, fanouts)):
+        _validate.csr(block.rowptr, block.col, block.num_src_nodes)
+        src_ids, dst_ids = block.src_ids.cpu(), block.dst_ids.cpu()
+        assert torch.equal(src_ids[: block.num_dst_nodes], dst_ids)  # destinations first
+        assert torch.unique(src_ids).numel() == src_ids.numel()
+        if layer + 1 < len(blocks):
+            assert torch.equal(blocks[layer + 1].src_ids.cpu(), dst_ids)
+        rowptr, col = block.rowptr.cpu().long(), block.col.cpu().long()
+        eids = block.edge_ids.cpu()
+        full = in_deg if edge_dir == "in" else out_deg
+        for i in range(block.num_dst_nodes):
+            row = slice(rowptr[i], rowptr[i + 1])
+            srcs, rows_e = src_ids[col[row]], eids[row]
+            assert bool((col[row][1:] >= col[row][:-1]).all())  # ascending local ids
+            v = int(dst_ids[i])
+            for s, e in zip(srcs.tolist(), rows_e.tolist()):  # every sampled edge exists
+                pair = (s, v) if edge_dir == "in" else (v, s)
+                assert pair in edges and tuple(ei[:, e].tolist()) == pair
+            deg = int(full[v])
+            k = rowptr[i + 1] - rowptr[i]
+            if fanout < 0:
+                assert k == deg and sorted(rows_e.tolist()) == sorted(
+                    ((ei[1] if edge_dir == "in" else ei[0]) == v).nonzero().view(-1).tolist())
+            elif replace:
+                assert k == (fanout if deg else 0)
+            else:
+                assert k == min(fanout, deg)
+                assert len(set(rows_e.tolist())) == k  # no duplicates
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("edge_dir", ["in", "out"])
+def test_blocks_exact_properties(device, replace, edge_dir):
+    for graph, ei in (_graph(), _bipartite_structure()):
+        sampler = NeighborSampler(graph.to(device), [-1, 4, 2], replace=replace,
+                                  edge_dir=edge_dir)
+        seeds = torch.tensor([0, 7, 3, graph.num_dst_nodes - 1, 31])
+        blocks = sampler.sample_blocks(seeds, torch.Generator().manual_seed(0)).blocks
+        assert all(isinstance(b, fastgnn.Graph) for b in blocks)
+        _check_blocks(graph, ei, blocks, seeds, [-1, 4, 2], replace, edge_dir)
+
+
+def test_subgraph_union_of_hops():
+    graph, ei = _graph()
+    sampler = NeighborSampler(graph, [2, 3])
+    seeds = torch.tensor([4, 0, 9])
+    sub = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(2))
+    nodes = sub.node_ids
+    assert torch.equal(nodes[:3], seeds) and torch.unique(nodes).numel() == nodes.numel()
+    assert sum(sub.num_sampled_nodes) == nodes.numel()
+    assert sum(sub.num_sampled_edges) == sub.graph.num_edges == sub.edge_ids.numel()
+    _validate.csr(sub.graph.rowptr, sub.graph.col, nodes.numel())
+    local = sub.graph.edge_index()
+    glob = torch.stack([nodes[local[0]], nodes[local[1]]])
+    assert torch.equal(glob, ei[:, sub.edge_ids])
+    # hop 1 expands the seeds (3 neighbours each), hop 2 only the nodes hop 1 discovered
+    deg = sub.graph.in_degree
+    in_deg = torch.bincount(ei[1], minlength=graph.num_dst_nodes)
+    n0, n1 = sub.num_sampled_nodes[:2]
+    assert torch.equal(deg[:n0], in_deg[seeds].clamp(max=3))
+    assert torch.equal(deg[n0:n0 + n1], in_deg[nodes[n0:n0 + n1]].clamp(max=2))
+    assert int(deg[n0 + n1:].sum()) == 0
+
+
+# ---- statistics -------------------------------------------------------------------------------
+def _fan_graph(num_dst=3000, degree=40, weight=None):
+    """num_dst destinations, each with in-edges from the same `degree` sources."""
+    src = torch.arange(degree).repeat(num_dst)
+    dst = torch.arange(degree, degree + num_dst).repeat_interleave(degree)
+    g = fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=degree + num_dst)
+    seeds = torch.arange(degree, degree + num_dst)
+    return g, seeds
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("replace", [False, True])
+def test_uniform_frequencies(device, replace):
+    degree, fanout = 40, 6
+    g, seeds = _fan_graph(degree=degree)
+    blocks = NeighborSampler(g.to(device), [fanout], replace=replace).sample_blocks(
+        seeds, torch.Generator().manual_seed(7)).blocks
+    picked = blocks[0].src_ids[blocks[0].col.long()].cpu()
+    counts = torch.bincount(picked, minlength=degree)[:degree].double()
+    assert int(counts.sum()) == seeds.numel() * fanout
+    p = scipy_stats.chisquare(counts.numpy()).pvalue
+    assert p > P_VALUE_FLOOR, p
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("replace", [False, True])
+def test_weighted_frequencies(device, replace):
+    degree = 30
+    g, seeds = _fan_graph(degree=degree)
+    per_source = torch.arange(degree, dtype=torch.float32)  # source 0 has weight 0
+    weight = per_source.repeat(seeds.numel())
+    fanout = 4 if replace else 1  # without replacement, one draw is exactly proportional
+    blocks = NeighborSampler(g.to(device), [fanout], replace=replace,
+                             weight=weight.to(device)).sample_blocks(
+        seeds, torch.Generator().manual_seed(8)).blocks
+    picked = blocks[0].src_ids[blocks[0].col.long()].cpu()
+    counts = torch.bincount(picked, minlength=degree)[:degree].double()
+    assert counts[0] == 0
+    expected = per_source.double() / per_source.sum() * counts.sum()
+    p = scipy_stats.chisquare(counts[1:].numpy(), expected[1:].numpy()).pvalue
+    assert p > P_VALUE_FLOOR, p
+
+
+def test_weighted_without_replacement_prefers_heavy_edges():
+    g, seeds = _fan_graph(degree=10)
+    weight = torch.tensor([1.0] * 9 + [50.0]).repeat(seeds.numel())
+    blocks = NeighborSampler(g, [3], weight=weight).sample_blocks(
+        seeds, torch.Generator().manual_seed(9)).blocks
+    picked = blocks[0].src_ids[blocks[0].col.long()]
+    assert (picked == 9).sum() > 0.95 * seeds.numel()  # P(chosen in 3 draws) ~ 0.99
+
+
+# ---- reproducibility --------------------------------------------------------------------------
+def _blocks_equal(a, b):
+    return all(torch.equal(x.rowptr, y.rowptr) and torch.equal(x.col, y.col) and
+               torch.equal(x.src_ids, y.src_ids) and torch.equal(x.edge_ids, y.edge_ids)
+               for x, y in zip(a.blocks, b.blocks))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_same_seed_same_blocks(device):
+    g, _ = random_graph(3000, 30000, seed=4)
+    sampler = NeighborSampler(g.to(device), [5, 5, 5], deterministic=True)
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:1000]
+    first = sampler.sample_blocks(seeds, torch.Generator().manual_seed(11))
+    again = sampler.sample_blocks(seeds, torch.Generator().manual_seed(11))
+    other = sampler.sample_blocks(seeds, torch.Generator().manual_seed(12))
+    assert _blocks_equal(first, again)
+    assert not _blocks_equal(first, other)
+
+
+def test_thread_count_does_not_change_blocks():
+    g, _ = random_graph(3000, 30000, seed=4)
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(0))
+    # past the kernel's serial thresholds (1024 seeds, 16384 edges) in every pass
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:2500]
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            for w in (None, weight):
+                results.append(NeighborSampler(g, [8, 10], weight=w).sample_blocks(
+                    seeds, torch.Generator().manual_seed(5)))
+    finally:
+        torch.set_num_threads(threads)
+    for k in (2, 4):
+        assert _blocks_equal(results[0], results[k])
+        assert _blocks_equal(results[1], results[k + 1])
+
+
+@pytest.mark.gpu
+def test_gpu_matches_cpu_and_pinned():
+    g, _ = random_graph(3000, 30000, seed=4)
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:1000]
+    cpu = NeighborSampler(g, [5, 10]).sample_blocks(seeds, torch.Generator().manual_seed(3))
+    gpu = NeighborSampler(g.cuda(), [5, 10]).sample_blocks(seeds, torch.Generator().manual_seed(3))
+    pinned = NeighborSampler(g.pin_memory(), [5, 10]).sample_blocks(
+        seeds, torch.Generator().manual_seed(3))
+    assert pinned.blocks[0].device.type == "cuda"
+    assert _blocks_equal(cpu, gpu.to("cpu")) and _blocks_equal(cpu, pinned.to("cpu"))
+
+
+@pytest.mark.gpu
+def test_gpu_unordered_numbering_gives_the_same_edges():
+    g, ei = random_graph(3000, 30000, seed=4)
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:500]
+    fast = NeighborSampler(g.cuda(), [5, 10], deterministic=False).sample_blocks(
+        seeds, torch.Generator().manual_seed(3)).to("cpu")
+    _check_blocks(g, ei, fast.blocks, seeds, [5, 10], False)
+    exact = NeighborSampler(g, [5, 10]).sample_blocks(seeds, torch.Generator().manual_seed(3))
+    for a, b in zip(fast.blocks, exact.blocks):
+        assert torch.equal(a.in_degree, b.in_degree)
+        assert set(a.edge_ids.tolist()) == set(b.edge_ids.tolist())
+
+
+# ---- errors -----------------------------------------------------------------------------------
+def test_bad_arguments():
+    g, _ = _graph()
+    with pytest.raises(ValueError, match="fanouts"):
+        NeighborSampler(g, [3, -2])
+    with pytest.raises(TypeError, match="fanouts"):
+        NeighborSampler(g, 3)
+    with pytest.raises(ValueError, match="edge_dir"):
+        NeighborSampler(g, [3], edge_dir="both")
+    with pytest.raises(ValueError, match="bipartite"):
+        NeighborSampler(random_graph(50, 200, num_dst=30)[0], [3])
+    with pytest.raises(ValueError, match="weight"):
+        NeighborSampler(g, [3], weight=-torch.ones(g.num_edges))
+    with pytest.raises(ValueError, match="weight"):
+        NeighborSampler(g, [3], weight=torch.ones(3))
+    sampler = NeighborSampler(g, [3])
+    with pytest.raises(ValueError, match="seeds"):
+        sampler.sample_blocks(torch.tensor([0, 80]))
+    with pytest.raises(ValueError, match="unique"):
+        sampler.sample_blocks(torch.tensor([1, 1]))
+    with pytest.raises(TypeError, match="seeds"):
+        sampler.sample_blocks(torch.tensor([1.0]))
+
+
+# ---- the loader -------------------------------------------------------------------------------
+def test_loader_batches_features_and_labels():
+    g, _ = _graph()
+    x = torch.randn(80, 5)
+    y = torch.arange(80)
+    seeds = torch.arange(0, 80, 2)
+    for layout in ("blocks", "subgraph"):
+        for drop_last, expect in ((False, [16, 16, 8]), (True, [16, 16])):
+            loader = NeighborLoader(g, [3, 3], seeds, batch_size=16, shuffle=True,
+                                    drop_last=drop_last, features=x, labels=y, layout=layout)
+            batches = list(loader)
+            assert [b.batch_size for b in batches] == expect == [16] * (len(expect) - 1) + \
+                [expect[-1]] and len(loader) == len(expect)
+            seen = torch.cat([b.seeds for b in batches])
+            assert torch.unique(seen).numel() == seen.numel()
+            if not drop_last:
+                assert torch.equal(seen.sort().values, seeds)
+            for b in batches:
+                assert torch.equal(b.x, x[b.input_nodes]) and torch.equal(b.y, y[b.seeds])
+        # shuffling follows the epoch
+        assert not torch.equal(loader.shard(), (loader.set_epoch(5), loader.shard())[1])
+
+
+def test_loader_prefetch_matches_inline():
+    g, _ = _graph()
+    common = dict(batch_size=7, shuffle=True, seed=3)
+    inline = list(NeighborLoader(g, [2, 4], torch.arange(80), prefetch=0, **common))
+    ahead = list(NeighborLoader(g, [2, 4], torch.arange(80), prefetch=3, **common))
+    assert len(inline) == len(ahead) == 12
+    for a, b in zip(inline, ahead):
+        assert all(torch.equal(x.col, y.col) and torch.equal(x.src_ids, y.src_ids)
+                   for x, y in zip(a.blocks, b.blocks))
+
+
+def test_loader_surfaces_background_errors():
+    g, _ = _graph()
+    loader = NeighborLoader(g, [2], torch.arange(80), batch_size=8, features=torch.randn(80, 3))
+    loader.features = torch.randn(10, 3)  # too short: the background gather fails
+    with pytest.raises(IndexError):
+        list(loader)
+
+
+@pytest.mark.parametrize("world_size,drop_last", [(2, False), (3, False), (3, True)])
+def test_loader_shards_are_disjoint_and_equal(world_size, drop_last):
+    g, _ = _graph()
+    seeds = torch.arange(3, 80, 1)  # 77 seeds
+    shards = [NeighborLoader(g, [2], seeds, batch_size=5, shuffle=True, drop_last=drop_last,
+                             rank=r, world_size=world_size).shard() for r in range(world_size)]
+    sizes = {s.numel() for s in shards}
+    assert len(sizes) == 1
+    union = torch.cat(shards)
+    if drop_last:
+        assert torch.unique(union).numel() == union.numel() == 77 // world_size * world_size
+    else:
+        assert set(union.tolist()) == set(seeds.tolist())
+        padding = union.numel() - seeds.numel()
+        assert padding < world_size and torch.unique(union).numel() == seeds.numel()
+
+
+def test_loader_bad_arguments():
+    g, _ = _graph()
+    with pytest.raises(ValueError, match="seeds"):
+        NeighborLoader(g, [2], torch.tensor([100]))
+    with pytest.raises(ValueError, match="mask"):
+        NeighborLoader(g, [2], torch.ones(5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="features"):
+        NeighborLoader(g, [2], torch.arange(5), features=torch.randn(3, 2))
+    with pytest.raises(ValueError, match="rank"):
+        NeighborLoader(g, [2], torch.arange(5), rank=2, world_size=2)
+    with pytest.raises(ValueError, match="layout"):
+        NeighborLoader(g, [2], torch.arange(5), layout="coo")
+
+
+@pytest.mark.gpu
+def test_loader_gpu_side_stream():
+    g, _ = random_graph(2000, 20000, seed=4)
+    x = torch.randn(2000, 8).pin_memory()
+    y = torch.arange(2000)
+    for graph in (g.cuda(), g.pin_memory()):
+        loader = NeighborLoader(graph, [4, 4], torch.arange(2000), batch_size=256, features=x,
+                                labels=y, shuffle=True)
+        for b in loader:
+            assert b.x.is_cuda and b.blocks[0].device.type == "cuda"
+            assert torch.equal(b.x.cpu(), x[b.input_nodes.cpu()])
+            assert torch.equal(b.y.cpu(), y[b.seeds.cpu()])
