@@ -1,0 +1,1 @@
+from fastgnn.zoo.data.synthetic import CSBM  # noqa: F401
