@@ -245,11 +245,13 @@ class NodePropertyModule(pl.LightningModule):
         return f"val_{PRIMARY[self.task]}"
 
     def configure_callbacks(self):
-        """Keeps the checkpoint of the best validation epoch, unless the trainer already has a
-        ModelCheckpoint that monitors something."""
-        if self._trainer is not None and any(
-                isinstance(cb, ModelCheckpoint) and cb.monitor is not None
-                for cb in self.trainer.callbacks):
+        """Keeps the checkpoint of the best validation epoch in place of Lightning's default
+        (last epoch); leaves a trainer without checkpointing, or with a ModelCheckpoint that
+        monitors something, as it is."""
+        if self._trainer is None:
+            return []
+        checkpoints = [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+        if not checkpoints or any(cb.monitor is not None for cb in checkpoints):
             return []
         return [ModelCheckpoint(monitor=self.monitor, mode="max",
                                 filename="{epoch}-{" + self.monitor + ":.4f}")]
