@@ -309,3 +309,15 @@ def test_replace_section_only_between_markers(tmp_path):
     path.write_text("no markers\n")
     with pytest.raises(ValueError, match="markers"):
         report.replace_section(str(path), "x")
+
+
+def test_readme_headline_keeps_the_layer_rows():
+    recorded = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results",
+                            "2026-11-22-nvidia-h100-80gb-hbm3.jsonl")
+    rows = [json.loads(line) for line in open(recorded)]
+    table = report.headline_table(rows)
+    assert "| tolokers | gatv2conv | 2x64 |" in table and "| ogbn-arxiv | gcnconv | 128 |" in table
+    assert "spmm" not in table and "reference" not in table
+    ops_only = [r for r in rows if r["workload"] == "spmm-both"]
+    assert "| tolokers | spmm-both | 64 |" in report.headline_table(ops_only)
+    assert "reference" not in report.headline_table(ops_only)

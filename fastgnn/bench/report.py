@@ -310,16 +310,31 @@ def write_outputs(rows: List[Dict], prefix: str) -> Dict[str, object]:
     return {"table": table, "plots": plot(rows, prefix)}
 
 
+def headline_table(rows: List[Dict]) -> str:
+    """The README's short table: each stock PyG layer against the same layer after
+    ``fastgnn.enable`` (every other row, the reference backend's included, stays in the
+    results file); the op rows when a run has no layer rows."""
+    found = [c for c in comparisons(rows) if c["implementation"] != "fastgnn-reference"]
+    layers = [c for c in found if c["baseline"] == "pyg-stock"] or found
+    if not layers:
+        return "_No fastgnn row has a successful baseline to compare with._"
+    return _markdown(["graph", "layer", "width", "fwd speedup", "bwd speedup",
+                      "fwd+bwd speedup", "memory ratio"],
+                     [[c["graph"], c["workload"], c["width"], c["fwd_speedup"],
+                       c["bwd_speedup"], c["speedup"], c["memory_ratio"]] for c in layers])
+
+
 def readme_section(rows: List[Dict], outputs: Dict[str, object], readme_dir: str) -> str:
+    """A headline table and the speedup plot; the full table is linked."""
     first = rows[0] if rows else {}
     rel = lambda p: os.path.relpath(p, readme_dir).replace(os.sep, "/")  # noqa: E731
-    images = "\n".join(f"![{os.path.basename(p)}]({rel(p)})" for p in outputs["plots"])
+    images = "\n".join(f"![{os.path.basename(p)}]({rel(p)})" for p in outputs["plots"][:1])
     return "\n\n".join([
         f"Measured on {first.get('device_name')} ({first.get('device')}) on "
         f"{str(first.get('date', ''))[:10]} at fastgnn {commits(rows)}, "
-        f"torch {first.get('torch')}. Full results: [{os.path.basename(outputs['table'])}]"
-        f"({rel(outputs['table'])}).",
-        speedup_table(rows), images])
+        f"torch {first.get('torch')}. Full results (every op, width and baseline): "
+        f"[{os.path.basename(outputs['table'])}]({rel(outputs['table'])}).",
+        headline_table(rows), images])
 
 
 def replace_section(path: str, text: str) -> None:

@@ -5,6 +5,7 @@ from .heterophilous import Heterophilous
 from .ogb import OGBNodeProp
 from .planetoid import Planetoid
 from .shchur import Amazon, Coauthor
+from .synthetic import CSBM
 
-__all__ = ["TASKS", "GraphDataModule", "Planetoid", "Amazon", "Coauthor", "Heterophilous",
-           "OGBNodeProp", "GraphLand"]
+__all__ = ["TASKS", "GraphDataModule", "CSBM", "Planetoid", "Amazon", "Coauthor",
+           "Heterophilous", "OGBNodeProp", "GraphLand"]

@@ -1,0 +1,127 @@
+"""Zoo models under every backend: a tiny fit + test, equal results for pyg and fastgnn, the
+same parameters, and clear errors for bad options."""
+import pytest
+
+pytest.importorskip("lightning")
+pytest.importorskip("torch_geometric")
+pytest.importorskip("jsonargparse")
+
+import torch  # noqa: E402
+from zoo_helpers import fit_test, tiny_csbm  # noqa: E402
+
+from fastgnn.zoo.models import MODELS, MaxK  # noqa: E402
+from fastgnn.zoo.module import BACKENDS, NodePropertyModule, build_model  # noqa: E402
+from fastgnn import reference  # noqa: E402
+
+# Options that exercise each architecture's own arguments and the backbone's options.
+ARCH_OPTIONS = {
+    "mlp": {},
+    "gcn": {"norm": "batch"},
+    "sage": {"aggr": "max", "residual": True, "input_mlp": True, "norm": "layer"},
+    "gin": {"train_eps": True},
+    "gatv2": {"heads": 2, "hidden_channels": 16},
+    "gt": {"heads": 2, "hidden_channels": 16, "beta": True, "output_mlp": True},
+    "maxk-sage": {"k": 4, "hidden_channels": 16},
+    "maxk-gcn": {"k": 4, "hidden_channels": 16},
+    "maxk-gin": {"k": 4, "hidden_channels": 16},
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return tiny_csbm()
+
+
+def test_every_model_is_covered():
+    assert set(ARCH_OPTIONS) == set(MODELS)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_fit_and_test(data, arch, backend):
+    module, metrics = fit_test(data, arch, backend, **ARCH_OPTIONS[arch])
+    assert 0.0 <= metrics["test_acc"] <= 1.0
+    assert torch.isfinite(torch.tensor(metrics["test_loss"]))
+    swapped = [m for m in module.model.modules() if type(m).__module__.startswith("fastgnn.pyg")]
+    assert bool(swapped) == (backend != "pyg" and arch != "mlp")
+
+
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_pyg_and_fastgnn_agree(data, arch):
+    # Without BatchNorm: the conv bias before it has a zero gradient up to rounding, and Adam
+    # scales that rounding noise up to full-size steps, so runs differ by design there.
+    options = {**ARCH_OPTIONS[arch], "dropout": 0.0}
+    if options.get("norm") == "batch":
+        options["norm"] = "none"
+    stock, stock_metrics = fit_test(data, arch, "pyg", **options)
+    fast, fast_metrics = fit_test(data, arch, "fastgnn", **options)
+    assert stock_metrics.keys() == fast_metrics.keys()
+    for name, value in stock_metrics.items():
+        assert fast_metrics[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    stock_state, fast_state = stock.state_dict(), fast.state_dict()
+    assert list(stock_state) == list(fast_state)
+    for key, value in stock_state.items():
+        torch.testing.assert_close(fast_state[key], value, rtol=1e-4, atol=1e-5)
+
+
+def test_gt_edge_features():
+    data = tiny_csbm()
+    graph = data.data
+    graph.edge_attr = torch.randn(graph.num_edges, 3, generator=torch.Generator().manual_seed(0))
+    options = {"heads": 2, "hidden_channels": 8, "edge_dim": 3, "dropout": 0.0}
+    _, stock = fit_test(data, "gt", "pyg", **options)
+    _, fast = fit_test(data, "gt", "fastgnn", **options)
+    assert fast["test_loss"] == pytest.approx(stock["test_loss"], rel=1e-4)
+    model = build_model("gt", 8, 3, edge_dim=3)
+    with pytest.raises(ValueError, match="edge_attr"):
+        model(graph.x, graph.edge_index)
+
+
+def test_maxk_activation_is_the_reference():
+    x = torch.randn(5, 16)
+    torch.testing.assert_close(MaxK(4)(x), reference.maxk(x, 4))
+    model = build_model("maxk-sage", 8, 3, k=4, hidden_channels=16)
+    assert isinstance(model.act, MaxK) and model.act.k == 4
+
+
+@pytest.mark.parametrize("arch, options, match", [
+    ("nope", {}, "unknown model 'nope'"),
+    ("gcn", {"k": 4}, "does not take k"),
+    ("gcn", {"heads": 2}, "heads applies to attention models"),
+    ("gatv2", {"heads": 3, "hidden_channels": 16}, "divisible by heads"),
+    ("sage", {"aggr": "lstm"}, "aggr must be one of"),
+    ("gcn", {"norm": "group"}, "norm must be one of"),
+    ("maxk-sage", {"k": 65}, "k must be an int"),
+    ("maxk-gcn", {"activation": "relu"}, "uses MaxK"),
+    ("gcn", {"dropout": 1.0}, "dropout must be in"),
+])
+def test_bad_options(arch, options, match):
+    with pytest.raises(ValueError, match=match):
+        build_model(arch, 8, 3, **options)
+
+
+def test_bad_backend_and_task():
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        build_model("gcn", 8, 3, backend="cuda")
+    with pytest.raises(ValueError, match="unknown task"):
+        NodePropertyModule(task="ranking")
+
+
+def test_backends_share_parameters():
+    torch.manual_seed(0)
+    stock = build_model("gatv2", 8, 3, heads=2, hidden_channels=16)
+    names = [name for name, _ in stock.named_parameters()]
+    for backend in ("fastgnn", "reference"):
+        torch.manual_seed(0)
+        swapped = build_model("gatv2", 8, 3, backend=backend, heads=2, hidden_channels=16)
+        assert [name for name, _ in swapped.named_parameters()] == names
+        for (_, a), (_, b) in zip(stock.named_parameters(), swapped.named_parameters()):
+            torch.testing.assert_close(a, b)
+
+
+def test_gnn_beats_mlp_on_default_csbm():
+    from fastgnn.zoo.data import CSBM
+    data = CSBM()
+    _, mlp = fit_test(data, "mlp", "pyg", max_epochs=60, hidden_channels=32)
+    _, gcn = fit_test(data, "gcn", "pyg", max_epochs=60, hidden_channels=32)
+    assert gcn["test_acc"] > mlp["test_acc"] + 0.25, (gcn, mlp)

@@ -1,0 +1,29 @@
+"""Shared pieces of the zoo tests: a tiny CSBM and a quiet fit + test."""
+from __future__ import annotations
+
+import lightning.pytorch as pl
+
+from fastgnn.zoo.data import CSBM
+from fastgnn.zoo.module import NodePropertyModule
+
+TINY = dict(num_nodes=80, num_classes=3, num_channels=8, avg_degree=4.0)
+
+
+def tiny_csbm(**overrides) -> CSBM:
+    return CSBM(**{**TINY, **overrides})
+
+
+def quiet_trainer(max_epochs: int = 2, **kwargs) -> pl.Trainer:
+    return pl.Trainer(max_epochs=max_epochs, accelerator="cpu", logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, **kwargs)
+
+
+def fit_test(data, arch: str, backend: str, seed: int = 0, max_epochs: int = 2, **options):
+    """(module, test metrics) after ``max_epochs`` of full-batch training from ``seed``."""
+    pl.seed_everything(seed, verbose=False)
+    module = NodePropertyModule(arch, backend, num_features=data.num_features,
+                                num_outputs=data.num_outputs, task=data.task, **options)
+    trainer = quiet_trainer(max_epochs)
+    trainer.fit(module, data)
+    return module, trainer.test(module, data, verbose=False)[0]

@@ -1,0 +1,119 @@
+"""The backbone every zoo model shares: the options of the strong baselines of the heterophily
+benchmark (Platonov et al., 2023) and GraphLand (Bazhenov et al.) around one PyG conv per layer.
+
+Layout, for ``num_layers`` convs:
+
+- input MLP (optional): ``x -> dropout(act(Linear(x)))`` to the hidden width;
+- each hidden layer, without residual connections (PyG's ``BasicGNN`` order):
+  ``h -> dropout(act(norm(conv(h))))``;
+- with residual connections (pre-norm, as in the heterophily benchmark):
+  ``h -> h + dropout(act(conv(norm(h))))``, and one more norm before the output; a layer whose
+  input width differs from the hidden width (the first one without an input MLP) has no skip;
+- the output: the last conv maps to ``out_channels``, or, with an output MLP, every conv is a
+  hidden layer and a ``Linear`` maps to ``out_channels``.
+
+Subclasses only say how to build a conv (:meth:`Backbone.make_conv`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+NORMS = ("none", "layer", "batch")
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU}
+
+
+def _choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def _norm(kind: str, width: int) -> nn.Module:
+    if kind == "layer":
+        return nn.LayerNorm(width)
+    if kind == "batch":
+        return nn.BatchNorm1d(width)
+    return nn.Identity()
+
+
+class Backbone(nn.Module):
+    """Node-level GNN: ``forward(x, edge_index, edge_attr=None) -> [N, out_channels]``."""
+
+    #: attention models split ``hidden_channels`` into ``heads``
+    attention = False
+    #: models whose convs take ``edge_attr``
+    takes_edge_attr = False
+
+    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 64,
+                 num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
+                 residual: bool = False, norm: str = "none", input_mlp: bool = False,
+                 output_mlp: bool = False, activation: str = "relu"):
+        super().__init__()
+        for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
+                            ("hidden_channels", hidden_channels), ("num_layers", num_layers),
+                            ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        _choice("norm", norm, NORMS)
+        if heads != 1 and not self.attention:
+            raise ValueError(f"heads applies to attention models only; "
+                             f"{type(self).__name__} takes heads=1, got {heads}")
+        if hidden_channels % heads:
+            raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by heads "
+                             f"({heads})")
+        # make_conv and make_activation may read these
+        self.hidden_channels, self.heads, self.dropout_rate = hidden_channels, heads, dropout
+        self.residual = residual
+        self.dropout = nn.Dropout(dropout)
+        self.act = self.make_activation(activation)
+        self.lin_in = nn.Linear(in_channels, hidden_channels) if input_mlp else None
+        width = hidden_channels if input_mlp else in_channels
+        num_hidden = num_layers if output_mlp else num_layers - 1
+        self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
+        for _ in range(num_hidden):
+            self.convs.append(self.make_conv(width, hidden_channels, last=False))
+            self.norms.append(_norm(norm, width if residual else hidden_channels))
+            width = hidden_channels
+        self.norm_out = _norm(norm, width) if residual else None
+        if output_mlp:
+            self.lin_out = nn.Linear(width, out_channels)
+        else:
+            self.lin_out = None
+            self.convs.append(self.make_conv(width, out_channels, last=True))
+
+    def make_conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        """One layer from ``in_channels`` to ``out_channels``; ``last`` for the output conv."""
+        raise NotImplementedError
+
+    def make_activation(self, activation: str) -> nn.Module:
+        _choice("activation", activation, tuple(ACTIVATIONS))
+        return ACTIVATIONS[activation]()
+
+    def conv(self, index: int, h: torch.Tensor, edge_index, edge_attr) -> torch.Tensor:
+        conv = self.convs[index]
+        if edge_attr is not None:
+            return conv(h, edge_index, edge_attr)
+        return conv(h, edge_index)
+
+    def forward(self, x: torch.Tensor, edge_index,
+                edge_attr: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if not self.takes_edge_attr:
+            edge_attr = None
+        h = x
+        if self.lin_in is not None:
+            h = self.dropout(self.act(self.lin_in(h)))
+        for i, norm in enumerate(self.norms):
+            if self.residual:
+                out = self.dropout(self.act(self.conv(i, norm(h), edge_index, edge_attr)))
+                h = h + out if out.shape == h.shape else out
+            else:
+                h = self.dropout(self.act(norm(self.conv(i, h, edge_index, edge_attr))))
+        if self.norm_out is not None:
+            h = self.norm_out(h)
+        if self.lin_out is not None:
+            return self.lin_out(h)
+        return self.conv(len(self.convs) - 1, h, edge_index, edge_attr)

@@ -1,0 +1,257 @@
+"""The LightningModule for node-property prediction: a zoo model on one of three backends, the
+task's loss and metrics, and the OGB ``Evaluator`` for OGB datasets.
+
+Steps take the full graph (the ``{stage}_mask`` selects the nodes scored) or a mini-batch
+following PyG's ``NeighborLoader`` convention: a batch with ``batch_size`` scores its first
+``batch_size`` nodes, the seeds. Metrics are logged per epoch as ``{stage}_{metric}``
+(``train_loss``, ``val_acc``, ``test_roc_auc``, ...). bf16 autocast is Lightning's
+``trainer.precision: bf16-mixed``; ``compile: true`` runs the model through ``torch.compile``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from typing import Dict, Optional
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+import torchmetrics
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+import fastgnn
+from fastgnn.zoo.data.base import TASKS
+from fastgnn.zoo.models import MODELS
+
+#: backend name -> the fastgnn backend that ``fastgnn.enable`` runs the swapped layers on
+BACKENDS = {"pyg": None, "fastgnn": "auto", "reference": "reference"}
+#: the metric that picks the best epoch, per task (higher is better for all)
+PRIMARY = {"multiclass": "acc", "binary": "roc_auc", "multilabel": "roc_auc", "regression": "r2"}
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+STAGES = ("train", "val", "test")
+# Model options that only some architectures take; None leaves the architecture's default.
+_ARCH_OPTIONS = ("aggr", "k", "train_eps", "beta", "root_weight", "edge_dim", "cached",
+                 "activation")
+
+
+def _choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+def _accepted_options(cls) -> set:
+    """Keyword arguments of ``cls`` and of the model classes it forwards ``**options`` to."""
+    names = set()
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and klass is not torch.nn.Module:
+            names |= set(inspect.signature(vars(klass)["__init__"]).parameters)
+    return names
+
+
+def build_model(arch: str, num_features: int, num_outputs: int, backend: str = "pyg",
+                **options) -> torch.nn.Module:
+    """The zoo model ``arch`` from stock PyG layers, then swapped by ``fastgnn.enable`` for the
+    ``fastgnn`` and ``reference`` backends (same parameters and ``state_dict`` keys)."""
+    _choice("model", arch, tuple(MODELS))
+    _choice("backend", backend, tuple(BACKENDS))
+    cls = MODELS[arch]
+    options = {name: value for name, value in options.items()
+               if value is not None or name not in _ARCH_OPTIONS}
+    unknown = sorted(set(options) - _accepted_options(cls))
+    if unknown:
+        raise ValueError(f"model {arch!r} does not take {', '.join(unknown)}")
+    model = cls(num_features, num_outputs, **options)
+    if BACKENDS[backend] is not None:
+        model = fastgnn.enable(model, backend=BACKENDS[backend])
+    return model
+
+
+def _metrics(task: str, num_outputs: int) -> torchmetrics.MetricCollection:
+    if task == "multiclass":
+        metrics = {"acc": torchmetrics.classification.MulticlassAccuracy(num_outputs,
+                                                                          average="micro")}
+    elif task == "binary":
+        metrics = {"roc_auc": torchmetrics.classification.BinaryAUROC(),
+                   "ap": torchmetrics.classification.BinaryAveragePrecision()}
+    elif task == "multilabel":
+        metrics = {"roc_auc": torchmetrics.classification.MultilabelAUROC(num_outputs)}
+    else:
+        metrics = {"r2": torchmetrics.R2Score(num_outputs),
+                   "rmse": torchmetrics.MeanSquaredError(squared=False, num_outputs=num_outputs)}
+    return torchmetrics.MetricCollection(metrics)
+
+
+def _ogb_evaluator(name: Optional[str]):
+    """OGB's ``Evaluator(name)`` when ``ogb`` is installed, else None (torchmetrics only)."""
+    if name is None or importlib.util.find_spec("ogb") is None:
+        return None
+    from ogb.nodeproppred import Evaluator
+    return Evaluator(name)
+
+
+class NodePropertyModule(pl.LightningModule):
+    """Node-property prediction with a zoo model.
+
+    ``arch`` is one of ``fastgnn.zoo.models.MODELS``; ``backend`` is ``pyg`` (stock PyG
+    layers), ``fastgnn`` (the same model after ``fastgnn.enable``) or ``reference``
+    (``fastgnn.enable(model, backend="reference")``, fastgnn's pure-PyTorch oracle).
+    ``num_features``, ``num_outputs``, ``task`` and ``ogb_name`` come from the data module (the
+    CLI links them). Options set to None keep the architecture's default; an option the
+    architecture does not take is an error.
+    """
+
+    def __init__(self, arch: str = "gcn", backend: str = "pyg", hidden_channels: int = 64,
+                 num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
+                 residual: bool = False, norm: str = "none", input_mlp: bool = False,
+                 output_mlp: bool = False, activation: Optional[str] = None,
+                 aggr: Optional[str] = None, k: Optional[int] = None,
+                 train_eps: Optional[bool] = None, beta: Optional[bool] = None,
+                 root_weight: Optional[bool] = None, edge_dim: Optional[int] = None,
+                 cached: Optional[bool] = None, optimizer: str = "adam", lr: float = 0.01,
+                 weight_decay: float = 5e-4, compile: bool = False, num_features: int = 1,
+                 num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None):
+        super().__init__()
+        self.save_hyperparameters()
+        _choice("task", task, TASKS)
+        _choice("optimizer", optimizer, tuple(OPTIMIZERS))
+        self.model = build_model(
+            arch, num_features, num_outputs, backend, hidden_channels=hidden_channels,
+            num_layers=num_layers, heads=heads, dropout=dropout, residual=residual, norm=norm,
+            input_mlp=input_mlp, output_mlp=output_mlp, activation=activation, aggr=aggr, k=k,
+            train_eps=train_eps, beta=beta, root_weight=root_weight, edge_dim=edge_dim,
+            cached=cached)
+        self.task = task
+        # (a ModuleDict cannot hold the key "train": Module.train exists)
+        self.train_metrics, self.val_metrics, self.test_metrics = (
+            _metrics(task, num_outputs).clone(stage + "_") for stage in STAGES)
+        self.evaluator = _ogb_evaluator(ogb_name)
+        self._ogb_outputs: Dict[str, list] = {stage: [] for stage in STAGES}
+        # Not a submodule, so that compiling leaves the state_dict keys alone.
+        self._run = torch.compile(self.model) if compile else self.model
+
+    def forward(self, batch) -> torch.Tensor:
+        return self._run(batch.x, batch.edge_index, getattr(batch, "edge_attr", None))
+
+    # -- loss, predictions and targets per task -------------------------------------------
+    def _scored(self, batch, out: torch.Tensor, stage: str):
+        """(outputs, targets) of the nodes this step scores."""
+        seeds = getattr(batch, "batch_size", None)
+        if seeds is not None:  # NeighborLoader mini-batch: the first batch_size nodes
+            return out[:seeds], batch.y[:seeds]
+        mask = batch[f"{stage}_mask"]
+        return out[mask], batch.y[mask]
+
+    def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "multiclass":
+            return F.cross_entropy(out, y)
+        if self.task == "binary":
+            return F.binary_cross_entropy_with_logits(out.view(-1), y.view(-1).to(out.dtype))
+        if self.task == "multilabel":
+            return F.binary_cross_entropy_with_logits(out, y.to(out.dtype))
+        return F.mse_loss(out, y.view_as(out).to(out.dtype))
+
+    def _prediction(self, out: torch.Tensor) -> torch.Tensor:
+        """Class probabilities, positive-class probabilities or regression values."""
+        out = out.float()
+        if self.task == "multiclass":
+            return out.softmax(dim=-1)
+        if self.task == "binary":
+            return out.view(-1).sigmoid()
+        if self.task == "multilabel":
+            return out.sigmoid()
+        return out
+
+    def _target(self, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "binary":
+            return y.view(-1).long()
+        if self.task == "multilabel":
+            return y.long()
+        if self.task == "regression":
+            return y.view(y.shape[0], -1).float()
+        return y
+
+    # -- steps ------------------------------------------------------------------------------
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        out, y = self._scored(batch, self(batch), stage)
+        loss = self._loss(out, y)
+        num_scored = out.shape[0]
+        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=num_scored,
+                 sync_dist=True, prog_bar=stage != "test")
+        pred = self._prediction(out.detach())
+        if self.task == "regression":
+            pred = pred.view(num_scored, -1)
+        getattr(self, f"{stage}_metrics").update(pred, self._target(y))
+        if self.evaluator is not None:
+            self._ogb_outputs[stage].append((y.detach(), pred))
+        return loss
+
+    def _epoch_end(self, stage: str) -> None:
+        # compute() gathers the metric states of every DDP rank; sync_dist then averages
+        # values that are already equal on all ranks.
+        metrics = getattr(self, f"{stage}_metrics")
+        for name, value in metrics.compute().items():
+            self.log(name, value, sync_dist=True, prog_bar=stage == "val")
+        metrics.reset()
+        if self.evaluator is not None and self._ogb_outputs[stage]:
+            y_true, y_pred = (torch.cat(part) for part in zip(*self._ogb_outputs[stage]))
+            for name, value in self._ogb_eval(y_true, y_pred).items():
+                self.log(f"{stage}_ogb_{name}", float(value), sync_dist=True)
+            self._ogb_outputs[stage].clear()
+
+    def _ogb_eval(self, y_true: torch.Tensor, y_pred: torch.Tensor) -> dict:
+        """OGB's documented input: ``y_true`` [n, tasks]; ``y_pred`` the predicted class ids
+        [n, 1] for multi-class, scores [n, tasks] otherwise."""
+        if self.task == "multiclass":
+            y_pred = y_pred.argmax(dim=-1, keepdim=True)
+        y_true = y_true.view(y_true.shape[0], -1)
+        y_pred = y_pred.view(y_pred.shape[0], -1)
+        return self.evaluator.eval({"y_true": y_true.cpu(), "y_pred": y_pred.cpu()})
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def on_train_epoch_end(self):
+        self._epoch_end("train")
+
+    def on_validation_epoch_end(self):
+        self._epoch_end("val")
+
+    def on_test_epoch_end(self):
+        self._epoch_end("test")
+
+    def predict_step(self, batch, batch_idx):
+        """Every node of a full batch, or the seeds of a mini-batch, with their node ids."""
+        out = self(batch)
+        seeds = getattr(batch, "batch_size", None)
+        if seeds is not None:
+            return {"node": batch.n_id[:seeds], "pred": self._prediction(out[:seeds])}
+        return {"node": torch.arange(out.shape[0], device=out.device),
+                "pred": self._prediction(out)}
+
+    # -- optimisation and checkpoints -------------------------------------------------------
+    def configure_optimizers(self):
+        cls = OPTIMIZERS[self.hparams.optimizer]
+        return cls(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+    @property
+    def monitor(self) -> str:
+        """The logged metric that picks the best checkpoint."""
+        return f"val_{PRIMARY[self.task]}"
+
+    def configure_callbacks(self):
+        """Keeps the checkpoint of the best validation epoch in place of Lightning's default
+        (last epoch); leaves a trainer without checkpointing, or with a ModelCheckpoint that
+        monitors something, as it is."""
+        if self._trainer is None:
+            return []
+        checkpoints = [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+        if not checkpoints or any(cb.monitor is not None for cb in checkpoints):
+            return []
+        return [ModelCheckpoint(monitor=self.monitor, mode="max",
+                                filename="{epoch}-{" + self.monitor + ":.4f}")]
