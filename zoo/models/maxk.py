@@ -1,29 +1,13 @@
 """MaxK-GNN (Peng et al., 2024): SAGE, GCN and GIN with the MaxK nonlinearity (keep each row's
 ``k`` largest hidden features) in place of ReLU. By default each has the paper's input and
-output linear layers, so every conv aggregates MaxK-sparse hidden features."""
+output linear layers, so every conv aggregates MaxK-sparse hidden features. The activation
+is ``fastgnn.nn.MaxK`` (fastgnn's top-k kernels, dense output) under every backend."""
 from __future__ import annotations
 
-import torch
-from torch import nn
-
-from fastgnn import reference
+from fastgnn.nn import MaxK
 from fastgnn.zoo.models.gcn import GCN
 from fastgnn.zoo.models.gin import GIN
 from fastgnn.zoo.models.sage import SAGE
-
-
-class MaxK(nn.Module):
-    """The zoo's MaxK activation: the one place that says which MaxK implementation runs."""
-
-    def __init__(self, k: int):
-        super().__init__()
-        self.k = k
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return reference.maxk(x, self.k)
-
-    def extra_repr(self) -> str:
-        return f"k={self.k}"
 
 
 class MaxKMixin:
