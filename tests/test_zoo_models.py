@@ -7,6 +7,7 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("jsonargparse")
 
 import torch  # noqa: E402
+from conftest import devices  # noqa: E402
 from zoo_helpers import fit_test, tiny_csbm  # noqa: E402
 
 from fastgnn.zoo.models import MODELS, MaxK  # noqa: E402
@@ -46,15 +47,16 @@ def test_fit_and_test(data, arch, backend):
     assert bool(swapped) == (backend != "pyg" and arch != "mlp")
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("arch", list(MODELS))
-def test_pyg_and_fastgnn_agree(data, arch):
+def test_pyg_and_fastgnn_agree(data, arch, device):
     # Without BatchNorm: the conv bias before it has a zero gradient up to rounding, and Adam
     # scales that rounding noise up to full-size steps, so runs differ by design there.
     options = {**ARCH_OPTIONS[arch], "dropout": 0.0}
     if options.get("norm") == "batch":
         options["norm"] = "none"
-    stock, stock_metrics = fit_test(data, arch, "pyg", **options)
-    fast, fast_metrics = fit_test(data, arch, "fastgnn", **options)
+    stock, stock_metrics = fit_test(data, arch, "pyg", device=device, **options)
+    fast, fast_metrics = fit_test(data, arch, "fastgnn", device=device, **options)
     assert stock_metrics.keys() == fast_metrics.keys()
     for name, value in stock_metrics.items():
         assert fast_metrics[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
@@ -105,6 +107,14 @@ def test_bad_backend_and_task():
         build_model("gcn", 8, 3, backend="cuda")
     with pytest.raises(ValueError, match="unknown task"):
         NodePropertyModule(task="ranking")
+
+
+def test_compile_keeps_the_state_dict():
+    plain = NodePropertyModule("gcn", num_features=8, num_outputs=3)
+    compiled = NodePropertyModule("gcn", num_features=8, num_outputs=3, compile=True)
+    assert list(compiled.state_dict()) == list(plain.state_dict())
+    assert all(key.startswith("model.") for key in plain.state_dict())
+    assert compiled._compiled is not None and plain._compiled is None
 
 
 def test_backends_share_parameters():
