@@ -135,3 +135,15 @@ def test_gnn_beats_mlp_on_default_csbm():
     _, mlp = fit_test(data, "mlp", "pyg", max_epochs=60, hidden_channels=32)
     _, gcn = fit_test(data, "gcn", "pyg", max_epochs=60, hidden_channels=32)
     assert gcn["test_acc"] > mlp["test_acc"] + 0.25, (gcn, mlp)
+
+
+@pytest.mark.parametrize("arch", ["gcn", "gatv2"])
+def test_bf16_mixed_precision(data, arch):
+    """bf16 autocast is Lightning's precision="bf16-mixed"; the fastgnn layers take it."""
+    from zoo_helpers import quiet_trainer
+    module = NodePropertyModule(arch, "fastgnn", num_features=data.num_features,
+                                num_outputs=data.num_outputs, hidden_channels=16)
+    trainer = quiet_trainer(max_epochs=1, precision="bf16-mixed")
+    trainer.fit(module, data)
+    metrics = trainer.test(module, data, verbose=False)[0]
+    assert torch.isfinite(torch.tensor(metrics["test_loss"]))
