@@ -15,6 +15,7 @@ pytest.importorskip("jsonargparse")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from conftest import devices  # noqa: E402
 
 from fastgnn.zoo import cli  # noqa: E402
 from fastgnn.zoo.compare import main as compare  # noqa: E402
@@ -130,9 +131,11 @@ def test_entry_point_error_has_no_traceback(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith("fastgnn-zoo: error: unknown model")
 
 
-def test_compare_output(tmp_path, capsys):
+@pytest.mark.parametrize("device", devices())
+def test_compare_output(tmp_path, capsys, device):
     config = tmp_path / "tiny.yaml"
-    config.write_text("trainer:\n  accelerator: cpu\n  max_epochs: 2\n"
+    accelerator = "gpu" if device == "cuda" else "cpu"
+    config.write_text(f"trainer:\n  accelerator: {accelerator}\n  max_epochs: 2\n"
                       "model:\n  arch: gcn\n  dropout: 0.0\n"
                       "data:\n  class_path: fastgnn.zoo.data.CSBM\n"
                       "  init_args: {num_nodes: 80, num_classes: 3, num_channels: 8}\n")
@@ -148,6 +151,8 @@ def test_compare_output(tmp_path, capsys):
         assert set(row) >= {"metrics", "time_per_epoch_s", "peak_memory_bytes", "speedup"}
         assert set(row["metrics"]["test_acc"]) == {"mean", "std"}
     assert saved["summary"][0]["speedup"] == 1.0
+    assert saved["memory"] == ("cuda_max_allocated" if device == "cuda" else
+                               "cpu_peak_rss_increase")
     pyg, fast = saved["summary"]
     assert fast["metrics"]["test_acc"]["mean"] == pytest.approx(pyg["metrics"]["test_acc"]["mean"])
     table = (out / "compare.md").read_text().splitlines()

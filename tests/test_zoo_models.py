@@ -7,6 +7,7 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("jsonargparse")
 
 import torch  # noqa: E402
+from conftest import devices  # noqa: E402
 from zoo_helpers import fit_test, tiny_csbm  # noqa: E402
 
 from fastgnn.zoo.models import MODELS, MaxK  # noqa: E402
@@ -46,15 +47,16 @@ def test_fit_and_test(data, arch, backend):
     assert bool(swapped) == (backend != "pyg" and arch != "mlp")
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("arch", list(MODELS))
-def test_pyg_and_fastgnn_agree(data, arch):
+def test_pyg_and_fastgnn_agree(data, arch, device):
     # Without BatchNorm: the conv bias before it has a zero gradient up to rounding, and Adam
     # scales that rounding noise up to full-size steps, so runs differ by design there.
     options = {**ARCH_OPTIONS[arch], "dropout": 0.0}
     if options.get("norm") == "batch":
         options["norm"] = "none"
-    stock, stock_metrics = fit_test(data, arch, "pyg", **options)
-    fast, fast_metrics = fit_test(data, arch, "fastgnn", **options)
+    stock, stock_metrics = fit_test(data, arch, "pyg", device=device, **options)
+    fast, fast_metrics = fit_test(data, arch, "fastgnn", device=device, **options)
     assert stock_metrics.keys() == fast_metrics.keys()
     for name, value in stock_metrics.items():
         assert fast_metrics[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
@@ -107,6 +109,14 @@ def test_bad_backend_and_task():
         NodePropertyModule(task="ranking")
 
 
+def test_compile_keeps_the_state_dict():
+    plain = NodePropertyModule("gcn", num_features=8, num_outputs=3)
+    compiled = NodePropertyModule("gcn", num_features=8, num_outputs=3, compile=True)
+    assert list(compiled.state_dict()) == list(plain.state_dict())
+    assert all(key.startswith("model.") for key in plain.state_dict())
+    assert compiled._compiled is not None and plain._compiled is None
+
+
 def test_backends_share_parameters():
     torch.manual_seed(0)
     stock = build_model("gatv2", 8, 3, heads=2, hidden_channels=16)
@@ -125,3 +135,15 @@ def test_gnn_beats_mlp_on_default_csbm():
     _, mlp = fit_test(data, "mlp", "pyg", max_epochs=60, hidden_channels=32)
     _, gcn = fit_test(data, "gcn", "pyg", max_epochs=60, hidden_channels=32)
     assert gcn["test_acc"] > mlp["test_acc"] + 0.25, (gcn, mlp)
+
+
+@pytest.mark.parametrize("arch", ["gcn", "gatv2"])
+def test_bf16_mixed_precision(data, arch):
+    """bf16 autocast is Lightning's precision="bf16-mixed"; the fastgnn layers take it."""
+    from zoo_helpers import quiet_trainer
+    module = NodePropertyModule(arch, "fastgnn", num_features=data.num_features,
+                                num_outputs=data.num_outputs, hidden_channels=16)
+    trainer = quiet_trainer(max_epochs=1, precision="bf16-mixed")
+    trainer.fit(module, data)
+    metrics = trainer.test(module, data, verbose=False)[0]
+    assert torch.isfinite(torch.tensor(metrics["test_loss"]))

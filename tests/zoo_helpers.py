@@ -13,17 +13,19 @@ def tiny_csbm(**overrides) -> CSBM:
     return CSBM(**{**TINY, **overrides})
 
 
-def quiet_trainer(max_epochs: int = 2, **kwargs) -> pl.Trainer:
-    return pl.Trainer(max_epochs=max_epochs, accelerator="cpu", logger=False,
+def quiet_trainer(max_epochs: int = 2, device: str = "cpu", **kwargs) -> pl.Trainer:
+    accelerator = "gpu" if device == "cuda" else device
+    return pl.Trainer(max_epochs=max_epochs, accelerator=accelerator, devices=1, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, **kwargs)
 
 
-def fit_test(data, arch: str, backend: str, seed: int = 0, max_epochs: int = 2, **options):
+def fit_test(data, arch: str, backend: str, seed: int = 0, max_epochs: int = 2,
+             device: str = "cpu", **options):
     """(module, test metrics) after ``max_epochs`` of full-batch training from ``seed``."""
     pl.seed_everything(seed, verbose=False)
     module = NodePropertyModule(arch, backend, num_features=data.num_features,
                                 num_outputs=data.num_outputs, task=data.task, **options)
-    trainer = quiet_trainer(max_epochs)
+    trainer = quiet_trainer(max_epochs, device)
     trainer.fit(module, data)
     return module, trainer.test(module, data, verbose=False)[0]

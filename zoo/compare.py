@@ -18,6 +18,7 @@ import os
 import statistics
 import threading
 import time
+import warnings
 from typing import Dict, List, Optional
 
 import torch
@@ -97,9 +98,12 @@ class EpochTimer(Callback):
 def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[str]) -> dict:
     """Fits and tests ``config`` under ``backend`` and ``seed``; returns the run's record."""
     run_dir = os.path.join(out_dir, "runs", f"{backend}-seed{seed}")
-    cli = ZooCLI(args=["--config", config, *overrides, f"--model.backend={backend}",
-                       f"--seed_everything={seed}", f"--trainer.default_root_dir={run_dir}",
-                       "--trainer.logger=false"], run=False)
+    with warnings.catch_warnings():
+        # LightningCLI warns when it gets args while sys.argv has some: here, on purpose.
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        cli = ZooCLI(args=["--config", config, *overrides, f"--model.backend={backend}",
+                           f"--seed_everything={seed}", f"--trainer.default_root_dir={run_dir}",
+                           "--trainer.logger=false"], run=False)
     timer = EpochTimer()
     cli.trainer.callbacks.append(timer)
     cuda = cli.trainer.strategy.root_device.type == "cuda"

@@ -126,11 +126,13 @@ class NodePropertyModule(pl.LightningModule):
             _metrics(task, num_outputs).clone(stage + "_") for stage in STAGES)
         self.evaluator = _ogb_evaluator(ogb_name)
         self._ogb_outputs: Dict[str, list] = {stage: [] for stage in STAGES}
-        # Not a submodule, so that compiling leaves the state_dict keys alone.
-        self._run = torch.compile(self.model) if compile else self.model
+        # Kept out of the submodules (nn.Module.__setattr__ would register it), so that the
+        # state_dict holds the model's parameters once, under the same keys with or without it.
+        self.__dict__["_compiled"] = torch.compile(self.model) if compile else None
 
     def forward(self, batch) -> torch.Tensor:
-        return self._run(batch.x, batch.edge_index, getattr(batch, "edge_attr", None))
+        model = self._compiled if self._compiled is not None else self.model
+        return model(batch.x, batch.edge_index, getattr(batch, "edge_attr", None))
 
     # -- loss, predictions and targets per task -------------------------------------------
     def _scored(self, batch, out: torch.Tensor, stage: str):
