@@ -150,6 +150,15 @@ def test_sageconv_fallbacks_match_dgl():
                 edge_weight=torch.rand(graph.num_edges()))
 
 
+def test_sageconv_fallback_in_training_draws_dgls_dropout():
+    """Nothing random is drawn before the fallback decision: the masks are DGL's."""
+    graph = make_graph("homogeneous", seed=4)
+    torch.manual_seed(0)
+    feat, leaves = _features(graph)
+    check_layer(dgl.nn.SAGEConv(IN, OUT, "pool", feat_drop=0.5).train(), graph, feat, leaves,
+                fused=False, seed=3, edge_weight=torch.rand(graph.num_edges()))
+
+
 # ---- GINConv -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", GRAPH_KINDS)
 @pytest.mark.parametrize("aggregator", ["sum", "mean", "max"])
@@ -262,6 +271,14 @@ def test_attn_drop(layer_cls):
     want = stock(graph, feat).detach()
     error = (runs.mean(0) - want).abs()
     assert bool((error <= 5 * runs.std(0) / len(runs) ** 0.5 + 1e-4).all())
+
+
+def test_dotgatconv_pair_for_one_node_type_gets_dgls_error():
+    graph = make_graph("bipartite")
+    fast = fastgnn.enable(dgl.nn.DotGatConv(IN, OUT, HEADS, allow_zero_in_degree=True))
+    (src, dst), _ = _features(graph, pair=True)
+    with pytest.raises(AttributeError, match="fc_src"):
+        fast(graph, (src, dst))
 
 
 def test_get_attention_and_edge_weight_fall_back():
