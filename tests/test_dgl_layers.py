@@ -371,3 +371,43 @@ def test_backend_choice(backend):
     feat, leaves = _features(graph)
     with no_fallback():
         assert_close(fast(graph, feat), stock(graph, feat))
+
+
+# ---- accuracy against float64 ------------------------------------------------------------------
+def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
+    return ((value.double() - truth).norm() / truth.norm()).item()
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: dgl.nn.GATv2Conv(32, 16, 2, allow_zero_in_degree=True),
+                 marks=pytest.mark.xfail(strict=True, reason=(
+                     "gatv2_attention's att gradient is 3.7x further off than DGL's (issue "
+                     "16's accuracy item, worked on the gat branch): remove this mark once "
+                     "the op is fixed"))),
+    lambda: dgl.nn.GATConv(32, 16, 2, allow_zero_in_degree=True),
+    lambda: dgl.nn.DotGatConv(32, 16, 2, allow_zero_in_degree=True),
+    lambda: dgl.nn.GraphConv(32, 32, allow_zero_in_degree=True),
+    lambda: dgl.nn.SAGEConv(32, 32, "pool"),
+], ids=["GATv2Conv", "GATConv", "DotGatConv", "GraphConv", "SAGEConv-pool"])
+def test_float32_error_within_twice_dgls(make):
+    """Against a float64 run of the stock layer, the enabled layer's float32 output and
+    parameter gradients are off by at most twice as much as the stock float32 layer's."""
+    from conftest import random_edge_index
+
+    src, dst = random_edge_index(2000, 2000, 40000, seed=3)
+    graph = dgl.graph((src, dst), num_nodes=2000)
+    torch.manual_seed(0)
+    stock = make()
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    truth = copy.deepcopy(stock).double()
+    x = torch.randn(2000, 32)
+    weight = torch.randn(stock(graph, x).shape, dtype=torch.float64)
+    results = {}
+    for name, layer, feat in (("truth", truth, x.double()), ("stock", stock, x),
+                              ("fast", fast, x)):
+        out = layer(graph, feat)
+        (out * weight.to(out.dtype)).sum().backward()
+        results[name] = [out.detach()] + [p.grad for p in layer.parameters()]
+    truths = results["truth"]
+    for got, own, want in zip(results["fast"], results["stock"], truths):
+        assert _relative_error(got, want) <= 2 * _relative_error(own, want)
