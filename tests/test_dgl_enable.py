@@ -137,7 +137,7 @@ def test_cache_never_keeps_graphs_alive():
     del graph
     gc.collect()
     assert dgl_graph() is None and structure() is None and fast() is None
-    assert len(fdgl.graph_cache) == entries - 1
+    assert len(fdgl.graph_cache) < entries  # its entry left (others may have, too)
 
 
 # ---- Cora --------------------------------------------------------------------------------------
