@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 import weakref
 
 import numpy as np
@@ -136,7 +137,7 @@ def test_cache_never_keeps_graphs_alive():
     del graph
     gc.collect()
     assert dgl_graph() is None and structure() is None and fast() is None
-    assert len(fdgl.graph_cache) == entries - 1
+    assert len(fdgl.graph_cache) < entries  # its entry left (others may have, too)
 
 
 # ---- Cora --------------------------------------------------------------------------------------
@@ -147,7 +148,9 @@ def _cora():
     raw = os.path.join(datasets.data_root(), "planetoid", "Cora", "raw")
 
     def read(part):
-        with open(os.path.join(raw, f"ind.cora.{part}"), "rb") as f:
+        # scipy warns about the module path its old pickles name
+        with open(os.path.join(raw, f"ind.cora.{part}"), "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
             return pickle.load(f, encoding="latin1")
 
     test_index = np.loadtxt(os.path.join(raw, "ind.cora.test.index"), dtype=np.int64)

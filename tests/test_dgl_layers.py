@@ -150,6 +150,15 @@ def test_sageconv_fallbacks_match_dgl():
                 edge_weight=torch.rand(graph.num_edges()))
 
 
+def test_sageconv_fallback_in_training_draws_dgls_dropout():
+    """Nothing random is drawn before the fallback decision: the masks are DGL's."""
+    graph = make_graph("homogeneous", seed=4)
+    torch.manual_seed(0)
+    feat, leaves = _features(graph)
+    check_layer(dgl.nn.SAGEConv(IN, OUT, "pool", feat_drop=0.5).train(), graph, feat, leaves,
+                fused=False, seed=3, edge_weight=torch.rand(graph.num_edges()))
+
+
 # ---- GINConv -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", GRAPH_KINDS)
 @pytest.mark.parametrize("aggregator", ["sum", "mean", "max"])
@@ -264,6 +273,14 @@ def test_attn_drop(layer_cls):
     assert bool((error <= 5 * runs.std(0) / len(runs) ** 0.5 + 1e-4).all())
 
 
+def test_dotgatconv_pair_for_one_node_type_gets_dgls_error():
+    graph = make_graph("bipartite")
+    fast = fastgnn.enable(dgl.nn.DotGatConv(IN, OUT, HEADS, allow_zero_in_degree=True))
+    (src, dst), _ = _features(graph, pair=True)
+    with pytest.raises(AttributeError, match="fc_src"):
+        fast(graph, (src, dst))
+
+
 def test_get_attention_and_edge_weight_fall_back():
     graph = make_graph("homogeneous", seed=13)
     feat, leaves = _features(graph)
@@ -354,3 +371,43 @@ def test_backend_choice(backend):
     feat, leaves = _features(graph)
     with no_fallback():
         assert_close(fast(graph, feat), stock(graph, feat))
+
+
+# ---- accuracy against float64 ------------------------------------------------------------------
+def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
+    return ((value.double() - truth).norm() / truth.norm()).item()
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: dgl.nn.GATv2Conv(32, 16, 2, allow_zero_in_degree=True),
+                 marks=pytest.mark.xfail(strict=True, reason=(
+                     "gatv2_attention's att gradient is 3.7x further off than DGL's (issue "
+                     "16's accuracy item, worked on the gat branch): remove this mark once "
+                     "the op is fixed"))),
+    lambda: dgl.nn.GATConv(32, 16, 2, allow_zero_in_degree=True),
+    lambda: dgl.nn.DotGatConv(32, 16, 2, allow_zero_in_degree=True),
+    lambda: dgl.nn.GraphConv(32, 32, allow_zero_in_degree=True),
+    lambda: dgl.nn.SAGEConv(32, 32, "pool"),
+], ids=["GATv2Conv", "GATConv", "DotGatConv", "GraphConv", "SAGEConv-pool"])
+def test_float32_error_within_twice_dgls(make):
+    """Against a float64 run of the stock layer, the enabled layer's float32 output and
+    parameter gradients are off by at most twice as much as the stock float32 layer's."""
+    from conftest import random_edge_index
+
+    src, dst = random_edge_index(2000, 2000, 40000, seed=3)
+    graph = dgl.graph((src, dst), num_nodes=2000)
+    torch.manual_seed(0)
+    stock = make()
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    truth = copy.deepcopy(stock).double()
+    x = torch.randn(2000, 32)
+    weight = torch.randn(stock(graph, x).shape, dtype=torch.float64)
+    results = {}
+    for name, layer, feat in (("truth", truth, x.double()), ("stock", stock, x),
+                              ("fast", fast, x)):
+        out = layer(graph, feat)
+        (out * weight.to(out.dtype)).sum().backward()
+        results[name] = [out.detach()] + [p.grad for p in layer.parameters()]
+    truths = results["truth"]
+    for got, own, want in zip(results["fast"], results["stock"], truths):
+        assert _relative_error(got, want) <= 2 * _relative_error(own, want)

@@ -7,7 +7,8 @@ import torch
 
 from fastgnn import ops
 from fastgnn.dgl._graphs import Unsupported
-from fastgnn.dgl.nn._base import FastLayer, check_features, dropout_rate, graph_of
+from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, dropout_rate,
+                                  graph_of)
 
 
 def _node_pair(layer, graph, feat, project_src, project_dst, dropout=None):
@@ -100,6 +101,8 @@ class DotGatConv(FastLayer, dgl_nn.DotGatConv):
         g = _check(self, graph, feat, get_attention)
         modules = self._modules
         if isinstance(feat, tuple):
+            if "fc_src" not in modules:
+                raise StockRaises()  # a pair for a layer built for one node type: DGL's error
             _, keys, queries = _node_pair(self, graph, feat, modules["fc_src"], modules["fc_dst"])
         else:
             _, keys, queries = _node_pair(self, graph, feat, modules["fc"], None)

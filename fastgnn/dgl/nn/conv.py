@@ -50,18 +50,20 @@ class SAGEConv(FastLayer, dgl_nn.SAGEConv):
         if kind not in ("mean", "gcn", "pool"):
             raise Unsupported(f"aggregator_type={kind!r}")
         g = fastgnn_graph(graph)
+        # Every check before the dropout: a fallback must draw the same random numbers as DGL.
+        raw_src, raw_dst = split_features(feat, graph)
+        check_features(g, raw_src, raw_dst, two_dim=True)
+        edge_weight = scalar_edge_weight(g, edge_weight, raw_src)
+        if kind == "pool" and edge_weight is not None:
+            raise Unsupported("edge_weight with aggregator_type='pool'")
         if isinstance(feat, tuple):
             feat_src, feat_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
         else:
             feat_src = feat_dst = self.feat_drop(feat)
             if graph.is_block:
                 feat_dst = feat_src[:g.num_dst_nodes]
-        check_features(g, feat_src, feat_dst, two_dim=True)
-        edge_weight = scalar_edge_weight(g, edge_weight, feat_src)
         narrowing = self._in_src_feats > self._out_feats  # fc_neigh before the aggregation
         if kind == "pool":
-            if edge_weight is not None:
-                raise Unsupported("edge_weight with aggregator_type='pool'")
             h_neigh = self.fc_neigh(ops.aggregate(g, F.relu(self.fc_pool(feat_src)), "max"))
         elif kind == "mean":
             h_src = self.fc_neigh(feat_src) if narrowing else feat_src
