@@ -221,6 +221,26 @@ def _spgemm_fake(rowptr, col, value, values, indices, num_features, t_rowptr, t_
     return values.new_empty((rowptr.shape[0] - 1, num_features))
 
 
+def _sspmm_setup(ctx, inputs, output):
+    rowptr, col, value, _, _, _, grad_out, indices, key, _ = inputs
+    ctx.save_for_backward(rowptr, col, value, indices)
+    ctx.num_features, ctx.key = grad_out.shape[1], key
+
+
+def _sspmm_backward(ctx, grad_grad_values):
+    """Double backward: the SSpMM's adjoint in grad_out is the SpGEMM of the same pattern."""
+    if ctx.needs_input_grad[2] or ctx.needs_input_grad[5]:
+        raise NotImplementedError("fastgnn.ops.maxk_spmm: double backward through edge "
+                                  "weights is not supported")
+    rowptr, col, value, indices = ctx.saved_tensors
+    grad_grad_out = None
+    if ctx.needs_input_grad[6]:
+        grad_grad_out = torch.ops.fastgnn.maxk_spgemm(
+            rowptr, col, value, grad_grad_values.contiguous(), indices, ctx.num_features, None,
+            None, None, None, ctx.key, 0)
+    return (None,) * 6 + (grad_grad_out, None, None, None)
+
+
 def _sspmm_fake(rowptr, col, value, t_rowptr, t_col, t_value, grad_out, indices, graph_key,
                 config):
     return grad_out.new_empty(indices.shape)
@@ -232,6 +252,7 @@ if _native.has_op("maxk"):
     _library.register_fake("maxk_sspmm", _sspmm_fake)
     _maxk = _library.register_autograd("maxk", _maxk_backward, _maxk_setup)
     _spgemm = _library.register_autograd("maxk_spgemm", _spgemm_backward, _spgemm_setup)
+    _library.register_autograd("maxk_sspmm", _sspmm_backward, _sspmm_setup)
     backends.register("maxk", "native", _native.devices(), _native_maxk, priority=10)
     backends.register("maxk_spmm", "native", _native.devices(), _native_maxk_spmm, priority=10)
 
