@@ -6,7 +6,8 @@ in an on-chip buffer from the k kept entries of its sources), the backward the S
 computes only the k kept entries of each source row of ``A^T dY``. Neither materialises an
 E x F tensor. The edge-weight gradient (only when ``edge_weight``/``edge_values`` require
 grad) is ``dw_e = sum_m h[j, m] dY[i, idx[j, m]]``, computed in PyTorch with E x k
-temporaries.
+temporaries. Double backward works in the features (the SSpMM's adjoint is the SpGEMM), not
+through edge weights (NotImplementedError).
 
 CUDA: the SpGEMM and the pulled SSpMM run over work items of at most ``chunk`` edges (the
 work list shared with SpMM, cached per graph), so hub rows spread over many warps; partial
