@@ -30,50 +30,6 @@ inline int lanes_per_edge(int64_t k) {
   return lanes;
 }
 
-// Walks the edges [begin, end) of a warp's work item: groups of `lanes` lanes take 32 / lanes
-// edges side by side, kEdgesInFlight steps at a time. The warp loads 32 edges' columns and
-// weights at once and shuffles them to the groups; load(j) for all the steps in flight is
-// issued before their apply(j, w, loaded), so their memory latencies overlap instead of
-// chaining edge after edge. in_order (lanes == 32 only: every lane then walks the same edges)
-// puts a warp barrier after each edge, so each shared-memory word gets its adds in edge order.
-constexpr int kEdgesInFlight = 4;
-
-template <typename index_t, typename acc_t, typename Load, typename Apply>
-__device__ __forceinline__ void walk_edges(const index_t* __restrict__ col,
-                                           const acc_t* __restrict__ value, index_t begin,
-                                           index_t end, int lanes, bool in_order, Load load,
-                                           Apply apply) {
-  using Loaded = decltype(load(int64_t(0)));
-  const int lane = threadIdx.x % kWarp, group = lane / lanes, step = kWarp / lanes;
-  for (index_t e0 = begin; e0 < end; e0 += kWarp) {
-    const int count = int(min(int64_t(kWarp), int64_t(end - e0)));
-    long long my_col = 0;
-    acc_t my_weight = 0;
-    if (lane < count) {
-      my_col = col[e0 + lane];
-      my_weight = value ? value[e0 + lane] : acc_t(1);
-    }
-    for (int t = 0; t < count; t += step * kEdgesInFlight) {
-      long long j[kEdgesInFlight];
-      acc_t w[kEdgesInFlight];
-      Loaded loaded[kEdgesInFlight];
-#pragma unroll
-      for (int u = 0; u < kEdgesInFlight; ++u) {
-        const int at = t + u * step + group;
-        j[u] = __shfl_sync(kFull, my_col, at < count ? at : 0);
-        w[u] = __shfl_sync(kFull, my_weight, at < count ? at : 0);
-        if (at >= count) j[u] = -1;
-        if (j[u] >= 0) loaded[u] = load(int64_t(j[u]));
-      }
-#pragma unroll
-      for (int u = 0; u < kEdgesInFlight; ++u) {
-        if (j[u] >= 0) apply(int64_t(j[u]), w[u], loaded[u]);
-        if (in_order) __syncwarp();
-      }
-    }
-  }
-}
-
 // ---- top-k -----------------------------------------------------------------------------------
 // A warp per row; lane l holds columns l, l + 32, ... (kRegs of them) as order keys. Key 0
 // marks a column past the width: real keys are at least ~0x7fffff's complement of -inf,
@@ -163,23 +119,16 @@ maxk_spgemm_items(const index_t* __restrict__ rowptr, const index_t* __restrict_
   const int64_t slot = static_cast<const index_t*>(work.item_slot)[item];
   for (int f = lane; f < width; f += kWarp) buffer[f] = acc_t(0);
   __syncwarp();
-  const int first = lane % lanes;
-  struct Entry {
-    acc_t v;
-    int column;  // -1: this lane has no entry (k < lanes)
-  };
-  walk_edges(
-      col, value, begin, end, lanes, reproducible,
-      [&](int64_t j) {
-        return first < k ? Entry{Scalar<scalar_t>::load(values[j * k + first]),
-                                 int(indices[j * k + first])}
-                         : Entry{acc_t(0), -1};
-      },
-      [&](int64_t j, acc_t w, const Entry& entry) {
-        if (entry.column >= 0) atomicAdd(buffer + entry.column, w * entry.v);
-        for (int m = first + lanes; m < k; m += lanes)
-          atomicAdd(buffer + indices[j * k + m], w * Scalar<scalar_t>::load(values[j * k + m]));
-      });
+  const int group = lane / lanes, step = kWarp / lanes, first = lane % lanes;
+  for (index_t e = begin + group; e < end; e += step) {
+    const int64_t j = col[e];
+    const acc_t w = value ? value[e] : acc_t(1);
+    const scalar_t* vj = values + j * k;
+    const cidx_t* cj = indices + j * k;
+    for (int m = first; m < k; m += lanes)
+      atomicAdd(buffer + cj[m], w * Scalar<scalar_t>::load(vj[m]));
+    if (reproducible) __syncwarp();  // lanes == 32: every lane walks the same edges
+  }
   __syncwarp();
   if (slot < 0) {
     scalar_t* o = out + row * width;
@@ -246,15 +195,14 @@ maxk_sspmm_push_items(const index_t* __restrict__ rowptr, const index_t* __restr
   const scalar_t* dy = grad_out + row * width;
   for (int f = lane; f < width; f += kWarp) buffer[f] = Scalar<scalar_t>::load(dy[f]);
   __syncwarp();
-  const int first = lane % lanes;
-  walk_edges(
-      col, value, begin, end, lanes, false,
-      [&](int64_t j) { return first < k ? int(indices[j * k + first]) : -1; },
-      [&](int64_t j, acc_t w, int column) {
-        if (column >= 0) atomicAdd(acc + j * k + first, w * buffer[column]);
-        for (int m = first + lanes; m < k; m += lanes)
-          atomicAdd(acc + j * k + m, w * buffer[indices[j * k + m]]);
-      });
+  const int group = lane / lanes, step = kWarp / lanes, first = lane % lanes;
+  for (index_t e = begin + group; e < end; e += step) {
+    const int64_t j = col[e];
+    const acc_t w = value ? value[e] : acc_t(1);
+    const cidx_t* cj = indices + j * k;
+    acc_t* aj = acc + j * k;
+    for (int m = first; m < k; m += lanes) atomicAdd(aj + m, w * buffer[cj[m]]);
+  }
 }
 
 // Warps per block whose dense row buffers fit the shared-memory budget, and the bytes.

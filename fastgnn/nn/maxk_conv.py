@@ -3,8 +3,9 @@ aggregation run on the CBSR kernels (``fastgnn.ops.maxk`` then ``fastgnn.ops.max
 never on a dense MaxK output.
 
 Each layer is a subclass of the PyG layer (same constructor options, parameters and
-``state_dict`` keys) with one more argument, ``k``; ``layer(x, edge_index)`` equals the stock
-``layer(MaxK(k)(x), edge_index)``. Stacked, ``conv_1 -> conv_2`` is the paper's
+``state_dict`` keys) with two more arguments, ``k`` and ``dropout`` (applied to the kept
+entries in training, 0 by default); ``layer(x, edge_index)`` equals the stock
+``layer(dropout(MaxK(k)(x)), edge_index)``. Stacked, ``conv_1 -> conv_2`` is the paper's
 ``linear -> MaxK -> SpGEMM`` dataflow: conv_1's linear output is conv_2's input, which
 conv_2 sparsifies and aggregates. The linear maps run after the aggregation (equal by
 linearity for GCNConv, whose stock layer applies ``lin`` first).
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 from fastgnn import ops
+from fastgnn.cbsr import CBSR
 from fastgnn.nn.maxk import check_k
 from fastgnn.pyg._base import (FastLayer, check_device, check_features, inherit_message_types,
                                reduce_of, warn_fallback)
@@ -34,18 +36,30 @@ from fastgnn.pyg.gcn import GCNConv as _FastGCNConv
 from fastgnn.pyg.structure import Unsupported, as_edges, resolve
 
 
-def _dense_maxk(x, k: int):
-    """The stock layers' input: MaxK of a tensor, or of both members of a pair."""
-    if isinstance(x, (tuple, list)):
-        return tuple(None if part is None else ops.maxk(part, k).to_dense() for part in x)
-    return ops.maxk(x, k).to_dense()
-
-
 class _MaxKLayer(FastLayer):
     """Runs ``_maxk_fused``, or the stock forward on the dense MaxK output when an option has
     no fused path (one-time warning)."""
 
     _stock: type  # the PyG class
+
+    def _init_maxk(self, k: int, dropout: float) -> None:
+        self.k = check_k(k)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+
+    def _maxk(self, x: torch.Tensor) -> CBSR:
+        """MaxK of x, then dropout on the kept entries (training only)."""
+        h = ops.maxk(x, self.k)
+        if self.dropout and self.training:
+            h = CBSR(F.dropout(h.values, self.dropout), h.indices, h.num_features)
+        return h
+
+    def _dense_maxk(self, x):
+        """The stock layer's input: the dense MaxK output of a tensor or of a pair."""
+        if isinstance(x, (tuple, list)):
+            return tuple(None if part is None else self._maxk(part).to_dense() for part in x)
+        return self._maxk(x).to_dense()
 
     def forward(self, x, edge_index, *args, **kwargs):
         reason = self._unsupported_state()
@@ -55,10 +69,11 @@ class _MaxKLayer(FastLayer):
             except Unsupported as exc:
                 reason = str(exc)
         warn_fallback(type(self).__name__, reason)
-        return self._stock.forward(self, _dense_maxk(x, self.k), edge_index, *args, **kwargs)
+        return self._stock.forward(self, self._dense_maxk(x), edge_index, *args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"{super().__repr__()[:-1]}, k={self.k})"
+        dropout = f", dropout={self.dropout}" if self.dropout else ""
+        return f"{super().__repr__()[:-1]}, k={self.k}{dropout})"
 
 
 class MaxKSAGEConv(_MaxKLayer, pyg_nn.SAGEConv):
@@ -66,9 +81,9 @@ class MaxKSAGEConv(_MaxKLayer, pyg_nn.SAGEConv):
 
     _stock = pyg_nn.SAGEConv
 
-    def __init__(self, in_channels, out_channels: int, k: int, **kwargs):
+    def __init__(self, in_channels, out_channels: int, k: int, dropout: float = 0.0, **kwargs):
         super().__init__(in_channels, out_channels, **kwargs)
-        self.k = check_k(k)
+        self._init_maxk(k, dropout)
 
     def _maxk_fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
@@ -77,11 +92,11 @@ class MaxKSAGEConv(_MaxKLayer, pyg_nn.SAGEConv):
         if self.project:
             raise Unsupported("project=True")
         x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
-        h = ops.maxk(x_src, self.k)
+        h = self._maxk(x_src)
         weight = _weights(edges, None, reduce, sparse_tensor_values=False)
         out = self.lin_l(ops.maxk_spmm(structure.graph, h, edge_weight=weight, reduce=reduce))
         if self.root_weight and x_dst is not None:
-            h_dst = h.to_dense() if x_dst is x_src else ops.maxk(x_dst, self.k).to_dense()
+            h_dst = h.to_dense() if x_dst is x_src else self._maxk(x_dst).to_dense()
             out = out + self.lin_r(h_dst)
         return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
 
@@ -91,9 +106,10 @@ class MaxKGCNConv(_MaxKLayer, _FastGCNConv):
 
     _stock = pyg_nn.GCNConv
 
-    def __init__(self, in_channels: int, out_channels: int, k: int, **kwargs):
+    def __init__(self, in_channels: int, out_channels: int, k: int, dropout: float = 0.0,
+                 **kwargs):
         super().__init__(in_channels, out_channels, **kwargs)
-        self.k = check_k(k)
+        self._init_maxk(k, dropout)
 
     def _maxk_fused(self, x, edge_index, edge_weight=None):
         if isinstance(x, (tuple, list)):
@@ -109,7 +125,7 @@ class MaxKGCNConv(_MaxKLayer, _FastGCNConv):
         else:
             structure, values = resolve(edges, num_nodes, num_nodes), None
         check_device(structure.graph, x)
-        h = ops.maxk(x, self.k)
+        h = self._maxk(x)
         out = self.lin(ops.maxk_spmm(structure.graph, h, edge_weight=edge_weight,
                                      edge_values=values))
         return out if self.bias is None else out + self.bias
@@ -121,20 +137,20 @@ class MaxKGINConv(_MaxKLayer, pyg_nn.GINConv):
 
     _stock = pyg_nn.GINConv
 
-    def __init__(self, nn: torch.nn.Module, k: int, **kwargs):
+    def __init__(self, nn: torch.nn.Module, k: int, dropout: float = 0.0, **kwargs):
         super().__init__(nn, **kwargs)
-        self.k = check_k(k)
+        self._init_maxk(k, dropout)
 
     def _maxk_fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
         if reduce != "sum":
             raise Unsupported(f"aggr={self.aggr!r}")
         x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
-        h = ops.maxk(x_src, self.k)
+        h = self._maxk(x_src)
         weight = _weights(edges, None, reduce, sparse_tensor_values=False)
         out = ops.maxk_spmm(structure.graph, h, edge_weight=weight)
         if x_dst is not None:
-            h_dst = h.to_dense() if x_dst is x_src else ops.maxk(x_dst, self.k).to_dense()
+            h_dst = h.to_dense() if x_dst is x_src else self._maxk(x_dst).to_dense()
             out = out + (1 + self.eps) * h_dst
         return self.nn(out)
 

@@ -6,7 +6,8 @@ in an on-chip buffer from the k kept entries of its sources), the backward the S
 computes only the k kept entries of each source row of ``A^T dY``. Neither materialises an
 E x F tensor. The edge-weight gradient (only when ``edge_weight``/``edge_values`` require
 grad) is ``dw_e = sum_m h[j, m] dY[i, idx[j, m]]``, computed in PyTorch with E x k
-temporaries.
+temporaries. Double backward works in the features (the SSpMM's adjoint is the SpGEMM), not
+through edge weights (NotImplementedError).
 
 CUDA: the SpGEMM and the pulled SSpMM run over work items of at most ``chunk`` edges (the
 work list shared with SpMM, cached per graph), so hub rows spread over many warps; partial
@@ -221,6 +222,26 @@ def _spgemm_fake(rowptr, col, value, values, indices, num_features, t_rowptr, t_
     return values.new_empty((rowptr.shape[0] - 1, num_features))
 
 
+def _sspmm_setup(ctx, inputs, output):
+    rowptr, col, value, _, _, _, grad_out, indices, key, _ = inputs
+    ctx.save_for_backward(rowptr, col, value, indices)
+    ctx.num_features, ctx.key = grad_out.shape[1], key
+
+
+def _sspmm_backward(ctx, grad_grad_values):
+    """Double backward: the SSpMM's adjoint in grad_out is the SpGEMM of the same pattern."""
+    if ctx.needs_input_grad[2] or ctx.needs_input_grad[5]:
+        raise NotImplementedError("fastgnn.ops.maxk_spmm: double backward through edge "
+                                  "weights is not supported")
+    rowptr, col, value, indices = ctx.saved_tensors
+    grad_grad_out = None
+    if ctx.needs_input_grad[6]:
+        grad_grad_out = torch.ops.fastgnn.maxk_spgemm(
+            rowptr, col, value, grad_grad_values.contiguous(), indices, ctx.num_features, None,
+            None, None, None, ctx.key, 0)
+    return (None,) * 6 + (grad_grad_out, None, None, None)
+
+
 def _sspmm_fake(rowptr, col, value, t_rowptr, t_col, t_value, grad_out, indices, graph_key,
                 config):
     return grad_out.new_empty(indices.shape)
@@ -232,6 +253,7 @@ if _native.has_op("maxk"):
     _library.register_fake("maxk_sspmm", _sspmm_fake)
     _maxk = _library.register_autograd("maxk", _maxk_backward, _maxk_setup)
     _spgemm = _library.register_autograd("maxk_spgemm", _spgemm_backward, _spgemm_setup)
+    _library.register_autograd("maxk_sspmm", _sspmm_backward, _sspmm_setup)
     backends.register("maxk", "native", _native.devices(), _native_maxk, priority=10)
     backends.register("maxk_spmm", "native", _native.devices(), _native_maxk_spmm, priority=10)
 
