@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 import torch
 
 from fastgnn import backends
-from fastgnn.ops._common import autocast_dtype
+from fastgnn._library import autocast_dtype
 from fastgnn.pyg.structure import Unsupported
 
 # MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.
