@@ -239,6 +239,20 @@ def test_training_steps_run_checked_and_reported(tmp_path):
     assert "## Training steps" in table and "train-sage-max" in table
 
 
+@pytest.mark.gpu
+def test_training_steps_on_cuda_measure_kernel_time_and_cuda_graphs(tmp_path):
+    pytest.importorskip("torch_geometric")
+    rows = []
+    opts = _options(tmp_path, device=torch.device("cuda"), workloads=["train-gcn", "train-gatv2"])
+    suite.run_graph(TINY, opts, lambda **f: rows.append(f), lambda _: None)
+    assert len(rows) == 2 * 2 * 3  # models x precisions x (stock, enabled, enabled as a graph)
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert 0 < row["busy_ms"] and row["busy_kind"] == "cuda_kernel_time"
+    graphed = [r for r in rows if r["implementation"].endswith("cuda-graph")]
+    assert len(graphed) == 4 and all(r["check"].startswith("logits match") for r in graphed)
+
+
 def test_training_step_with_other_parameters_is_a_mismatch():
     pytest.importorskip("torch_geometric")
     from fastgnn.bench import training

@@ -7,20 +7,21 @@ import copy
 import pytest
 import torch
 
+import fastgnn
 from conftest import random_graph
 
 pytest.importorskip("torch_geometric")
 from fastgnn.bench import training  # noqa: E402
 
 
-def _case(model_name: str, precision: str):
+def _case(model_name: str):
     _, edge_index = random_graph(300, 2000, seed=5)
     torch.manual_seed(0)
     model = training.StepModel(training._convs(model_name, 32)).cuda()
     gen = torch.Generator().manual_seed(0)
     case = training.StepCase(torch.randn(300, 32, generator=gen).cuda(), edge_index.cuda(),
                              torch.randint(training.CLASSES, (300,), generator=gen).cuda(), [])
-    return training.fastgnn.enable(model), case
+    return fastgnn.enable(model), case
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def deterministic():
 def test_graphed_step_trains_like_eager(model_name, precision, deterministic):
     """Deterministic kernels, so the two runs differ only by Adam's capturable arithmetic:
     a replay that did not update the parameters would be off by about lr per step."""
-    model, case = _case(model_name, precision)
+    model, case = _case(model_name)
     device = torch.device("cuda")
     eager_model, graphed_model = copy.deepcopy(model), copy.deepcopy(model)
     eager = training.make_step(eager_model, case, device, precision)

@@ -172,7 +172,8 @@ def busy_ms(step: Callable[[], None], device: torch.device, steps: int) -> float
         for _ in range(steps):
             step()
         return (time.process_time() - started) * 1e3 / steps
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
         for _ in range(steps):
             step()
         measure.sync(device)

@@ -18,21 +18,6 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
-    def autocast_dtype(device_type: str):
-        """The dtype of an enabled ``torch.autocast`` on this device type, else None."""
-        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(
-            device_type) else None
-else:
-    def autocast_dtype(device_type: str):
-        """The dtype of an enabled ``torch.autocast`` on this device type, else None."""
-        if device_type == "cuda" and torch.is_autocast_enabled():
-            return torch.get_autocast_gpu_dtype()
-        if device_type == "cpu" and torch.is_autocast_cpu_enabled():
-            return torch.get_autocast_cpu_dtype()
-        return None
-
-
 def wants_grad(*tensors) -> bool:
     if not torch.is_grad_enabled():
         return False

@@ -10,7 +10,7 @@ import torch
 from fastgnn import _adapter, backends
 # fastgnn.pyg exports FallbackWarning; tests reset _warned between cases
 from fastgnn._adapter import FallbackWarning, _warned  # noqa: F401
-from fastgnn.ops._common import autocast_dtype
+from fastgnn._library import autocast_dtype
 from fastgnn.pyg.structure import Unsupported
 
 # MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""fastgnn min/max aggregation against DGL's copy_u_min/copy_u_max on CPU, forward plus
+backward, in one process: the two alternate round by round (order reversed every round) so
+that a shared, noisy CPU affects both alike; medians are reported.
+
+  OMP_NUM_THREADS=2 scripts/bench_minmax_dgl.py --graph tolokers --width 128 --reduce min
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import fastgnn  # noqa: E402
+from fastgnn.bench import graphs  # noqa: E402
+from fastgnn.tuning import median  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--graph", default="tolokers")
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--reduce", default="min", choices=("min", "max"))
+    p.add_argument("--rounds", type=int, default=15)
+    args = p.parse_args(argv)
+    import dgl
+    g = graphs.load(args.graph).graph
+    block = dgl.create_block((g.col.long(), g.row.long()), num_src_nodes=g.num_src_nodes,
+                             num_dst_nodes=g.num_dst_nodes)
+    x = torch.randn(g.num_src_nodes, args.width, requires_grad=True)
+    dgl_op = dgl.ops.copy_u_min if args.reduce == "min" else dgl.ops.copy_u_max
+    fns = {"fastgnn": lambda: fastgnn.ops.aggregate(g, x, args.reduce),
+           "dgl": lambda: dgl_op(block, x)}
+    grad = torch.randn(g.num_dst_nodes, args.width)
+    samples = {name: {"fwd": [], "bwd": []} for name in fns}
+    for r in range(args.rounds + 2):  # two warm-up rounds
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            t0 = time.perf_counter()
+            out = fns[name]()
+            t1 = time.perf_counter()
+            torch.autograd.grad(out, x, grad)
+            t2 = time.perf_counter()
+            if r >= 2:
+                samples[name]["fwd"].append((t1 - t0) * 1e3)
+                samples[name]["bwd"].append((t2 - t1) * 1e3)
+    print(f"{args.graph} width {args.width} {args.reduce}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, dgl {dgl.__version__}, {args.rounds} rounds (medians, ms)")
+    for name, s in samples.items():
+        total = [f + b for f, b in zip(s["fwd"], s["bwd"])]
+        print(f"  {name:8s} fwd {median(s['fwd']):7.2f}  bwd {median(s['bwd']):7.2f}  "
+              f"fwd+bwd {median(total):7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
