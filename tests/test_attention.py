@@ -283,6 +283,22 @@ def test_bad_inputs_raise():
         fastgnn.ops.graph_attention(g, a, b, b, edge_term=torch.zeros(3, 2, 4))
 
 
+def test_mixed_feature_dtypes_raise_type_error():
+    g, _ = random_graph(20, 60, seed=13)
+    a, b, c, _ = make_inputs("gatv2", g, 2, 4)
+    with pytest.raises(TypeError, match="x_dst has dtype torch.float64"):
+        fastgnn.ops.gatv2_attention(g, a.double(), b, c)
+    with pytest.raises(TypeError, match="att has dtype torch.float16"):
+        fastgnn.ops.gatv2_attention(g, a, b, c.half())
+    with pytest.raises(TypeError, match="edge_term"):
+        fastgnn.ops.gatv2_attention(g, a, b, c, edge_term=torch.zeros(g.num_edges, 2, 4,
+                                                                     dtype=torch.float64))
+    with pytest.raises(TypeError, match="q has dtype torch.float64"):
+        fastgnn.ops.graph_attention(g, a.double(), b, b)
+    with pytest.raises(TypeError, match="v has dtype torch.bfloat16"):
+        fastgnn.ops.graph_attention(g, a, b, b.bfloat16())
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("kind", KINDS)
 def test_graphs_without_edges(kind, device):

@@ -110,7 +110,7 @@ struct Gatv2 {
 
   // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z).
   void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
-                acc_t* FASTGNN_RESTRICT grad_dst, acc_t* FASTGNN_RESTRICT grad_att,
+                double* FASTGNN_RESTRICT grad_dst, double* FASTGNN_RESTRICT grad_att,
                 acc_t* FASTGNN_RESTRICT grad_edge) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
 #pragma omp simd
@@ -126,7 +126,7 @@ struct Gatv2 {
 
   // Source side: x_src gets dz (its value gradient is added by the caller).
   void src_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
-                acc_t* FASTGNN_RESTRICT grad_key) const {
+                double* FASTGNN_RESTRICT grad_key) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_key[d] += g * a[d] * leaky_slope(z[d]);
@@ -181,7 +181,7 @@ struct DotProduct {
     return scratch;
   }
 
-  void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g, acc_t* grad_q, acc_t* /*att*/,
+  void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g, double* grad_q, double* /*att*/,
                 acc_t* grad_edge) const {
     const acc_t gs = g * scale;
 #pragma omp simd
@@ -193,7 +193,7 @@ struct DotProduct {
     }
   }
 
-  void src_grad(int64_t i, int64_t h, const acc_t* /*z*/, acc_t g, acc_t* grad_k) const {
+  void src_grad(int64_t i, int64_t h, const acc_t* /*z*/, acc_t g, double* grad_k) const {
     const acc_t gs = g * scale;
     const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
@@ -265,7 +265,7 @@ struct BackwardBuffers {
   acc_t* grad_dst;        // x_dst or q, [T, H, D]
   acc_t* grad_key;        // x_src or k, [S, H, D]
   acc_t* grad_value;      // x_src or v, [S, H, D]
-  acc_t* grad_att;        // [chunks, H, D] per-chunk partials (GATv2), or null
+  double* grad_att;       // [chunks, H, D] per-chunk partials (GATv2), or null
   acc_t* grad_edge;       // [E, H, D] input edge order, or null
 };
 
@@ -282,7 +282,11 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> z(dim), scratch(dim), no_att(dim);
+    std::vector<acc_t> z(dim), scratch(dim);
+    // A row's gradients sum in double, then round once: their terms nearly cancel
+    // (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float partial sums lose accuracy.
+    std::vector<double> row_dst(heads * dim), row_key(heads * dim), row_value(heads * dim),
+        no_att(dim);
     // Recomputes edge (j -> i, CSR position e) at head h: alpha c and dLogit.
     auto edge_grad = [&](int64_t i, int64_t j, int64_t e, int64_t h, acc_t& wc, acc_t& g) {
       const acc_t logit = p.logit(i, j, e, h, z.data());
@@ -292,9 +296,16 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
       const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, scratch.data()), dim) : acc_t(0);
       g = wc * dval - alpha * b.delta[i * heads + h];
     };
+    // Adds a row's double sums into a gradient buffer.
+    auto flush = [&](std::vector<double>& sums, acc_t* out, int64_t n) {
+      acc_t* FASTGNN_RESTRICT row = out + n * heads * dim;
+#pragma omp simd
+      for (int64_t k = 0; k < heads * dim; ++k) row[k] += acc_t(sums[k]);
+      std::fill(sums.begin(), sums.end(), 0.0);
+    };
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
-      acc_t* att_part = b.grad_att && do_dst ? b.grad_att + c * heads * dim : nullptr;
+      double* att_part = b.grad_att && do_dst ? b.grad_att + c * heads * dim : nullptr;
       for (int64_t n = c * chunk_rows; n < std::min(rows, (c + 1) * chunk_rows); ++n) {
         for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
           const int64_t m = col[q];
@@ -310,7 +321,7 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
             acc_t wc, g;
             edge_grad(n, m, q, h, wc, g);
             acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(q, h) : nullptr;
-            p.dst_grad(n, h, z.data(), g, b.grad_dst + (n * heads + h) * dim,
+            p.dst_grad(n, h, z.data(), g, row_dst.data() + h * dim,
                        att_part ? att_part + h * dim : no_att.data(), ged);
             if (Policy::kEdgeInValues && ged) {
               const acc_t* dout = b.grad_out + (n * heads + h) * dim;
@@ -322,14 +333,19 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
             acc_t wc, g;
             const int64_t e = src_perm[q];
             edge_grad(m, n, e, h, wc, g);
-            p.src_grad(m, h, z.data(), g, b.grad_key + (n * heads + h) * dim);
+            p.src_grad(m, h, z.data(), g, row_key.data() + h * dim);
             if (wc != 0) {
               const acc_t* dout = b.grad_out + (m * heads + h) * dim;
-              acc_t* FASTGNN_RESTRICT gv = b.grad_value + (n * heads + h) * dim;
+              double* FASTGNN_RESTRICT gv = row_value.data() + h * dim;
 #pragma omp simd
               for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
             }
           }
+        }
+        if (do_dst) flush(row_dst, b.grad_dst, n);
+        if (do_src) {
+          flush(row_key, b.grad_key, n);
+          flush(row_value, b.grad_value, n);
         }
       }
     }
@@ -443,9 +459,10 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
     using index_t = decltype(i);
     const auto policy = make_policy(acc_t{}, index_t{});
     auto ptr = [](at::Tensor& t) { return t.defined() ? t.data_ptr<acc_t>() : nullptr; };
+    double* att = grads.att_partial.defined() ? grads.att_partial.data_ptr<double>() : nullptr;
     const BackwardBuffers<acc_t> bufs{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
                                       delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
-                                      ptr(grads.value), ptr(grads.att_partial), ptr(grads.edge)};
+                                      ptr(grads.value), att, ptr(grads.edge)};
     const index_t* rowptr = in.rowptr.data_ptr<index_t>();
     const index_t* col = in.col.data_ptr<index_t>();
     const index_t* perm = t_perm_c.data_ptr<index_t>();
@@ -510,7 +527,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
   Grads grads;
   grads.dst = at::zeros(xd.sizes(), opts);
   grads.key = grads.value = at::zeros(xs.sizes(), opts);
-  grads.att_partial = at::zeros({att_chunks(in.rows), in.heads, in.dim}, opts);
+  grads.att_partial =  // summed in double, like every row's gradients
+      at::zeros({att_chunks(in.rows), in.heads, in.dim}, opts.dtype(at::kDouble));
   grads.edge = edge_grad_buffer(in);
   run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, x_src.size(0), dropout, seed,
                offset, grads, "gatv2_backward", [&](auto acc, auto idx) {
