@@ -97,6 +97,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
   }
   TORCH_CHECK(duplicate.item<int>() == 0, "sample_layer: the seed nodes must be unique");
 
+  if (num_edges == 0) return {ptr.to(local_type), local, pos, nodes_out};
   auto sorted_local = at::empty_like(local);
   auto sorted_pos = at::empty_like(pos);
   size_t temp_bytes = 0;
