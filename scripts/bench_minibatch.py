@@ -113,7 +113,8 @@ def main():
         for epoch in range(args.epochs):
             seconds, waited, steps = run_epoch(model, opt, loader, device, args.max_batches)
             print(f"sampler={where} epoch {epoch}: {seconds:.2f} s for {steps} steps "
-                  f"({steps / seconds:.1f} steps/s), waiting for data {100 * waited / seconds:.1f}%")
+                  f"({steps / seconds:.1f} steps/s), "
+                  f"waiting for data {100 * waited / seconds:.1f}%")
         rows.append({"sampler": where, "epoch_s": seconds, "steps": steps,
                      "steps_per_s": steps / seconds, "wait_share": waited / seconds,
                      "cpu_threads": args.cpu_threads if where == "cpu" else None})
