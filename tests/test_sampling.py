@@ -103,6 +103,19 @@ def test_blocks_exact_properties(device, replace, edge_dir):
         _check_blocks(graph, ei, blocks, seeds, [-1, 4, 2], replace, edge_dir)
 
 
+def test_sampled_graphs_share_tuning_signatures():
+    graph, _ = random_graph(3000, 30000, seed=4)
+    sampler = NeighborSampler(graph, [5, 10])
+    gen = torch.Generator().manual_seed(0)
+    first = sampler.sample_blocks(torch.arange(0, 1000), gen).blocks
+    second = sampler.sample_blocks(torch.arange(1000, 2000), gen).blocks
+    assert first[1].num_edges != second[1].num_edges  # different sizes, one tuning key
+    assert [b.signature() for b in first] == [b.signature() for b in second]
+    assert first[0].signature() != first[1].signature()
+    subs = [sampler.sample_subgraph(torch.arange(k, k + 500), gen) for k in (0, 500)]
+    assert subs[0].graph.signature() == subs[1].graph.signature()
+
+
 def test_subgraph_union_of_hops():
     graph, ei = _graph()
     sampler = NeighborSampler(graph, [2, 3])
