@@ -54,6 +54,19 @@ def test_sample_layer_matches_reference(device, fanout, replace, weighted):
             assert torch.equal(w, t.cpu().to(torch.int64))
 
 
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck needs torch >= 2.4")
+    g, _ = _graph(device)
+    nodes = torch.tensor([5, 0, 77, 12], device=device)
+    weight = torch.rand(g.num_edges, device=device)
+    for w, fanout, replace in ((None, 3, False), (None, -1, False), (weight, 2, True)):
+        torch.library.opcheck(torch.ops.fastgnn.sample_layer,
+                              (g.rowptr, g.col, w, nodes, 1, fanout, replace, 7, True),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
 # ---- exact properties of blocks ---------------------------------------------------------------
 def _check_blocks(graph, ei, blocks, seeds, fanouts, replace, edge_dir="in"):
     edges = _edge_set(ei)

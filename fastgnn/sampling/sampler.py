@@ -14,11 +14,28 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from fastgnn import _native, _validate
+from fastgnn import _library, _native, _validate
 from fastgnn.graph import Graph
 
 EDGE_DIRS = ("in", "out")
 _SEED_BOUND = 2**62
+
+
+def _fake_sample_layer(rowptr, col, weight, nodes, seeds_begin, fanout, replace, seed,
+                       deterministic):
+    """Shapes of sample_layer's outputs for fake tensors: the edge and new-node counts depend
+    on the data (dynamic sizes); local ids are int32 (what any batch below 2^31 nodes gets)."""
+    ctx = torch.library.get_ctx()
+    dynamic = getattr(ctx, "new_dynamic_size", None) or ctx.create_unbacked_symint  # torch < 2.4
+    num_edges, num_new = dynamic(), dynamic()
+    num_seeds = nodes.numel() - seeds_begin
+    return (nodes.new_empty(num_seeds + 1, dtype=torch.int32),
+            nodes.new_empty(num_edges, dtype=torch.int32), nodes.new_empty(num_edges),
+            nodes.new_empty(nodes.numel() + num_new))
+
+
+if _native.has_op("sample_layer"):
+    _library.register_fake("sample_layer", _fake_sample_layer)
 
 
 class Block(Graph):
