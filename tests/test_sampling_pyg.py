@@ -130,6 +130,7 @@ def test_loader_subgraph_layout_runs_enabled_models():
         full = model(data.x, data.edge_index)
         for b in loader:
             edge_index = b.edge_index
+            assert b.edge_index is edge_index
             builds = fastgnn.pyg.structure_cache.builds
             out = model(b.x, edge_index)
             assert fastgnn.pyg.structure_cache.builds == builds
