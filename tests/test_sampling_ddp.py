@@ -40,6 +40,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         if rank == 0:
             with open(os.path.join(out_dir, "seen.json"), "w") as f:
                 json.dump(gathered, f)
+        dist.barrier()  # torch 2.2's gloo can hang in destroy once the peer has exited
     finally:
         dist.destroy_process_group()
 
