@@ -1,6 +1,6 @@
 """fastgnn: compiled CPU and CUDA kernels for GCN-, reduction- and attention-style GNN layers.
 
-Public names: Graph, ops, enable, disable, set_backend, get_backend, backend, info.
+Public names: Graph, ops, enable, disable, set_backend, get_backend, backend, info, sampling.
 """
 __version__ = "0.1.0"
 
@@ -9,6 +9,7 @@ from fastgnn.backends import backend, get_backend, set_backend  # noqa: E402
 from fastgnn.enable import disable, enable  # noqa: E402
 from fastgnn.graph import Graph  # noqa: E402
 from fastgnn.info import info  # noqa: E402
+from fastgnn import sampling  # noqa: E402  (registers the sampling op's fake kernel)
 
 __all__ = ["Graph", "ops", "enable", "disable", "set_backend", "get_backend", "backend", "info",
-           "__version__"]
+           "__version__", "sampling"]

@@ -10,8 +10,9 @@ pytestmark = pytest.mark.skipif(not _native.available, reason="native extension 
 
 # Ops that take no tensors (cache management) have nothing to fake or differentiate.
 TENSORLESS = {"release_graph_cache", "graph_cache_size"}
-# Ops that autograd never differentiates: backward kernels and the dropout-mask generator.
-NOT_DIFFERENTIATED_SUFFIXES = ("_backward", "_dropout_mask")
+# Ops that autograd never differentiates: backward kernels, the dropout-mask generator and
+# neighbour sampling (integer outputs).
+NOT_DIFFERENTIATED_SUFFIXES = ("_backward", "_dropout_mask", "::sample_layer")
 
 
 def fastgnn_ops():
