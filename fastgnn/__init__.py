@@ -1,7 +1,7 @@
 """fastgnn: compiled CPU and CUDA kernels for GCN-, reduction- and attention-style GNN layers.
 
-Public names: Graph, CBSR, SnapshotGraph, ops, enable, disable, reorder, NodeOrder, set_backend, get_backend,
-backend, info.
+Public names: Graph, CBSR, SnapshotGraph, ops, enable, disable, reorder, NodeOrder, sampling,
+set_backend, get_backend, backend, info.
 """
 __version__ = "0.1.0"
 
@@ -12,7 +12,8 @@ from fastgnn.enable import disable, enable  # noqa: E402
 from fastgnn.graph import Graph  # noqa: E402
 from fastgnn.info import info  # noqa: E402
 from fastgnn.reordering import NodeOrder, reorder  # noqa: E402
+from fastgnn import sampling  # noqa: E402  (registers the sampling op's fake kernel)
 from fastgnn.snapshots import SnapshotGraph  # noqa: E402
 
 __all__ = ["Graph", "ops", "enable", "disable", "set_backend", "get_backend", "backend", "info",
-           "reorder", "NodeOrder", "__version__", "CBSR", "SnapshotGraph"]
+           "reorder", "NodeOrder", "__version__", "CBSR", "SnapshotGraph", "sampling"]

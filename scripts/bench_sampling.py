@@ -76,20 +76,17 @@ def time_dgl(dgl_graph, fanouts, batches):
     return edges, time.perf_counter() - start
 
 
-def summarise(name, runs, extra=None):
-    rates = [e / s for e, s in runs]
-    row = {"sampler": name, "edges_per_s": statistics.median(rates),
-           "batches_per_s": statistics.median(len_b / s for (_, s), len_b in
-                                              zip(runs, [runs_batches] * len(runs))),
-           "edges_per_batch": runs[0][0] / runs_batches, "rounds": len(runs)}
-    row.update(extra or {})
+def summarise(name, runs, num_batches, extra):
+    """Medians over rounds of (sampled edges, seconds) for ``num_batches`` batches each."""
+    row = {"sampler": name, "edges_per_s": statistics.median(e / s for e, s in runs),
+           "batches_per_s": statistics.median(num_batches / s for _, s in runs),
+           "edges_per_batch": runs[0][0] / num_batches, "rounds": len(runs), **extra}
     print(f"{name:>28}: {row['edges_per_s'] / 1e6:9.2f} M sampled edges/s, "
           f"{row['batches_per_s']:9.1f} batches/s, {row['edges_per_batch']:.0f} edges/batch")
     return row
 
 
 def main():
-    global runs_batches
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="ogbn-arxiv")
     parser.add_argument("--fanouts", default="15,10", help="per layer, input layer first")
@@ -105,7 +102,6 @@ def main():
     device = torch.device(args.device)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     graph = load_graph(args.graph, device)
-    runs_batches = args.batches
     batches = seed_batches(graph.num_dst_nodes, args.batch_size, args.batches, 1)
     contenders = {}
     contenders[f"fastgnn-{device.type}"] = (
@@ -147,8 +143,9 @@ def main():
     if device.type == "cuda":
         env["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
         env["graph_gpu_mb"] = (graph.rowptr.nbytes + graph.col.nbytes) / 2**20
-        print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB (graph CSR {env['graph_gpu_mb']:.0f} MB)")
-    rows = [summarise(name, r, env) for name, r in runs.items()]
+        print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB "
+              f"(graph CSR {env['graph_gpu_mb']:.0f} MB)")
+    rows = [summarise(name, r, args.batches, env) for name, r in runs.items()]
     out = args.out or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
         f"{env['date'][:10]}-{device_tag(device)}-sampling.jsonl")

@@ -54,6 +54,19 @@ def test_sample_layer_matches_reference(device, fanout, replace, weighted):
             assert torch.equal(w, t.cpu().to(torch.int64))
 
 
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck needs torch >= 2.4")
+    g, _ = _graph(device)
+    nodes = torch.tensor([5, 0, 77, 12], device=device)
+    weight = torch.rand(g.num_edges, device=device)
+    for w, fanout, replace in ((None, 3, False), (None, -1, False), (weight, 2, True)):
+        torch.library.opcheck(torch.ops.fastgnn.sample_layer,
+                              (g.rowptr, g.col, w, nodes, 1, fanout, replace, 7, True),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
 # ---- exact properties of blocks ---------------------------------------------------------------
 def _check_blocks(graph, ei, blocks, seeds, fanouts, replace, edge_dir="in"):
     edges = _edge_set(ei)
@@ -101,6 +114,19 @@ def test_blocks_exact_properties(device, replace, edge_dir):
         blocks = sampler.sample_blocks(seeds, torch.Generator().manual_seed(0)).blocks
         assert all(isinstance(b, fastgnn.Graph) for b in blocks)
         _check_blocks(graph, ei, blocks, seeds, [-1, 4, 2], replace, edge_dir)
+
+
+def test_sampled_graphs_share_tuning_signatures():
+    graph, _ = random_graph(3000, 30000, seed=4)
+    sampler = NeighborSampler(graph, [5, 10])
+    gen = torch.Generator().manual_seed(0)
+    first = sampler.sample_blocks(torch.arange(0, 1000), gen).blocks
+    second = sampler.sample_blocks(torch.arange(1000, 2000), gen).blocks
+    assert first[1].num_edges != second[1].num_edges  # different sizes, one tuning key
+    assert [b.signature() for b in first] == [b.signature() for b in second]
+    assert first[0].signature() != first[1].signature()
+    subs = [sampler.sample_subgraph(torch.arange(k, k + 500), gen) for k in (0, 500)]
+    assert subs[0].graph.signature() == subs[1].graph.signature()
 
 
 def test_subgraph_union_of_hops():

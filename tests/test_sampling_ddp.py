@@ -2,6 +2,7 @@
 iterates its own share of the seeds; the shares are disjoint, equal in size and cover all."""
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 
@@ -14,6 +15,7 @@ WORLD_SIZE = 2
 
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
+    faulthandler.dump_traceback_later(240, exit=True)  # a hang fails with the stack, not forever
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD_SIZE)
     try:
@@ -38,6 +40,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         if rank == 0:
             with open(os.path.join(out_dir, "seen.json"), "w") as f:
                 json.dump(gathered, f)
+        dist.barrier()  # torch 2.2's gloo can hang in destroy once the peer has exited
     finally:
         dist.destroy_process_group()
 

@@ -130,7 +130,24 @@ def test_loader_subgraph_layout_runs_enabled_models():
         full = model(data.x, data.edge_index)
         for b in loader:
             edge_index = b.edge_index
+            assert b.edge_index is edge_index
             builds = fastgnn.pyg.structure_cache.builds
             out = model(b.x, edge_index)
             assert fastgnn.pyg.structure_cache.builds == builds
             torch.testing.assert_close(out[: b.batch_size], full[b.seeds], rtol=1e-5, atol=1e-5)
+
+
+def test_blocks_through_enabled_layers_equal_full_graph():
+    data = _data()
+    graph = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
+    model = fastgnn.enable(_Sage()).eval()
+    loader = fastgnn.sampling.NeighborLoader(graph, [-1, -1, -1], torch.arange(0, 120, 5),
+                                             batch_size=8, features=data.x)
+    with torch.no_grad():
+        full = model(data.x, data.edge_index)
+        for b in loader:
+            x = b.x
+            for i, (conv, block) in enumerate(zip(model.convs, b.blocks)):
+                x = conv((x, x[: block.num_dst_nodes]), block)
+                x = x.relu() if i + 1 < len(model.convs) else x
+            torch.testing.assert_close(x, full[b.seeds], rtol=1e-5, atol=1e-5)

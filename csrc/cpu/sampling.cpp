@@ -160,7 +160,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   int64_t* values = keys + capacity;
   std::atomic<bool> unique{true};
   parallel_for(num_known, kEdgeGrain, [&](int64_t i) {
-    if (!insert_min(keys, values, mask, nodes[i], i, true)) unique.store(false, std::memory_order_relaxed);
+    if (!insert_min(keys, values, mask, nodes[i], i, true)) {
+      unique.store(false, std::memory_order_relaxed);
+    }
   });
   TORCH_CHECK(unique.load(), "sample_layer: the seed nodes must be unique");
   parallel_for(num_edges, kEdgeGrain, [&](int64_t e) {

@@ -54,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
 
   auto ptr = at::zeros({in.num_seeds + 1}, opts);
   sample_counts(in, ptr.data_ptr<int64_t>() + 1, s);
-  at::cumsum_out(ptr, ptr, 0);
+  ptr = at::cumsum(ptr, 0);
   const int64_t num_edges = ptr[in.num_seeds].item<int64_t>();
   auto pos = at::empty({num_edges}, opts);
   sample_fill(in, ptr.data_ptr<int64_t>(), pos.data_ptr<int64_t>(), s);
@@ -77,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
     auto rank = at::empty({num_edges}, opts);
     relabel_first_edges(in, pos.data_ptr<int64_t>(), num_edges, table, value_of.data_ptr<int64_t>(),
                         rank.data_ptr<int64_t>(), s);
-    at::cumsum_out(rank, rank, 0);
+    rank = at::cumsum(rank, 0);
     const int64_t num_new = num_edges ? rank[num_edges - 1].item<int64_t>() : 0;
     nodes_out = at::empty({num_known + num_new}, opts);
     nodes_out.narrow(0, 0, num_known).copy_(nodes);
@@ -97,6 +97,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
   }
   TORCH_CHECK(duplicate.item<int>() == 0, "sample_layer: the seed nodes must be unique");
 
+  if (num_edges == 0) return {ptr.to(local_type), local, pos, nodes_out};
   auto sorted_local = at::empty_like(local);
   auto sorted_pos = at::empty_like(pos);
   size_t temp_bytes = 0;

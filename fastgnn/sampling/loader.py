@@ -50,8 +50,14 @@ class MiniBatch:
         PyG structure cache so that enabled layers use ``graph`` without building it again."""
         if self.graph is None:
             raise AttributeError("edge_index exists for layout='subgraph' only")
-        from fastgnn.pyg.sampler import registered_edge_index
-        return registered_edge_index(self.graph)
+        # Memoised outside the dataclass fields: a copy moved to another device (Lightning's
+        # batch transfer rebuilds the dataclass) registers its own.
+        memo = self.__dict__.get("_edge_index_of")
+        if memo is None or memo[0] is not self.graph:
+            from fastgnn.pyg.sampler import registered_edge_index
+            memo = (self.graph, registered_edge_index(self.graph))
+            self.__dict__["_edge_index_of"] = memo
+        return memo[1]
 
 
 def gather(storage: Optional[torch.Tensor], index: torch.Tensor, device: torch.device,

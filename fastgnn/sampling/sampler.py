@@ -14,11 +14,28 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from fastgnn import _native, _validate
+from fastgnn import _library, _native, _validate
 from fastgnn.graph import Graph
 
 EDGE_DIRS = ("in", "out")
 _SEED_BOUND = 2**62
+
+
+def _fake_sample_layer(rowptr, col, weight, nodes, seeds_begin, fanout, replace, seed,
+                       deterministic):
+    """Shapes of sample_layer's outputs for fake tensors: the edge and new-node counts depend
+    on the data (dynamic sizes); local ids are int32 (what any batch below 2^31 nodes gets)."""
+    ctx = torch.library.get_ctx()
+    dynamic = getattr(ctx, "new_dynamic_size", None) or ctx.create_unbacked_symint  # torch < 2.4
+    num_edges, num_new = dynamic(), dynamic()
+    num_seeds = nodes.numel() - seeds_begin
+    return (nodes.new_empty(num_seeds + 1, dtype=torch.int32),
+            nodes.new_empty(num_edges, dtype=torch.int32), nodes.new_empty(num_edges),
+            nodes.new_empty(nodes.numel() + num_new))
+
+
+if _native.has_op("sample_layer"):
+    _library.register_fake("sample_layer", _fake_sample_layer)
 
 
 class Block(Graph):
@@ -27,10 +44,12 @@ class Block(Graph):
     ``edge_ids`` of the sampled graph, in CSR order."""
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, src_ids: torch.Tensor,
-                 edge_ids: torch.Tensor):
+                 edge_ids: torch.Tensor, fanout: int):
         super().__init__(rowptr, col, src_ids.numel(), None, _trusted=True)
         self.src_ids = src_ids
         self.edge_ids = edge_ids
+        self.fanout = fanout
+        _stable_signature(self, ("block", fanout))
 
     @property
     def dst_ids(self) -> torch.Tensor:
@@ -41,7 +60,8 @@ class Block(Graph):
         if device == self.device:
             return self
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return Block(move(self.rowptr), move(self.col), move(self.src_ids), move(self.edge_ids))
+        return Block(move(self.rowptr), move(self.col), move(self.src_ids), move(self.edge_ids),
+                     self.fanout)
 
     def __repr__(self) -> str:
         return (f"fastgnn.sampling.Block(num_src_nodes={self.num_src_nodes}, "
@@ -188,7 +208,7 @@ class NeighborSampler:
         blocks = []
         for fanout in reversed(self.fanouts):
             rowptr, col, positions, sources = self._layer(nodes, 0, fanout, _layer_seed(generator))
-            blocks.append(Block(rowptr, col, sources, self._edge_ids(positions)))
+            blocks.append(Block(rowptr, col, sources, self._edge_ids(positions), fanout))
             nodes = sources
         return SampledBlocks(blocks[::-1])
 
@@ -210,8 +230,20 @@ class NeighborSampler:
             num_edges.append(pos.numel())
             begin, nodes = nodes.numel(), grown
         graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges)
+        _stable_signature(graph, ("subgraph",) + tuple(hops))
         return SampledSubgraph(graph, nodes, self._edge_ids(torch.cat(positions)), num_nodes,
                                num_edges)
+
+
+def _stable_signature(graph: Graph, kind: tuple) -> None:
+    """Gives a sampled graph the tuning signature of its kind and size class (powers of two):
+    every batch has its own sizes, and ``fastgnn.tuning`` would otherwise time the kernels'
+    launch choices anew for each one."""
+    def size_class(n: int) -> int:
+        return 1 << max(0, n - 1).bit_length()
+    graph.cached("signature", lambda: kind + (size_class(graph.num_src_nodes),
+                                              size_class(graph.num_dst_nodes),
+                                              size_class(graph.num_edges)))
 
 
 def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
