@@ -1,6 +1,6 @@
 // Min/max aggregation CUDA kernels: a light path (lanes over features, a sequential scan of
 // each row's edges), a heavy path (edge chunks merged by 64-bit atomics on packed
-// (order key, source) words) and the two backwards (atomic scatter, deterministic pull).
+// (order key, source) words) and the two backward scatters.
 //
 // Every comparison goes through order_key(), an integer key whose unsigned order is the
 // float order with -0 == +0 and NaN beyond every number (lowest key for min, highest for
@@ -10,7 +10,6 @@
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 
-#include <algorithm>
 #include <type_traits>
 
 namespace fastgnn {
@@ -292,49 +291,15 @@ __global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int
   }
 }
 
-// acc[j, f..f+N) += grad_out[i, f..f+N) for one feature group (j: the winning source of
-// each). Groups that share one source (ties, e.g. the zeros a ReLU leaves, go to the smallest
-// source) take a single vector atomic on sm_90; the others one atomic per feature.
-template <int N, typename acc_t, typename index_t>
-__device__ __forceinline__ void scatter_group(acc_t* __restrict__ acc, const index_t (&j)[N],
-                                              const acc_t (&g)[N], int64_t width, int64_t f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (std::is_same_v<acc_t, float> && (N == 2 || N == 4)) {
-    bool shared = j[0] >= 0;
-#pragma unroll
-    for (int n = 1; n < N; ++n) shared &= j[n] == j[0];
-    if (shared) {
-      float* at = acc + int64_t(j[0]) * width + f;
-      if constexpr (N == 4)
-        atomicAdd(reinterpret_cast<float4*>(at), make_float4(g[0], g[1], g[2], g[3]));
-      else
-        atomicAdd(reinterpret_cast<float2*>(at), make_float2(g[0], g[1]));
-      return;
-    }
-  }
-#endif
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-    if (j[n] >= 0) atomicAdd(acc + int64_t(j[n]) * width + f + n, g[n]);
-}
-
-// One thread per N consecutive features of a row: packet loads of arg and grad_out, one row
-// index division per packet rather than per feature.
-template <typename scalar_t, typename index_t, int N>
+template <typename scalar_t, typename index_t>
 __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
                                       const scalar_t* __restrict__ grad_out,
                                       typename Scalar<scalar_t>::acc* __restrict__ acc,
-                                      int64_t packets, int64_t width) {
-  using acc_t = typename Scalar<scalar_t>::acc;
-  const int64_t per_row = width / N;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < packets;
+                                      int64_t total, int64_t width) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
        k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = k / per_row, f = (k - i * per_row) * N;
-    const int64_t at = i * width + f;
-    const Packet<index_t, N> j = *reinterpret_cast<const Packet<index_t, N>*>(arg + at);
-    acc_t g[N];
-    load_packet<scalar_t, N>(grad_out + at, g);
-    scatter_group<N>(acc, j.v, g, width, f);
+    const int64_t j = arg[k];
+    if (j >= 0) atomicAdd(acc + j * width + k % width, Scalar<scalar_t>::load(grad_out[k]));
   }
 }
 
@@ -513,25 +478,16 @@ void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
 
 void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const void* grad_out,
                            void* acc, int64_t rows, int64_t width, cudaStream_t stream) {
-  if (rows == 0 || width == 0) return;
-  constexpr int kThreads = 256;
+  const int64_t total = rows * width;
+  if (total == 0) return;
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     using acc_t = typename Scalar<scalar_t>::acc;
     dispatch_index(index64, [&](auto i) {
       using index_t = decltype(i);
-      // Packets must fit both arg's and grad_out's alignment: the narrower scalar decides.
-      const int64_t bytes = std::max<int64_t>(sizeof(index_t), sizeof(scalar_t));
-      const int vec = std::min(packet_size(width, bytes, arg, grad_out),
-                               packet_size(width, sizeof(acc_t), acc, acc));
-      dispatch_vec(vec, [&](auto n) {
-        constexpr int N = decltype(n)::value;
-        const int64_t packets = rows * (width / N);
-        minmax_scatter_kernel<scalar_t, index_t, N><<<grid_for(packets, kThreads), kThreads, 0,
-                                                     stream>>>(
-            static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
-            static_cast<acc_t*>(acc), packets, width);
-      });
+      minmax_scatter_kernel<scalar_t, index_t><<<grid_for(total, 256), 256, 0, stream>>>(
+          static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+          static_cast<acc_t*>(acc), total, width);
     });
   });
   check_launch("minmax_scatter_atomic");
