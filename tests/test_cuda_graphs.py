@@ -32,14 +32,23 @@ def deterministic():
     torch.use_deterministic_algorithms(previous)
 
 
+def _loss(model, case, device, precision) -> float:
+    logits = training._logits(model, case, device, precision)
+    return float(torch.nn.functional.cross_entropy(logits, case.labels))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("model_name", training.MODELS)
 @pytest.mark.parametrize("precision", list(training.PRECISIONS))
 def test_graphed_step_trains_like_eager(model_name, precision, deterministic):
-    """Deterministic kernels, so the two runs differ only by Adam's capturable arithmetic:
-    a replay that did not update the parameters would be off by about lr per step."""
+    """The replayed steps train as the eager ones do: after the same number of steps both
+    models reach the same loss, well apart from the start. (Parameters are not compared one by
+    one: Adam turns rounding-level differences in near-zero gradients, here between capturable
+    and plain Adam, into steps of about lr.) A replay that updated nothing would leave the
+    graphed model three steps behind."""
     model, case = _case(model_name)
     device = torch.device("cuda")
+    initial = _loss(model, case, device, precision)
     eager_model, graphed_model = copy.deepcopy(model), copy.deepcopy(model)
     eager = training.make_step(eager_model, case, device, precision)
     # the graphed model takes 3 warm-up steps before its capture: the eager one takes them too
@@ -50,7 +59,8 @@ def test_graphed_step_trains_like_eager(model_name, precision, deterministic):
         eager()
         graphed()
     torch.cuda.synchronize()
-    tol = 1e-5
-    for (name, a), b in zip(eager_model.named_parameters(), graphed_model.parameters()):
-        scale = max(float(a.abs().max()), 1.0)
-        assert float((a - b).abs().max()) <= tol * scale, name
+    eager_loss = _loss(eager_model, case, device, precision)
+    graphed_loss = _loss(graphed_model, case, device, precision)
+    progress = initial - eager_loss
+    assert progress > 0
+    assert abs(graphed_loss - eager_loss) <= 0.05 * progress, (initial, eager_loss, graphed_loss)
