@@ -32,6 +32,7 @@ def _calls(g, device, seed=0):
     x = _features(g, device, 16, seed=seed)
     q, k, v = (_features(g, device, 2, 8, seed=seed + i) for i in (1, 2, 3))
     att = torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)).to(device)
+    alpha_src, alpha_dst = (_features(g, device, 2, seed=seed + i) for i in (4, 5))
     return {
         "spmm": (lambda x: fastgnn.ops.spmm(g, x, norm="both"),
                  lambda x: reference.spmm(g, x, norm="both"), (x,)),
@@ -41,6 +42,8 @@ def _calls(g, device, seed=0):
                   lambda q, k, att: reference.gatv2_attention(g, q, k, att), (q, k, att)),
         "graph-attention": (lambda q, k, v: fastgnn.ops.graph_attention(g, q, k, v),
                             lambda q, k, v: reference.graph_attention(g, q, k, v), (q, k, v)),
+        "gat": (lambda x, a, b: fastgnn.ops.gat_attention(g, x, a, b),
+                lambda x, a, b: reference.gat_attention(g, x, a, b), (q, alpha_src, alpha_dst)),
     }
 
 
@@ -61,7 +64,7 @@ def _close(actual, expected, dtype, half_reference=None):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention"])
+@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat"])
 def test_ops_run_in_the_autocast_dtype(device, dtype, name, request):
     if name == "gatv2" and dtype == torch.bfloat16:
         request.node.add_marker(pytest.mark.xfail(reason=(
@@ -100,11 +103,11 @@ def _cast_events(run, device):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention"])
+@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat"])
 def test_no_casts_around_ops_fed_in_the_autocast_dtype(device, name, request):
     """Features arriving in bfloat16 (as a linear layer's output under autocast does) reach
     the kernels as they are: no cast or copy op is dispatched around the call."""
-    if device == "cpu" and name in ("gatv2", "graph-attention"):
+    if device == "cpu" and name in ("gatv2", "graph-attention", "gat"):
         request.node.add_marker(pytest.mark.xfail(
             strict=True, reason="the CPU attention kernels copy half inputs to float32 "
             "(csrc/cpu/attention.cpp to_acc), left to the attention rework"))
