@@ -117,7 +117,8 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
                               const c10::optional<at::Tensor>& /*t_rowptr*/,
                               const c10::optional<at::Tensor>& /*t_shared_end*/,
                               const c10::optional<at::Tensor>& /*t_col*/,
-                              const c10::optional<at::Tensor>& /*t_mask*/) {
+                              const c10::optional<at::Tensor>& /*t_mask*/,
+                              int64_t /*graph_key*/, bool /*transposed: one CPU path*/) {
   check_csr(rowptr, col, "spmm_snapshots");
   TORCH_CHECK(x.dim() == 3, "spmm_snapshots: x must be [T, num_src, F], got ", x.dim(), " dims");
   TORCH_CHECK(x.size(0) <= 63, "spmm_snapshots: at most 63 snapshots, got ", x.size(0));
