@@ -70,8 +70,8 @@ FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& 
   }
 }
 
-// Rows [begin, end): per row, per snapshot, register tiles of 4 vectors, then 1 vector, then
-// single features. A row's edge list is read from memory once and from L1 for the other
+// Rows [begin, end): per row, per snapshot, register tiles of 8 vectors (64 floats), then 4,
+// then 1, then single features. A row's edge list is read from memory once and from L1 for the other
 // snapshots and tiles.
 template <typename scalar_t, typename index_t>
 FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index_t>& a,
@@ -80,6 +80,7 @@ FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index
   for (int64_t i = begin; i < end; ++i) {
     for (int64_t t = 0; t < a.snapshots; ++t) {
       int64_t f = 0;
+      for (; f + 8 * kLanes <= a.width; f += 8 * kLanes) snapshot_tile<8>(a, i, t, f);
       for (; f + 4 * kLanes <= a.width; f += 4 * kLanes) snapshot_tile<4>(a, i, t, f);
       for (; f + kLanes <= a.width; f += kLanes) snapshot_tile<1>(a, i, t, f);
       snapshot_tail(a, i, t, f);
