@@ -154,10 +154,14 @@ TORCH_LIBRARY(fastgnn, m) {
   // the snapshots whose bit is set in mask[e] (int64, bit t: snapshot t). Each shared edge is
   // read once for all T snapshots. The t_* tensors are the same structure transposed (rows
   // are sources; None when no gradient is wanted): the forward ignores them, autograd runs
-  // the backward, the same op, on them.
+  // the backward, the same op, on them. graph_key names the SnapshotGraph for per-structure GPU
+  // caches (0: none) and transposed says which of its two structures is walked: on the GPU
+  // rows are cut into items of at most 64 edges (the SpMM family's cached work list), and the
+  // items of a row of several add into it with atomics.
   m.def("spmm_snapshots(Tensor rowptr, Tensor shared_end, Tensor col, Tensor mask, Tensor x, "
         "Tensor? src_scale, Tensor? dst_scale, int num_out, Tensor? t_rowptr, "
-        "Tensor? t_shared_end, Tensor? t_col, Tensor? t_mask) -> Tensor");
+        "Tensor? t_shared_end, Tensor? t_col, Tensor? t_mask, int graph_key=0, "
+        "bool transposed=False) -> Tensor");
   // ---- Neighbour sampling --------------------------------------------------------------------
   // One layer of neighbour sampling over a destination-major CSR (rows: the nodes whose
   // neighbours are drawn). nodes [M] (int64, unique) are the layer's known nodes; the seeds

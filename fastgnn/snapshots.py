@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
+import weakref
+
 import torch
 
 from fastgnn import _validate
-from fastgnn.graph import Graph, NORMS
+from fastgnn.graph import NORMS, Graph, _keys, _release
 
 MAX_SNAPSHOTS = 63  # bits of the int64 membership mask
 
@@ -125,6 +127,9 @@ class SnapshotGraph:
         self._device = pool.mask.device  # "cuda" resolved to "cuda:0"
         self.bytes_uploaded = uploaded
         self._derived: Dict[object, object] = {}
+        # Names this window's structures in native GPU caches (work lists), freed with it.
+        self.key = next(_keys)
+        self._finalizer = weakref.finalize(self, _release, self.key)
 
     # ---- sliding ---------------------------------------------------------------------------
     def slide(self, edge_index: torch.Tensor) -> "SnapshotGraph":

@@ -92,7 +92,7 @@ def main():
             loss = torch.nn.functional.cross_entropy(model(sg, features(sg))[train], y[train])
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
         model.eval()
         with torch.no_grad():
             pred = model(sg, features(sg)).argmax(-1)  # the last window, ending in 2020

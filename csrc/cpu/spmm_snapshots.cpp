@@ -1,11 +1,11 @@
-// CPU snapshot SpMM: every snapshot of a window aggregated in one pass over the shared rows.
-// A thread owns a destination row at a time and keeps its T x F accumulators (in L1); each
-// shared edge's source index is read once and applied to all T feature slices.
+// CPU snapshot SpMM: every snapshot of a window aggregated in one pass over the rows. A thread
+// owns a destination row at a time: its edge list (shared edges first, their masks unread) is
+// read from memory once and from L1 for each snapshot and feature tile, whose sums stay in
+// vector registers.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
 
-#include <vector>
 
 namespace fastgnn {
 namespace cpu {
@@ -25,80 +25,92 @@ struct SnapshotArgs {
   int64_t snapshots, num_src, num_out, width;
 };
 
-template <typename scalar_t, typename index_t>
-FASTGNN_ALWAYS_INLINE void add_source(const SnapshotArgs<scalar_t, index_t>& a,
-                                      acc_type<scalar_t>* acc, int64_t j, int64_t t) {
+// Sums tile [f0, f0 + kTile) of row i of snapshot t into registers: the row's edges (read
+// from L1 after the first snapshot) stream by while kVecs accumulators stay in registers.
+template <int kVecs, typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void snapshot_tile(const SnapshotArgs<scalar_t, index_t>& a, int64_t i,
+                                         int64_t t, int64_t f0) {
+  using V = AccVec<scalar_t>;
   using acc_t = acc_type<scalar_t>;
-  const acc_t s = a.src_scale ? a.src_scale[t * a.num_src + j] : acc_t(1);
-  const scalar_t* xr = a.x + (t * a.num_src + j) * a.width;
-  acc_t* dst = acc + t * a.width;
-  for (int64_t f = 0; f < a.width; ++f) dst[f] += s * acc_t(xr[f]);
+  typename V::type acc[kVecs];
+  for (int k = 0; k < kVecs; ++k) acc[k] = typename V::type{};
+  const scalar_t* xt = a.x + t * a.num_src * a.width + f0;
+  const acc_t* scale = a.src_scale ? a.src_scale + t * a.num_src : nullptr;
+  auto add = [&](int64_t j) {
+    const acc_t s = scale ? scale[j] : acc_t(1);
+    const scalar_t* xr = xt + j * a.width;
+    for (int k = 0; k < kVecs; ++k) acc[k] += s * V::load(xr + k * V::kLanes);
+  };
+  const index_t shared = a.shared_end[i], stop = a.rowptr[i + 1];
+  for (index_t e = a.rowptr[i]; e < shared; ++e) add(a.col[e]);
+  for (index_t e = shared; e < stop; ++e)
+    if (uint64_t(a.mask[e]) >> t & 1) add(a.col[e]);
+  const acc_t d = a.dst_scale ? a.dst_scale[t * a.num_out + i] : acc_t(1);
+  scalar_t* o = a.out + (t * a.num_out + i) * a.width + f0;
+  for (int k = 0; k < kVecs; ++k) V::store(acc[k] * d, o + k * V::kLanes);
 }
 
+// The features past the last whole vector, one at a time.
+template <typename scalar_t, typename index_t>
+FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& a, int64_t i,
+                                         int64_t t, int64_t f0) {
+  using acc_t = acc_type<scalar_t>;
+  for (int64_t f = f0; f < a.width; ++f) {
+    acc_t sum = 0;
+    auto add = [&](int64_t j) {
+      const acc_t s = a.src_scale ? a.src_scale[t * a.num_src + j] : acc_t(1);
+      sum += s * acc_t(a.x[(t * a.num_src + j) * a.width + f]);
+    };
+    const index_t shared = a.shared_end[i], stop = a.rowptr[i + 1];
+    for (index_t e = a.rowptr[i]; e < shared; ++e) add(a.col[e]);
+    for (index_t e = shared; e < stop; ++e)
+      if (uint64_t(a.mask[e]) >> t & 1) add(a.col[e]);
+    const acc_t d = a.dst_scale ? a.dst_scale[t * a.num_out + i] : acc_t(1);
+    a.out[(t * a.num_out + i) * a.width + f] = scalar_t(d * sum);
+  }
+}
+
+// Rows [begin, end): per row, per snapshot, register tiles of 8 vectors (64 floats), then 4,
+// then 1, then single features. A row's edge list is read from memory once and from L1 for the other
+// snapshots and tiles.
 template <typename scalar_t, typename index_t>
 FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index_t>& a,
-                                              acc_type<scalar_t>* acc, int64_t begin,
-                                              int64_t end) {
-  using acc_t = acc_type<scalar_t>;
-  const int64_t T = a.snapshots, F = a.width;
+                                              int64_t begin, int64_t end) {
+  constexpr int64_t kLanes = AccVec<scalar_t>::kLanes;
   for (int64_t i = begin; i < end; ++i) {
-    std::fill(acc, acc + T * F, acc_t(0));
-    const index_t shared = a.shared_end[i], stop = a.rowptr[i + 1];
-    for (index_t e = a.rowptr[i]; e < shared; ++e) {
-      const int64_t j = a.col[e];
-      for (int64_t t = 0; t < T; ++t) add_source(a, acc, j, t);
-    }
-    for (index_t e = shared; e < stop; ++e) {
-      const int64_t j = a.col[e];
-      const uint64_t bits = uint64_t(a.mask[e]);
-      for (int64_t t = 0; t < T; ++t)
-        if (bits >> t & 1) add_source(a, acc, j, t);
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      const acc_t d = a.dst_scale ? a.dst_scale[t * a.num_out + i] : acc_t(1);
-      scalar_t* o = a.out + (t * a.num_out + i) * F;
-      const acc_t* r = acc + t * F;
-      for (int64_t f = 0; f < F; ++f) o[f] = scalar_t(d * r[f]);
+    for (int64_t t = 0; t < a.snapshots; ++t) {
+      int64_t f = 0;
+      for (; f + 8 * kLanes <= a.width; f += 8 * kLanes) snapshot_tile<8>(a, i, t, f);
+      for (; f + 4 * kLanes <= a.width; f += 4 * kLanes) snapshot_tile<4>(a, i, t, f);
+      for (; f + kLanes <= a.width; f += kLanes) snapshot_tile<1>(a, i, t, f);
+      snapshot_tail(a, i, t, f);
     }
   }
 }
 
 template <typename scalar_t, typename index_t>
-void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, acc_type<scalar_t>* acc,
-                   int64_t begin, int64_t end) {
-  snapshot_rows_body(a, acc, begin, end);
+void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, int64_t begin, int64_t end) {
+  snapshot_rows_body(a, begin, end);
 }
 
 #if FASTGNN_HAVE_AVX2_CLONE
 template <typename scalar_t, typename index_t>
 FASTGNN_TARGET_AVX2 void snapshot_rows_avx2(const SnapshotArgs<scalar_t, index_t>& a,
-                                            acc_type<scalar_t>* acc, int64_t begin,
-                                            int64_t end) {
-  snapshot_rows_body(a, acc, begin, end);
+                                            int64_t begin, int64_t end) {
+  snapshot_rows_body(a, begin, end);
 }
 #endif
 
 template <typename scalar_t, typename index_t>
 void run_snapshots(const SnapshotArgs<scalar_t, index_t>& a, int64_t nnz) {
-  using acc_t = acc_type<scalar_t>;
   const int64_t avg_degree = std::max<int64_t>(1, nnz / std::max<int64_t>(1, a.num_out));
   const int64_t chunk = std::clamp<int64_t>(2048 / avg_degree, 1, 256);
-  const int64_t chunks = (a.num_out + chunk - 1) / chunk;
-#pragma omp parallel num_threads(num_threads())
-  {
-    std::vector<acc_t> acc(size_t(a.snapshots * a.width));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * chunk, end = std::min(a.num_out, begin + chunk);
+  parallel_chunks(a.num_out, chunk, [&](int64_t begin, int64_t end) {
 #if FASTGNN_HAVE_AVX2_CLONE
-      if (cpu_has_avx2()) {
-        snapshot_rows_avx2(a, acc.data(), begin, end);
-        continue;
-      }
+    if (cpu_has_avx2()) return snapshot_rows_avx2(a, begin, end);
 #endif
-      snapshot_rows(a, acc.data(), begin, end);
-    }
-  }
+    snapshot_rows(a, begin, end);
+  });
 }
 
 void check_scale(const c10::optional<at::Tensor>& scale, const at::Tensor& x, int64_t rows,
@@ -117,7 +129,8 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
                               const c10::optional<at::Tensor>& /*t_rowptr*/,
                               const c10::optional<at::Tensor>& /*t_shared_end*/,
                               const c10::optional<at::Tensor>& /*t_col*/,
-                              const c10::optional<at::Tensor>& /*t_mask*/) {
+                              const c10::optional<at::Tensor>& /*t_mask*/,
+                              int64_t /*graph_key*/, bool /*transposed: one CPU path*/) {
   check_csr(rowptr, col, "spmm_snapshots");
   TORCH_CHECK(x.dim() == 3, "spmm_snapshots: x must be [T, num_src, F], got ", x.dim(), " dims");
   TORCH_CHECK(x.size(0) <= 63, "spmm_snapshots: at most 63 snapshots, got ", x.size(0));

@@ -3,10 +3,15 @@
 
 #include "cuda/glue.h"
 #include "cuda/spmm_snapshots_kernels.h"
+#include "cuda/spmm_split_work.h"
 
 namespace fastgnn {
 namespace cuda {
 namespace {
+
+// Edges per work item: a hub row (arxiv: 13,000 in-edges) is cut into many warps' work
+// instead of holding one warp for its whole length.
+constexpr int64_t kEdgesPerItem = 64;
 
 void check_scale(const c10::optional<at::Tensor>& scale, const at::Tensor& x, int64_t rows,
                  const char* name) {
@@ -25,7 +30,8 @@ at::Tensor spmm_snapshots_cuda(const at::Tensor& rowptr, const at::Tensor& share
                                const c10::optional<at::Tensor>& /*t_rowptr*/,
                                const c10::optional<at::Tensor>& /*t_shared_end*/,
                                const c10::optional<at::Tensor>& /*t_col*/,
-                               const c10::optional<at::Tensor>& /*t_mask*/) {
+                               const c10::optional<at::Tensor>& /*t_mask*/, int64_t graph_key,
+                               bool transposed) {
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "spmm_snapshots");
   TORCH_CHECK(x.dim() == 3 && x.is_cuda(), "spmm_snapshots: x must be a [T, num_src, F] GPU "
@@ -43,11 +49,14 @@ at::Tensor spmm_snapshots_cuda(const at::Tensor& rowptr, const at::Tensor& share
   check_scale(src_scale, x, x.size(1), "src_scale");
   check_scale(dst_scale, x, num_out, "dst_scale");
   auto xc = x.contiguous();
-  auto out = at::empty({x.size(0), num_out, x.size(2)}, x.options());
+  // Rows of several items add into zeros (rows without edges are in no item's way either).
+  auto out = at::zeros({x.size(0), num_out, x.size(2)}, x.options());
   if (out.numel() == 0) return out;
-  spmm_snapshots(float_type(x), csr, shared_end.data_ptr(), mask.data_ptr<int64_t>(),
-                 xc.data_ptr(), data_or_null(src_scale), data_or_null(dst_scale),
-                 out.data_ptr(), x.size(0), x.size(1), x.size(2), stream());
+  const auto work = split_work(rowptr, graph_key, transposed ? 1 : 0, kEdgesPerItem);
+  spmm_snapshots(float_type(x), csr, work->view(), shared_end.data_ptr(),
+                 mask.data_ptr<int64_t>(), xc.data_ptr(), data_or_null(src_scale),
+                 data_or_null(dst_scale), out.data_ptr(), x.size(0), x.size(1), x.size(2),
+                 stream());
   return out;
 }
 

@@ -14,9 +14,11 @@ namespace cuda {
 // src_scale[t, col[e]] * x[t, col[e]], for x [T, num_src, width] and out [T, csr.rows, width].
 // Edges [rowptr[i], shared_end[i]) are in every snapshot; the others in those whose bit is
 // set in mask[e]. shared_end has the CSR's index type; scales (acc type, [T, rows]) may be
-// null. A warp owns (row, feature chunk, chunk of up to 8 snapshots) and reads each edge's
-// index once for all snapshots of its chunk.
-void spmm_snapshots(FloatType type, CsrView csr, const void* shared_end, const int64_t* mask,
+// null. A warp owns (work item, feature chunk, chunk of up to 8 snapshots) and reads each
+// edge's index once for all snapshots of its chunk; an item whose row has several items
+// (item_slot >= 0) adds into out with atomics, so out must hold zeros.
+void spmm_snapshots(FloatType type, CsrView csr, SplitWorkView work, const void* shared_end,
+                    const int64_t* mask,
                     const void* x, const void* src_scale, const void* dst_scale, void* out,
                     int64_t snapshots, int64_t num_src, int64_t width, cudaStream_t stream);
 

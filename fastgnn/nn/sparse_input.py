@@ -103,12 +103,13 @@ def sparse_linear(features: SparseFeatures, x: torch.Tensor, weight: torch.Tenso
 class _Seen:
     """The last input a layer saw, and its CSR once it was seen twice (False: stays dense)."""
 
-    __slots__ = ("ref", "version", "features")
+    __slots__ = ("ref", "version", "features", "choices")
 
     def __init__(self, x: torch.Tensor):
         self.ref = weakref.ref(x)
         self.version = x._version
         self.features = None
+        self.choices = {}  # training or not -> "dense"/"sparse", once the tuner has chosen
 
     def matches(self, x: torch.Tensor) -> bool:
         return self.ref() is x and self.version == x._version
@@ -122,6 +123,18 @@ class SparseInputMixin:
         if features is None or self._choice(features, x) == "dense":
             return super().forward(x)
         return sparse_linear(features, x, self.weight, self.bias)
+
+    def _choice(self, features: SparseFeatures, x: torch.Tensor) -> str:
+        """The tuner's pick for this input, kept on the input's cache entry: after the first
+        calls a dense pick costs the stock layer only a dictionary lookup more."""
+        training = torch.is_grad_enabled() and self.weight.requires_grad
+        choices = self.__dict__["_fastgnn_seen"].choices
+        choice = choices.get(training)
+        if choice is None:
+            choice = self._measure(features, x, training)
+            if tuning.can_time(x.device):  # a default given while tracing is not kept
+                choices[training] = choice
+        return choice
 
     def _sparse_features(self, x) -> Optional[SparseFeatures]:
         if not (isinstance(x, torch.Tensor) and x.dim() == 2 and x.layout == torch.strided
@@ -137,9 +150,8 @@ class SparseInputMixin:
             seen.features = False if dense else SparseFeatures.from_dense(x)
         return seen.features or None
 
-    def _choice(self, features: SparseFeatures, x: torch.Tensor) -> str:
+    def _measure(self, features: SparseFeatures, x: torch.Tensor, training: bool) -> str:
         weight, bias = self.weight, self.bias
-        training = torch.is_grad_enabled() and weight.requires_grad
         op = "sparse_input_linear_fwd_bwd" if training else "sparse_input_linear_fwd"
 
         def run(path):

@@ -45,17 +45,18 @@ def _native_spmm_snapshots(sg: SnapshotGraph, xs: torch.Tensor, norm: str) -> to
     src_scale, dst_scale = sg.norm_scales(norm, acc_dtype(xs.dtype))
     transposed = sg.transposed() if wants_grad(xs) else (None,) * 4
     out = _spmm_snapshots(*sg.structure(), flat, src_scale, dst_scale, sg.num_nodes,
-                          *transposed)
+                          *transposed, sg.key, False)
     return out.reshape(xs.shape)
 
 
 # ---- autograd and fake kernel ------------------------------------------------------------------
 def _setup(ctx, inputs, output):
     (rowptr, shared_end, col, mask, x, src_scale, dst_scale, num_out,
-     t_rowptr, t_shared_end, t_col, t_mask) = inputs
+     t_rowptr, t_shared_end, t_col, t_mask, graph_key, transposed) = inputs
     ctx.save_for_backward(rowptr, shared_end, col, mask, src_scale, dst_scale,
                           t_rowptr, t_shared_end, t_col, t_mask)
     ctx.num_src = x.shape[1]
+    ctx.graph_key, ctx.transposed = graph_key, transposed
 
 
 def _backward(ctx, grad):
@@ -69,12 +70,13 @@ def _backward(ctx, grad):
         # dX_t = S_src A_t^T S_dst dY_t: the forward's op on the transpose, scales swapped.
         grad_x = _spmm_snapshots(t_rowptr, t_shared_end, t_col, t_mask, grad.contiguous(),
                                  dst_scale, src_scale, ctx.num_src,
-                                 rowptr, shared_end, col, mask)
-    return (None,) * 4 + (grad_x,) + (None,) * 7
+                                 rowptr, shared_end, col, mask, ctx.graph_key,
+                                 not ctx.transposed)
+    return (None,) * 4 + (grad_x,) + (None,) * 9
 
 
 def _fake(rowptr, shared_end, col, mask, x, src_scale, dst_scale, num_out, t_rowptr,
-          t_shared_end, t_col, t_mask):
+          t_shared_end, t_col, t_mask, graph_key=0, transposed=False):
     return x.new_empty((x.shape[0], num_out, x.shape[2]))
 
 
