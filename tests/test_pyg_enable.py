@@ -263,3 +263,16 @@ def test_gcn_trains_on_cora_to_the_same_accuracy(tmp_path):
     stock, fast = _train_accuracy(data, False), _train_accuracy(data, True)
     assert abs(stock - fast) <= 0.02, (stock, fast)
     assert fast > 0.5
+
+
+def test_edge_index_made_under_inference_mode():
+    """An edge_index created inside torch.inference_mode has no version counter: the enabled
+    layer still runs (building its structure for the call) and equals the stock layer."""
+    torch.manual_seed(0)
+    stock = pyg_nn.GCNConv(6, 4)
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    x = torch.randn(30, 6)
+    with torch.inference_mode():
+        edge_index = torch.randint(0, 30, (2, 120))
+        for _ in range(2):  # the second call must not reuse a stale entry either
+            torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index))

@@ -231,10 +231,13 @@ class NodePropertyModule(pl.LightningModule):
         """Every node of a full batch, or the seeds of a mini-batch, with their node ids."""
         out = self(batch)
         seeds = getattr(batch, "batch_size", None)
-        if seeds is not None:
-            return {"node": batch.n_id[:seeds], "pred": self._prediction(out[:seeds])}
-        return {"node": torch.arange(out.shape[0], device=out.device),
-                "pred": self._prediction(out)}
+        if seeds is not None:  # fastgnn's MiniBatch names its seeds; PyG's batch has n_id
+            nodes = batch.seeds if hasattr(batch, "seeds") else batch.n_id[:seeds]
+            return {"node": nodes, "pred": self._prediction(out[:seeds])}
+        nodes = getattr(batch, "n_id", None)  # a reordered graph keeps the original ids
+        if nodes is None:
+            nodes = torch.arange(out.shape[0], device=out.device)
+        return {"node": nodes, "pred": self._prediction(out)}
 
     # -- optimisation and checkpoints -------------------------------------------------------
     def configure_optimizers(self):

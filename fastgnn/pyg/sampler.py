@@ -28,7 +28,8 @@ def registered_edge_index(graph: Graph) -> torch.Tensor:
     """``graph``'s ``[2, E]`` int64 edges in CSR order, registered in the structure cache so
     that layers receiving it use ``graph`` itself. The entry lives as long as the returned
     tensor (keep it, e.g. as a batch's edge_index)."""
-    edge_index = graph.edge_index()
+    with torch.inference_mode(False):  # a normal tensor, whose version the cache can watch
+        edge_index = graph.edge_index()
     n_src, n_dst = graph.num_src_nodes, graph.num_dst_nodes
     structure.cache.get(edge_index, ("plain", n_src, n_dst), lambda: structure.Structure(graph))
     return edge_index

@@ -44,6 +44,8 @@ def _eager(fn):
 # ---- identity-keyed cache ---------------------------------------------------------------------
 def _stamp(source) -> Tuple:
     if isinstance(source, torch.Tensor):
+        if source.is_inference():  # no version counter to watch: never reuse its entry
+            return (object(),)
         stamp = (source._version, source.shape, source.device)
         if type(source) is not torch.Tensor and EdgeIndex is not None and \
                 isinstance(source, EdgeIndex):

@@ -124,7 +124,8 @@ class NeighborLoader:
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  **sampler_options):
         _validate.choice("layout", layout, LAYOUTS)
-        self.sampler = NeighborSampler(graph, fanouts, **sampler_options)
+        # not "sampler": Lightning reads that name as a torch DataLoader's index sampler
+        self.neighbor_sampler = NeighborSampler(graph, fanouts, **sampler_options)
         self.seeds = self._seed_ids(seeds, graph.num_dst_nodes)
         self.batch_size = _validate.count("batch_size", batch_size)
         if self.batch_size < 1:
@@ -138,7 +139,7 @@ class NeighborLoader:
                     raise ValueError(f"{name} must have one row per node "
                                      f"({graph.num_src_nodes}), got {value.size(0)}")
         self.features, self.labels = features, labels
-        self.device = torch.device(device) if device is not None else self.sampler.device
+        self.device = torch.device(device) if device is not None else self.neighbor_sampler.device
         self.layout = layout
         self.seed = int(seed)
         self.epoch = 0
@@ -197,11 +198,11 @@ class NeighborLoader:
         """Samples and gathers the mini-batch of ``seeds`` (what iteration does per batch)."""
         pin = self.device.type == "cuda"
         if self.layout == "blocks":
-            blocks = self.sampler.sample_blocks(seeds, generator).to(self.device, pin).blocks
+            blocks = self.neighbor_sampler.sample_blocks(seeds, generator).to(self.device, pin).blocks
             nodes, out_seeds = blocks[0].src_ids, blocks[-1].dst_ids
             batch = MiniBatch(out_seeds, blocks=blocks)
         else:
-            sub = self.sampler.sample_subgraph(seeds, generator)
+            sub = self.neighbor_sampler.sample_subgraph(seeds, generator)
             nodes = sub.node_ids.to(self.device, non_blocking=pin)
             batch = MiniBatch(nodes[: seeds.numel()], graph=sub.graph.to(self.device, pin),
                               node_ids=nodes, edge_ids=sub.edge_ids.to(self.device))

@@ -9,13 +9,27 @@ split. Full-batch loaders yield that one ``Data`` per step.
 ``num_features``, ``num_outputs``, ``task`` and ``ogb_name`` are readable right after
 ``__init__`` (reading one may load the dataset): LightningCLI links them to the model's
 constructor arguments, so that checkpoints record them.
+
+Options every data module takes (keyword arguments, after its own):
+
+- ``batch_size`` and ``fanouts``: mini-batch training through fastgnn's native neighbour
+  sampler (``fastgnn.sampling.NeighborLoader``, PyG's subgraph layout: the first
+  ``batch_size`` nodes of a batch are its seeds). ``fanouts`` lists the neighbours drawn per
+  layer, input layer first (-1: all). Under DDP each rank draws its own share of the seeds.
+  ``sample_on_gpu`` keeps the graph on the training GPU and samples there.
+- ``reorder``: relabel the nodes once at load (``fastgnn.reorder``: "rcm", "degree" or
+  "metis") so that neighbours get nearby ids; ``data.n_id`` keeps each node's original id, and
+  predictions are written under it.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import lightning.pytorch as pl
+import torch
 from torch.utils.data import DataLoader
+
+import fastgnn
 
 TASKS = ("multiclass", "binary", "multilabel", "regression")
 
@@ -28,12 +42,30 @@ class GraphDataModule(pl.LightningDataModule):
     #: the OGB dataset name whose ``Evaluator`` scores this task, or None
     ogb_name: Optional[str] = None
 
-    def __init__(self, root: str, split: int = 0, download: bool = True):
+    def __init__(self, root: str, split: int = 0, download: bool = True,
+                 batch_size: Optional[int] = None, fanouts: Optional[List[int]] = None,
+                 sample_on_gpu: bool = False, reorder: Optional[str] = None):
         super().__init__()
         self.root = root
         self.split = split
         self.download = download
+        if (batch_size is None) != (fanouts is None):
+            raise ValueError("batch_size and fanouts go together: give both for mini-batch "
+                             "training, or neither for full-batch training")
+        if batch_size is not None and (isinstance(batch_size, bool) or
+                                       not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if reorder is not None and batch_size is not None:
+            raise ValueError("reorder applies to full-batch training: unset batch_size or "
+                             "reorder")
+        if reorder is not None and reorder not in fastgnn.reordering.METHODS:
+            raise ValueError(f"reorder must be one of {', '.join(fastgnn.reordering.METHODS)} "
+                             f"or None, got {reorder!r}")
+        self.batch_size, self.fanouts = batch_size, fanouts
+        self.sample_on_gpu = bool(sample_on_gpu)
+        self.reorder = reorder
         self._data = None
+        self._sampling_graph = None
 
     def load(self):
         """Returns the PyG ``Data`` of split ``self.split`` (masks set), downloading only when
@@ -43,7 +75,11 @@ class GraphDataModule(pl.LightningDataModule):
     @property
     def data(self):
         if self._data is None:
-            self._data = self.load()
+            data = self.load()
+            if self.reorder is not None:
+                data, order = fastgnn.reorder(data, self.reorder)
+                data.n_id = order.perm  # each node's id in the dataset's own order
+            self._data = data
         return self._data
 
     def setup(self, stage: Optional[str] = None) -> None:
@@ -66,14 +102,36 @@ class GraphDataModule(pl.LightningDataModule):
     def _full_batch(self) -> DataLoader:
         return DataLoader([self.data], batch_size=None, shuffle=False)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._full_batch()
+    def _loader(self, seeds: torch.Tensor, shuffle: bool):
+        """The full graph, or mini-batches of ``seeds`` (a node mask) when batch_size is set."""
+        if self.batch_size is None:
+            return self._full_batch()
+        from fastgnn.sampling import NeighborLoader
+        data = self.data
+        device = None
+        if self._sampling_graph is None:
+            graph = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
+            if self.sample_on_gpu:
+                device = self.trainer.strategy.root_device if self._trainer else None
+                if device is None or device.type != "cuda":
+                    raise ValueError("sample_on_gpu needs a trainer on a CUDA device")
+                graph = graph.to(device)
+            self._sampling_graph = graph
+        return NeighborLoader(self._sampling_graph, self.fanouts, seeds,
+                              batch_size=self.batch_size, shuffle=shuffle, features=data.x,
+                              labels=data.y, layout="subgraph",
+                              device=self._sampling_graph.device)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._full_batch()
+    def train_dataloader(self):
+        return self._loader(self.data.train_mask, shuffle=True)
 
-    def test_dataloader(self) -> DataLoader:
-        return self._full_batch()
+    def val_dataloader(self):
+        return self._loader(self.data.val_mask, shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
-        return self._full_batch()
+    def test_dataloader(self):
+        return self._loader(self.data.test_mask, shuffle=False)
+
+    def predict_dataloader(self):
+        if self.batch_size is None:
+            return self._full_batch()
+        return self._loader(torch.ones(self.data.num_nodes, dtype=torch.bool), shuffle=False)

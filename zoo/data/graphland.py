@@ -44,11 +44,11 @@ class GraphLand(GraphDataModule):
     NAMES = tuple(GraphLandDataset.GRAPHLAND_DATASETS) if GraphLandDataset else ()
 
     def __init__(self, root: str, name: str, split_type: str = "RL", split: int = 0,
-                 download: bool = True):
+                 download: bool = True, **options):
         if GraphLandDataset is None:
             raise ImportError("this torch_geometric has no GraphLandDataset; GraphLand needs "
                               "a newer torch_geometric")
-        super().__init__(root, check_split(split, 1), download)
+        super().__init__(root, check_split(split, 1), download, **options)
         self.name = pick(name, self.NAMES)
         self.split_type = pick(split_type, SPLIT_TYPES, "split_type")
         if self.split_type == "TH" and self.name in NO_TEMPORAL_SPLIT:

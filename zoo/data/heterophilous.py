@@ -44,8 +44,8 @@ class Heterophilous(GraphDataModule):
 
     NAMES = PYG_NAMES + NPZ_NAMES
 
-    def __init__(self, root: str, name: str, split: int = 0, download: bool = True):
-        super().__init__(root, check_split(split, NUM_SPLITS), download)
+    def __init__(self, root: str, name: str, split: int = 0, download: bool = True, **options):
+        super().__init__(root, check_split(split, NUM_SPLITS), download, **options)
         self.name = pick(name, self.NAMES)
 
     @property

@@ -74,8 +74,8 @@ class OGBNodeProp(GraphDataModule):
     NAMES = tuple(SPECS)
 
     def __init__(self, root: str, name: str, split: int = 0, download: bool = True,
-                 random_features: int = 0, to_undirected: bool = True):
-        super().__init__(root, check_split(split, 1), download)
+                 random_features: int = 0, to_undirected: bool = True, **options):
+        super().__init__(root, check_split(split, 1), download, **options)
         self.name = pick(name, self.NAMES)
         if isinstance(random_features, bool) or not isinstance(random_features, int) \
                 or random_features < 0:

@@ -22,8 +22,8 @@ class Planetoid(GraphDataModule):
     NAMES = ("Cora", "CiteSeer", "PubMed")
 
     def __init__(self, root: str, name: str, split: int = 0, download: bool = True,
-                 normalize_features: bool = True):
-        super().__init__(root, check_split(split, 1), download)
+                 normalize_features: bool = True, **options):
+        super().__init__(root, check_split(split, 1), download, **options)
         self.name = pick(name, self.NAMES)
         self.normalize_features = normalize_features
 

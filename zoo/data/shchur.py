@@ -50,8 +50,8 @@ class _PitfallsDataModule(GraphDataModule):
     pyg_class: type
 
     def __init__(self, root: str, name: str, split: int = 0, download: bool = True,
-                 largest_connected_component: bool = False):
-        super().__init__(root, check_split(split), download)
+                 largest_connected_component: bool = False, **options):
+        super().__init__(root, check_split(split), download, **options)
         self.name = pick(name, self.NAMES)
         self.largest_connected_component = largest_connected_component
 

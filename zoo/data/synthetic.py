@@ -38,8 +38,8 @@ class CSBM(GraphDataModule):
     def __init__(self, root: Optional[str] = None, split: int = 0, download: bool = True,
                  num_nodes: int = 2000, num_classes: int = 5, num_channels: int = 64,
                  avg_degree: float = 10.0, homophily: float = 0.7, feature_signal: float = 1.5,
-                 train_ratio: float = 0.1, val_ratio: float = 0.1, seed: int = 0):
-        super().__init__(root, split=split, download=download)
+                 train_ratio: float = 0.1, val_ratio: float = 0.1, seed: int = 0, **options):
+        super().__init__(root, split=split, download=download, **options)
         _check("num_nodes", num_nodes, 2, kind=int)
         _check("num_classes", num_classes, 2, num_nodes, kind=int)
         _check("num_channels", num_channels, 1, kind=int)

@@ -1,0 +1,103 @@
+"""Zoo data modules with mini-batches (fastgnn's neighbour sampler), with reordering, and under
+Lightning DDP on two CPU processes (gloo)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("lightning")
+pytest.importorskip("torch_geometric")
+pytest.importorskip("jsonargparse")
+
+import lightning.pytorch as pl  # noqa: E402
+import torch  # noqa: E402
+from zoo_helpers import fit_test, quiet_trainer, tiny_csbm  # noqa: E402
+
+from fastgnn.zoo.module import NodePropertyModule  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("backend", ["pyg", "fastgnn"])
+def test_minibatch_training_scores_every_seed(backend):
+    data = tiny_csbm(num_nodes=300, batch_size=32, fanouts=[5, 5])
+    module, metrics = fit_test(data, "sage", backend, max_epochs=3, hidden_channels=16,
+                               dropout=0.0)
+    assert 0.0 <= metrics["test_acc"] <= 1.0
+    predictions = quiet_trainer(1).predict(module, data)
+    nodes = torch.cat([p["node"] for p in predictions])
+    assert torch.equal(torch.sort(nodes).values, torch.arange(300))
+
+
+def test_full_neighbourhood_batches_equal_full_batch_inference():
+    full = tiny_csbm(num_nodes=200)
+    batched = tiny_csbm(num_nodes=200, batch_size=17, fanouts=[-1, -1])
+    pl.seed_everything(0, verbose=False)
+    module = NodePropertyModule("sage", "fastgnn", num_features=full.num_features,
+                                num_outputs=full.num_outputs, dropout=0.0)
+    module.eval()
+    with torch.no_grad():
+        expected = module(full.data).softmax(-1)
+    predictions = quiet_trainer(1).predict(module, batched)
+    nodes = torch.cat([p["node"] for p in predictions])
+    probs = torch.cat([p["pred"] for p in predictions])
+    torch.testing.assert_close(probs, expected[nodes], atol=1e-5, rtol=1e-4)
+
+
+def test_reordered_graph_predicts_under_the_original_ids():
+    plain, reordered = tiny_csbm(num_nodes=150), tiny_csbm(num_nodes=150, reorder="rcm")
+    assert not torch.equal(reordered.data.edge_index, plain.data.edge_index)
+    pl.seed_everything(0, verbose=False)
+    module = NodePropertyModule("gcn", "fastgnn", num_features=plain.num_features,
+                                num_outputs=plain.num_outputs, dropout=0.0)
+    a = quiet_trainer(1).predict(module, plain)[0]
+    b = quiet_trainer(1).predict(module, reordered)[0]
+    order = torch.argsort(b["node"])
+    torch.testing.assert_close(b["pred"][order], a["pred"][torch.argsort(a["node"])])
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(batch_size=8), "batch_size and fanouts"),
+    (dict(batch_size=0, fanouts=[2]), "batch_size"),
+    (dict(reorder="random"), "reorder"),
+    (dict(reorder="rcm", batch_size=8, fanouts=[2]), "reorder"),
+])
+def test_bad_loader_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_csbm(**options)
+
+
+def _fit_cli(tmp_path, name: str, devices: int):
+    """The quickstart, mini-batched, on ``devices`` CPU processes; returns (metrics, ckpts)."""
+    out = tmp_path / name
+    command = [sys.executable, "-m", "fastgnn.zoo", "fit",
+               "--config", os.path.join(ROOT, "zoo", "configs", "quickstart.yaml"),
+               "--trainer.accelerator=cpu", f"--trainer.devices={devices}",
+               "--trainer.strategy=" + ("ddp" if devices > 1 else "auto"),
+               "--trainer.max_epochs=8", "--trainer.enable_progress_bar=false",
+               f"--trainer.default_root_dir={out}", "--data.init_args.batch_size=64",
+               "--data.init_args.fanouts=[10, 10]", "--data.init_args.num_nodes=600"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = sorted(glob.glob(str(out / "**" / "metrics.csv"), recursive=True))
+    assert len(logs) == 1, logs  # one logger, written by rank 0
+    rows = [line.split(",") for line in open(logs[0]).read().splitlines()]
+    header, values = rows[0], [r for r in rows[1:] if r[header.index("val_acc")]]
+    best = max(float(r[header.index("val_acc")]) for r in values)
+    checkpoints = glob.glob(str(out / "**" / "*.ckpt"), recursive=True)
+    return best, checkpoints
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_matches_one(tmp_path):
+    one, one_ckpts = _fit_cli(tmp_path, "one", devices=1)
+    two, two_ckpts = _fit_cli(tmp_path, "two", devices=2)
+    assert len(one_ckpts) == 1 and len(two_ckpts) == 1, (one_ckpts, two_ckpts)  # written once
+    assert two == pytest.approx(one, abs=0.08), json.dumps({"one": one, "two": two})
