@@ -68,11 +68,9 @@ def gather(storage: Optional[torch.Tensor], index: torch.Tensor, device: torch.d
     if storage is None:
         return None
     rows = storage.index_select(0, index.to(storage.device))
-    if rows.device == device:
-        return rows
-    if pin and device.type == "cuda":
+    if rows.device.type == "cpu" and pin and device.type == "cuda":
         rows = rows.pin_memory()
-    return rows.to(device, non_blocking=pin)
+    return rows.to(device, non_blocking=pin)  # a no-op for rows already there
 
 
 def _resolve_rank(rank: Optional[int], world_size: Optional[int]):
