@@ -75,6 +75,7 @@ def test_bad_loader_options(options, message):
 def _fit_cli(tmp_path, name: str, devices: int):
     """The quickstart, mini-batched, on ``devices`` CPU processes; returns (metrics, ckpts)."""
     out = tmp_path / name
+    out.mkdir()
     command = [sys.executable, "-m", "fastgnn.zoo", "fit",
                "--config", os.path.join(ROOT, "zoo", "configs", "quickstart.yaml"),
                "--trainer.accelerator=cpu", f"--trainer.devices={devices}",
@@ -84,13 +85,13 @@ def _fit_cli(tmp_path, name: str, devices: int):
                "--data.init_args.fanouts=[10, 10]", "--data.init_args.num_nodes=600"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
-                            cwd=tmp_path)
+                            cwd=out)
     assert result.returncode == 0, result.stderr[-3000:]
     logs = sorted(glob.glob(str(out / "**" / "metrics.csv"), recursive=True))
     assert len(logs) == 1, logs  # one logger, written by rank 0
     rows = [line.split(",") for line in open(logs[0]).read().splitlines()]
-    header, values = rows[0], [r for r in rows[1:] if r[header.index("val_acc")]]
-    best = max(float(r[header.index("val_acc")]) for r in values)
+    column = rows[0].index("val_acc")
+    best = max(float(r[column]) for r in rows[1:] if r[column])
     checkpoints = glob.glob(str(out / "**" / "*.ckpt"), recursive=True)
     return best, checkpoints
 

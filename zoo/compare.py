@@ -108,6 +108,7 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
     cli.trainer.callbacks.append(timer)
     cuda = cli.trainer.strategy.root_device.type == "cuda"
     if cuda:
+        torch.cuda.init()  # the allocator's statistics exist only once CUDA is initialised
         torch.cuda.reset_peak_memory_stats(cli.trainer.strategy.root_device)
     with _RssSampler() as rss:
         cli.trainer.fit(cli.model, cli.datamodule)
