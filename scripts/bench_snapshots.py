@@ -22,32 +22,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import fastgnn  # noqa: E402
-from fastgnn import datasets, tuning  # noqa: E402
+from fastgnn import datasets  # noqa: E402
+from fastgnn.bench import measure  # noqa: E402
 from fastgnn.bench.report import describe_run  # noqa: E402
 from fastgnn.nn import SnapshotGCNConv  # noqa: E402
 from fastgnn.nn.arrivals import arxiv_by_year, prefix_window  # noqa: E402
-
-
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3
-
-
-def compare(fns, device, rounds):
-    for fn in fns.values():
-        fn()
-        fn()
-    samples = {k: [] for k in fns}
-    labels = list(fns)
-    for r in range(rounds):
-        for label in (labels if r % 2 == 0 else labels[::-1]):
-            samples[label].append(timed(fns[label], device))
-    return {k: tuning.median(v) for k, v in samples.items()}
 
 
 def arrivals(name):
@@ -135,7 +114,7 @@ def main():
                    "each": train_each if train else fwd_each}
             if pyg is not None:
                 fns.update({"conv": layer_ours(train), "pyg": layer_pyg(train)})
-            t = compare(fns, device, args.rounds)
+            t = measure.alternating_medians(fns, device, args.rounds, warmup=2)
             conv = (f"{t['conv']:.2f} | {t['pyg']:.2f} | {t['pyg'] / t['conv']:.2f}x"
                     if pyg is not None else "- | - | -")
             print(f"| {width} | {label} | {t['ours']:.2f} | {t['each']:.2f} | "

@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 import fastgnn  # noqa: E402
 from fastgnn import datasets, tuning  # noqa: E402
+from fastgnn.bench import measure  # noqa: E402
 from fastgnn.bench.report import describe_run  # noqa: E402
 from fastgnn.nn import SparseInputLinear, feature_density  # noqa: E402
 from fastgnn.nn.sparse_input import SparseFeatures, sparse_linear  # noqa: E402
@@ -61,28 +62,6 @@ def load(name: str):
     raise ValueError(f"unknown dataset {name!r}")
 
 
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3
-
-
-def compare(fns, device, rounds):
-    """Median ms of each function; they take turns, the order reversed every round."""
-    for fn in fns.values():
-        fn()
-    samples = {k: [] for k in fns}
-    labels = list(fns)
-    for r in range(rounds):
-        for label in (labels if r % 2 == 0 else labels[::-1]):
-            samples[label].append(timed(fns[label], device))
-    return {k: tuning.median(v) for k, v in samples.items()}
-
-
 def first_layer(name, device, width, rounds):
     x, _, _ = load(name)
     x = x.to(device)
@@ -111,7 +90,7 @@ def first_layer(name, device, width, rounds):
     chosen = swapped.__dict__["_fastgnn_seen"].features
     choice = {k: v for k, v in tuning.choices(chosen.graph).items()
               if k.startswith("sparse_input_linear")} if chosen else {"-": "dense (cut-off)"}
-    times = compare({"dense": step(dense), "sparse": forced_sparse, "chosen": step(swapped)},
+    times = measure.alternating_medians({"dense": step(dense), "sparse": forced_sparse, "chosen": step(swapped)},
                     device, rounds)
     return {"dataset": name, "nodes": x.shape[0], "features": x.shape[1],
             "density": feature_density(x), "choice": next(iter(choice.values())),
@@ -150,7 +129,7 @@ def gcn_epoch(device, width, rounds, epochs):
     runs = {k: trainer(m) for k, m in models.items()}
     for run in runs.values():  # decide before timing
         run()
-    times = compare(runs, device, rounds)
+    times = measure.alternating_medians(runs, device, rounds)
     return {k: v / epochs for k, v in times.items()}
 
 

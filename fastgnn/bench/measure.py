@@ -20,8 +20,9 @@ import ctypes
 import gc
 import os
 import threading
+import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -167,6 +168,30 @@ def time_backward(forward: Forward, inputs: Sequence[torch.Tensor], grad_output:
 
 
 # ---- memory ------------------------------------------------------------------------------------
+def wall_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """Milliseconds of one synchronised run of ``fn`` by the host clock (what a loop sees)."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return (time.perf_counter() - start) * 1e3
+
+
+def alternating_medians(fns: Dict[str, Callable[[], object]], device: torch.device, rounds: int,
+                        warmup: int = 1) -> Dict[str, float]:
+    """Median ``wall_ms`` of each function; they take turns, the order reversed every round, so
+    that warming caches and clocks favour none of them."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            samples[name].append(wall_ms(fns[name], device))
+    return {name: median(times) for name, times in samples.items()}
+
+
 def _resident_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
