@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "cpu/cpu_common.h"
+#include "wsb_checks.h"
 
 namespace fastgnn {
 namespace cpu {
@@ -37,14 +38,7 @@ at::Tensor wsb_spmm_cpu(const at::Tensor& tile_ptr, const at::Tensor& tile_cols,
                          const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,
                          int64_t, int64_t) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "wsb_spmm: x must be a 2-D CPU tensor");
-  TORCH_CHECK(tile_vals.scalar_type() == x.scalar_type(), "wsb_spmm: tile_vals must have x's dtype");
-  TORCH_CHECK(tile_ptr.scalar_type() == at::kInt && tile_cols.scalar_type() == at::kInt,
-              "wsb_spmm: tile_ptr and tile_cols must be int32");
-  const int64_t windows = tile_ptr.numel() - 1;
-  TORCH_CHECK(windows >= 0 && (num_out + 15) / 16 == windows,
-              "wsb_spmm: tile_ptr must have one entry per 16-row window plus one");
-  TORCH_CHECK(tile_cols.numel() % 16 == 0 && tile_vals.numel() == tile_cols.numel() * 16,
-              "wsb_spmm: tile_cols must hold 16 and tile_vals 256 entries per tile");
+  const int64_t windows = check_wsb_layout(tile_ptr, tile_cols, tile_vals, x, num_out);
   auto xc = x.contiguous();
   auto ptr = tile_ptr.contiguous(), cols = tile_cols.contiguous(), vals = tile_vals.contiguous();
   const int64_t width = x.size(1);

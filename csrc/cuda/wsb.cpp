@@ -3,6 +3,7 @@
 
 #include "cuda/glue.h"
 #include "cuda/wsb_kernels.h"
+#include "wsb_checks.h"
 
 namespace fastgnn {
 namespace cuda {
@@ -19,17 +20,10 @@ at::Tensor wsb_spmm_cuda(const at::Tensor& tile_ptr, const at::Tensor& tile_cols
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
               "wsb_spmm: the Tensor Core path takes float16 or bfloat16 features, got ",
               x.scalar_type());
-  TORCH_CHECK(tile_vals.scalar_type() == x.scalar_type(), "wsb_spmm: tile_vals must have x's dtype");
   for (const at::Tensor* t : {&tile_ptr, &tile_cols, &tile_vals})
     TORCH_CHECK(t->device() == x.device() && t->is_contiguous(),
                 "wsb_spmm: the WSB tensors must be contiguous on x's GPU");
-  TORCH_CHECK(tile_ptr.scalar_type() == at::kInt && tile_cols.scalar_type() == at::kInt,
-              "wsb_spmm: tile_ptr and tile_cols must be int32");
-  const int64_t windows = tile_ptr.numel() - 1;
-  TORCH_CHECK(windows >= 0 && (num_out + 15) / 16 == windows,
-              "wsb_spmm: tile_ptr must have one entry per 16-row window plus one");
-  TORCH_CHECK(tile_cols.numel() % 16 == 0 && tile_vals.numel() == tile_cols.numel() * 16,
-              "wsb_spmm: tile_cols must hold 16 and tile_vals 256 entries per tile");
+  const int64_t windows = check_wsb_layout(tile_ptr, tile_cols, tile_vals, x, num_out);
   int major = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                         x.device().index()));
