@@ -209,7 +209,9 @@ def _spgemm_backward(ctx, grad_out):
             t_value = value.index_select(0, t_perm.to(torch.int64))
         push = 1 if ctx.config & _PUSH_BIT else 0
         chunk = ctx.config & (_REPRODUCIBLE_BIT - 1)
-        grad_values = torch.ops.fastgnn.maxk_sspmm(
+        # through the autograd-registered call (not the raw op): on torch < 2.4 the op itself
+        # carries no autograd, and the double backward needs it
+        grad_values = _sspmm(
             rowptr, col, value, t_rowptr, t_col, t_value, grad_out, indices, ctx.key,
             push | chunk << _SSPMM_CHUNK_SHIFT)
     if ctx.needs_input_grad[2]:
@@ -236,7 +238,7 @@ def _sspmm_backward(ctx, grad_grad_values):
     rowptr, col, value, indices = ctx.saved_tensors
     grad_grad_out = None
     if ctx.needs_input_grad[6]:
-        grad_grad_out = torch.ops.fastgnn.maxk_spgemm(
+        grad_grad_out = _spgemm(
             rowptr, col, value, grad_grad_values.contiguous(), indices, ctx.num_features, None,
             None, None, None, ctx.key, 0)
     return (None,) * 6 + (grad_grad_out, None, None, None)
@@ -253,7 +255,7 @@ if _native.has_op("maxk"):
     _library.register_fake("maxk_sspmm", _sspmm_fake)
     _maxk = _library.register_autograd("maxk", _maxk_backward, _maxk_setup)
     _spgemm = _library.register_autograd("maxk_spgemm", _spgemm_backward, _spgemm_setup)
-    _library.register_autograd("maxk_sspmm", _sspmm_backward, _sspmm_setup)
+    _sspmm = _library.register_autograd("maxk_sspmm", _sspmm_backward, _sspmm_setup)
     backends.register("maxk", "native", _native.devices(), _native_maxk, priority=10)
     backends.register("maxk_spmm", "native", _native.devices(), _native_maxk_spmm, priority=10)
 
