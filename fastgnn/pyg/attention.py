@@ -41,6 +41,15 @@ def _heads_out(layer, out: torch.Tensor) -> torch.Tensor:
     return out.reshape(-1, layer.heads * layer.out_channels) if layer.concat else out.mean(dim=1)
 
 
+def _gat_out(layer, out: torch.Tensor, residual: Optional[torch.Tensor]) -> torch.Tensor:
+    """The GAT layers' output: heads concatenated or averaged, then residual and bias."""
+    out = _heads_out(layer, out)
+    if residual is not None:
+        out = out + residual
+    bias = parameter(layer, "bias")
+    return out if bias is None else out + bias
+
+
 def _looped_structure(layer, edges, num_src: int, num_dst: int) -> Structure:
     """The structure PyG's GAT layers attend over: with add_self_loops, existing loops are
     replaced by one per node below min(S, T)."""
@@ -107,11 +116,7 @@ class GATConv(FastLayer, pyg_nn.GATConv):
                                 cast(alpha_dst, dtype), self.negative_slope,
                                 self.dropout if self.training else 0.0,
                                 alpha_edge=cast(alpha_edge, dtype))
-        out = _heads_out(self, out)
-        if residual is not None:
-            out = out + residual
-        bias = parameter(self, "bias")
-        return out if bias is None else out + bias
+        return _gat_out(self, out, residual)
 
 
 class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
@@ -150,10 +155,7 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
                                   cast(att, dtype), self.negative_slope,
                                   self.dropout if self.training else 0.0,
                                   edge_term=cast(edge_term, dtype))
-        out = _heads_out(self, out)
-        if residual is not None:
-            out = out + residual
-        return out if self.bias is None else out + self.bias
+        return _gat_out(self, out, residual)
 
 
 class TransformerConv(FastLayer, pyg_nn.TransformerConv):
