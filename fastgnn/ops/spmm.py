@@ -103,21 +103,24 @@ _BACKWARD_SHIFT = 8
 _CUSPARSE_MIN_WIDTH = 32  # below it our kernels are the untuned default
 
 
-def _usable(name: str, g: Graph) -> bool:
-    """cuSPARSE only with 32-bit indices: with 64-bit ones it faults rather than failing
-    cleanly (the C++ op refuses them too)."""
-    return not name.startswith("cusparse") or g.index_dtype == torch.int32
+def _usable(name: str, g: Graph, dtype: torch.dtype) -> bool:
+    """cuSPARSE only with 32-bit indices (with 64-bit ones it faults rather than failing
+    cleanly; the C++ op refuses them too) and float32/float64 features: its float16/bfloat16
+    products lose precision at hub rows (ogbn-arxiv, bf16, width 256: max error 0.10 against
+    0.016 for ours, one rounding), enough to turn a 3-layer GCN's logits (6.1 off at 24)."""
+    return not name.startswith("cusparse") or (
+        g.index_dtype == torch.int32 and dtype in (torch.float32, torch.float64))
 
 
 def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
     """The tuned kernel (an ``ALGOS`` value) for ``run(algo)``, timed once per key."""
     width = x.shape[1]
     default = "cusparse_default" if width >= _CUSPARSE_MIN_WIDTH and _usable(
-        "cusparse_default", g) else "csr_auto"
+        "cusparse_default", g, x.dtype) else "csr_auto"
 
     def candidates():
         return {name: (lambda code=code: run(code)) for name, code in ALGOS.items()
-                if _usable(name, g)}
+                if _usable(name, g, x.dtype)}
     with torch.no_grad():
         name = tuning.choose(op, g, width, x.dtype, x.device, candidates, default)
     return ALGOS[name]
