@@ -319,6 +319,28 @@ def test_loader_batches_features_and_labels():
         assert not torch.equal(loader.shard(), (loader.set_epoch(5), loader.shard())[1])
 
 
+def test_loader_gathers_edge_features():
+    g, ei = _graph()
+    edge_features = torch.stack([torch.arange(ei.shape[1], dtype=torch.float32),
+                                 torch.randn(ei.shape[1])], dim=1)
+    for layout in ("blocks", "subgraph"):
+        loader = NeighborLoader(g, [3, 2], torch.arange(0, 80, 3), batch_size=9,
+                                edge_features=edge_features, layout=layout)
+        for batch in loader:
+            if layout == "subgraph":
+                ids, local = batch.edge_ids, batch.edge_index
+                pairs = [(batch.edge_attr, ids, batch.node_ids[local[0]],
+                          batch.node_ids[local[1]])]
+            else:
+                pairs = [(attr, b.edge_ids, b.src_ids[b.col.long()], b.dst_ids[b.row.long()])
+                         for attr, b in zip(batch.edge_attr, batch.blocks)]
+            for attr, ids, src, dst in pairs:
+                assert torch.equal(attr, edge_features[ids])
+                assert torch.equal(ei[0, ids], src) and torch.equal(ei[1, ids], dst)
+    with pytest.raises(ValueError, match="edge_features"):
+        NeighborLoader(g, [2], torch.arange(5), edge_features=torch.randn(3, 2))
+
+
 def test_loader_prefetch_matches_inline():
     g, _ = _graph()
     common = dict(batch_size=7, shuffle=True, seed=3)

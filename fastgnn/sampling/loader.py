@@ -8,7 +8,7 @@ import math
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Union
 
 import torch
 
@@ -27,6 +27,10 @@ class MiniBatch:
     ``x`` the features of ``blocks[0].src_ids``. ``layout="subgraph"`` (PyG's mini-batches):
     ``graph`` is every hop's edges over ``node_ids`` (seeds first), ``x`` their features; run
     the whole model on it and keep the first ``batch_size`` outputs.
+
+    ``edge_attr`` holds the sampled edges' features when the loader has ``edge_features``: one
+    tensor aligned with ``edge_index`` (subgraph), or one per block, input layer first, aligned
+    with each block's CSR edges (blocks).
     """
     seeds: torch.Tensor
     x: Optional[torch.Tensor] = None
@@ -35,6 +39,7 @@ class MiniBatch:
     graph: Optional[Graph] = None
     node_ids: Optional[torch.Tensor] = None
     edge_ids: Optional[torch.Tensor] = None
+    edge_attr: Union[torch.Tensor, List[torch.Tensor], None] = None
 
     @property
     def batch_size(self) -> int:
@@ -109,6 +114,9 @@ class NeighborLoader:
         seeds: output node ids, or a boolean mask over the nodes.
         features, labels: node features ``[N, F]`` and labels ``[N]`` on the CPU (pinned for
             fast copies) or the GPU; gathered for each batch.
+        edge_features: ``[E, *]`` edge features in the order of the edges ``graph`` was built
+            from (a PyG ``edge_attr``); gathered for each batch's sampled edges into
+            ``MiniBatch.edge_attr``.
         device: where batches are delivered (default: the sampler's device).
         layout: ``"blocks"`` (one Graph per layer) or ``"subgraph"`` (PyG's one graph).
         sampler_options: ``replace``, ``weight``, ``edge_dir``, ``deterministic`` and
@@ -118,7 +126,7 @@ class NeighborLoader:
     def __init__(self, graph: Graph, fanouts: Sequence[int], seeds, *, batch_size: int = 1,
                  shuffle: bool = False, drop_last: bool = False,
                  features: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
-                 device=None, layout: str = "blocks", prefetch: int = 2, seed: int = 0,
+                 edge_features: Optional[torch.Tensor] = None, device=None, layout: str = "blocks", prefetch: int = 2, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  **sampler_options):
         _validate.choice("layout", layout, LAYOUTS)
@@ -136,7 +144,12 @@ class NeighborLoader:
                 if value.size(0) != graph.num_src_nodes:
                     raise ValueError(f"{name} must have one row per node "
                                      f"({graph.num_src_nodes}), got {value.size(0)}")
-        self.features, self.labels = features, labels
+        if edge_features is not None:
+            _validate.tensor("edge_features", edge_features)
+            if edge_features.dim() == 0 or edge_features.size(0) != graph.num_edges:
+                raise ValueError(f"edge_features must have one row per edge ({graph.num_edges}), "
+                                 f"got shape {list(edge_features.shape)}")
+        self.features, self.labels, self.edge_features = features, labels, edge_features
         self.device = torch.device(device) if device is not None else self.neighbor_sampler.device
         self.layout = layout
         self.seed = int(seed)
@@ -199,11 +212,15 @@ class NeighborLoader:
             blocks = self.neighbor_sampler.sample_blocks(seeds, generator).to(self.device, pin).blocks
             nodes, out_seeds = blocks[0].src_ids, blocks[-1].dst_ids
             batch = MiniBatch(out_seeds, blocks=blocks)
+            if self.edge_features is not None:
+                batch.edge_attr = [gather(self.edge_features, b.edge_ids, self.device, pin)
+                                   for b in blocks]
         else:
             sub = self.neighbor_sampler.sample_subgraph(seeds, generator)
             nodes = sub.node_ids.to(self.device, non_blocking=pin)
             batch = MiniBatch(nodes[: seeds.numel()], graph=sub.graph.to(self.device, pin),
                               node_ids=nodes, edge_ids=sub.edge_ids.to(self.device))
+            batch.edge_attr = gather(self.edge_features, sub.edge_ids, self.device, pin)
         batch.x = gather(self.features, nodes, self.device, pin)
         batch.y = gather(self.labels, batch.seeds, self.device, pin)
         return batch
@@ -286,6 +303,7 @@ class _Prefetcher:
 def _record_stream(batch: MiniBatch, stream) -> None:
     """Tells the caching allocator that the consumer's stream uses the batch's tensors."""
     tensors = [batch.seeds, batch.x, batch.y, batch.node_ids, batch.edge_ids]
+    tensors += batch.edge_attr if isinstance(batch.edge_attr, list) else [batch.edge_attr]
     for graph in batch.blocks + ([batch.graph] if batch.graph is not None else []):
         tensors += [graph.rowptr, graph.col]
         tensors += [getattr(graph, "src_ids", None), getattr(graph, "edge_ids", None)]

@@ -16,6 +16,7 @@ Options every data module takes (keyword arguments, after its own):
   sampler (``fastgnn.sampling.NeighborLoader``, PyG's subgraph layout: the first
   ``batch_size`` nodes of a batch are its seeds). ``fanouts`` lists the neighbours drawn per
   layer, input layer first (-1: all). Under DDP each rank draws its own share of the seeds.
+  Batches carry their sampled edges' ``edge_attr`` where the dataset has one.
   ``sample_on_gpu`` keeps the graph on the training GPU and samples there.
 - ``reorder``: relabel the nodes once at load (``fastgnn.reorder``: "rcm", "degree" or
   "metis") so that neighbours get nearby ids; ``data.n_id`` keeps each node's original id, and
@@ -119,7 +120,8 @@ class GraphDataModule(pl.LightningDataModule):
             self._sampling_graph = graph
         return NeighborLoader(self._sampling_graph, self.fanouts, seeds,
                               batch_size=self.batch_size, shuffle=shuffle, features=data.x,
-                              labels=data.y, layout="subgraph",
+                              labels=data.y, edge_features=getattr(data, "edge_attr", None),
+                              layout="subgraph",
                               device=self._sampling_graph.device)
 
     def train_dataloader(self):
