@@ -46,6 +46,8 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--training", action="store_true",
                    help="the end-to-end training-step suite (train-* workloads) instead of "
                    "the op and layer suite")
+    p.add_argument("--compile", action="store_true",
+                   help="training steps: add a row of the enabled model under torch.compile")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     p.add_argument("--data-root",
                    help="datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
@@ -110,7 +112,7 @@ def main_run(argv) -> int:
                          args.widths or default_widths,
                          warmup if args.warmup is None else args.warmup,
                          repeats if args.repeats is None else args.repeats, jsonl, args.seed,
-                         args.heads)
+                         args.heads, args.compile)
     print(f"fastgnn bench on {report.device_name(device)}; results -> {jsonl}")
     rows = suite.run(opts)
     regenerate(rows, prefix, args.readme)

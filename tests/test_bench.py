@@ -253,6 +253,20 @@ def test_training_steps_on_cuda_measure_kernel_time_and_cuda_graphs(tmp_path):
     assert len(graphed) == 4 and all(r["check"].startswith("logits match") for r in graphed)
 
 
+@pytest.mark.gpu
+def test_training_steps_compile_row(tmp_path):
+    pytest.importorskip("torch_geometric")
+    rows = []
+    opts = _options(tmp_path, device=torch.device("cuda"), workloads=["train-gcn"],
+                    compile=True)
+    suite.run_graph(TINY, opts, lambda **f: rows.append(f), lambda _: None)
+    compiled = [r for r in rows if r["implementation"].endswith("torch.compile")]
+    assert len(compiled) == 2  # fp32 and bf16
+    for row in compiled:
+        assert row["status"] == "ok" and row["check"].startswith("logits match"), row
+        assert row["wall_ms"] > 0 and row["busy_ms"] > 0
+
+
 def test_training_step_with_other_parameters_is_a_mismatch():
     pytest.importorskip("torch_geometric")
     from fastgnn.bench import training

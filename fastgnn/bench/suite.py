@@ -45,6 +45,7 @@ class Options:
     jsonl: str
     seed: int = 0
     heads: int = 4
+    compile: bool = False  # training steps: add a torch.compile row
 
 
 def default_suite(device: torch.device, quick: bool, steps: bool = False):
@@ -150,7 +151,8 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
                     edges=bench_graph.stats["edges"])
     for width in opts.widths:
         for name in opts.workloads:
-            context = Context(bench_graph, width, opts.device, opts.seed, opts.heads)
+            context = Context(bench_graph, width, opts.device, opts.seed, opts.heads,
+                              opts.compile)
 
             def case_emit(context=context, name=name, width=width, **fields):
                 # the kernels the native fastgnn ops tuned on this case's graph

@@ -7,6 +7,8 @@ ReLU between them, then a linear classifier over ``CLASSES`` random labels; the 
 copy of one seeded initialisation. Before timing, its logits are checked against the stock
 model's at the same precision. On CUDA a third row replays the enabled model's whole step as a
 CUDA graph (:func:`make_graphed_step`), the way to take the host out of small graphs' steps.
+With ``Context.compile`` (``scripts/bench.py --compile``) one more row runs the enabled model
+under ``torch.compile``; it compiles during the logits check and the warmup.
 
 A row reports, per step: ``wall_ms`` (timed as :mod:`fastgnn.bench.measure` times calls:
 median of samples, a sample being ``BATCH`` back-to-back steps on CUDA, one step on CPU),
@@ -74,6 +76,7 @@ class StepImplementation:
     model: Optional[torch.nn.Module] = None
     skip: Optional[str] = None
     cuda_graph: bool = False  # the whole step captured as a CUDA graph (make_graphed_step)
+    compiled: bool = False  # the model wrapped in torch.compile (default mode)
 
 
 @dataclass
@@ -104,6 +107,9 @@ def build(ctx: Context, model: str) -> StepCase:
         if ctx.device.type == "cuda":
             impls.append(StepImplementation("pyg+fastgnn.enable+cuda-graph", FASTGNN, fast,
                                             cuda_graph=True))
+        if ctx.compile:
+            impls.append(StepImplementation("pyg+fastgnn.enable+torch.compile", FASTGNN, fast,
+                                            compiled=True))
     return StepCase(x, ctx.edge_index, labels, impls)
 
 
@@ -188,13 +194,16 @@ def measure_step(impl: StepImplementation, case: StepCase, expected: Optional[to
     """Checks, then times one implementation at one precision; returns its row fields."""
     fields: Dict[str, object] = {"precision": precision}
     try:
+        # A fresh copy per precision: every row starts from the same parameters.
+        model = copy.deepcopy(impl.model)
+        if impl.compiled:  # compiled during the check and the warmup, not the timed steps
+            model = torch.compile(model)
         if expected is not None:
-            measure.compare("logits", _logits(impl.model, case, device, precision), expected,
+            measure.compare("logits", _logits(model, case, device, precision), expected,
                             TOLERANCE[precision])
             fields["check"] = f"logits match pyg-stock ({precision})"
-        # A fresh copy per precision: every row starts from the same parameters.
         make = make_graphed_step if impl.cuda_graph else make_step
-        step = make(copy.deepcopy(impl.model), case, device, precision)
+        step = make(model, case, device, precision)
         fields["wall_ms"] = measure.time_forward(step, device, max(warmup, 1), repeats)
         fields["busy_ms"] = busy_ms(step, device, max(repeats, 1))
         fields["busy_kind"] = BUSY_CUDA if device.type == "cuda" else BUSY_CPU

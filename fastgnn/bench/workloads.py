@@ -61,6 +61,7 @@ class Context:
     device: torch.device
     seed: int = 0
     heads: int = HEADS  # attention workloads split the width into heads x (width // heads)
+    compile: bool = False  # training steps: also time the enabled model under torch.compile
     _cache: Dict[str, object] = field(default_factory=dict)
     _draws: int = 0
 
