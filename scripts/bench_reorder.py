@@ -6,6 +6,11 @@ batches, ``fastgnn.bench.measure``), with the one-off cost of computing the orde
 
 Ops: GCN SpMM (norm "both") at each width, and dot-product (Graph Transformer) attention with
 4 heads of width // 4. Features are random; every graph is timed after its own tuning.
+
+``--rows-only`` adds, per method, the graph with only its destinations relabelled (sources and
+their features stay in place): what processing rows in that order could gain without moving
+any features. ``permute`` is the cost of moving one ``[N, width]`` feature tensor into the new
+order (``NodeOrder.permute``), what reordering inside an op would pay twice per call.
 """
 from __future__ import annotations
 
@@ -44,6 +49,11 @@ def _times(g, width, device, repeats):
     return out
 
 
+def _permute_ms(order, width: int, device: torch.device) -> float:
+    x = torch.randn(len(order), width, device=device)
+    return measure.time_forward(lambda: order.permute(x), device, warmup=3, repeats=7)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,6 +62,8 @@ def main() -> int:
     p.add_argument("--widths", default="256,512")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--rows-only", action="store_true",
+                   help="also time each order applied to the destinations only")
     args = p.parse_args()
     device = torch.device(args.device)
     methods = [m for m in args.methods.split(",")
@@ -59,24 +71,30 @@ def main() -> int:
     print(f"{report.describe_run(device)}; ms forward / backward, speedup of fwd+bwd over the "
           "stored order\n")
     print("| graph | order | order time (s) | width | spmm | transformer | spmm speedup | "
-          "transformer speedup |")
-    print("|---|---|---|---|---|---|---|---|")
+          "transformer speedup | permute |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.graphs.split(","):
         stored = graphs.load(name).graph
-        variants = [("stored", stored, 0.0)]
+        variants = [("stored", stored, 0.0, None)]
         for method in methods:
             t0 = time.perf_counter()
-            reordered, _ = fastgnn.reorder(stored, method)
-            variants.append((method, reordered, time.perf_counter() - t0))
+            reordered, order = fastgnn.reorder(stored, method)
+            variants.append((method, reordered, time.perf_counter() - t0, order))
+            if args.rows_only:
+                src, dst = stored.edge_index()
+                rows = fastgnn.Graph.from_edge_index(torch.stack([src, order.rank[dst]]),
+                                                     num_nodes=stored.num_dst_nodes)
+                variants.append((f"{method}, rows only", rows, 0.0, None))
         for width in (int(w) for w in args.widths.split(",")):
             base = None
-            for label, g, seconds in variants:
+            for label, g, seconds, order in variants:
                 times = _times(g.to(device), width, device, args.repeats)
                 base = base or times
                 cells = [f"{f:.3f} / {b:.3f}" for f, b in times.values()]
                 speedups = [f"{sum(base[op]) / sum(times[op]):.2f}x" for op in times]
+                permute = "" if order is None else f"{_permute_ms(order, width, device):.3f}"
                 print(f"| {name} | {label} | {seconds:.2f} | {width} | " + " | ".join(cells)
-                      + " | " + " | ".join(speedups) + " |", flush=True)
+                      + " | " + " | ".join(speedups) + f" | {permute} |", flush=True)
     return 0
 
 
