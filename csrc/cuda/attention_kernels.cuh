@@ -106,10 +106,6 @@ __device__ __forceinline__ void zero(acc_t (&v)[K]) {
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t leaky(acc_t v, acc_t slope) { return v > 0 ? v : v * slope; }
-template <typename acc_t>
-__device__ __forceinline__ acc_t leaky_slope(acc_t v, acc_t slope) {
-  return v > 0 ? acc_t(1) : slope;
-}
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }
@@ -457,20 +453,22 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 // the edge into col[q] at CSR position src_perm[q]): gradients of b (x_src / k) and c (v) from
 // the stored scores, with no logit recomputed and no warp reduction.
 
-// delta_i = <dOut_i, out_i> over every chunk of head h (warp-uniform).
-template <int K, int kD, typename T, typename I, typename acc_t = typename Scalar<T>::acc>
-__device__ __forceinline__ acc_t row_delta(const Args<T, I>& a, int64_t i, int64_t h, int lane) {
-  acc_t sum = 0;
+// delta_i = <dOut_i, out_i> over every chunk of head h, on every lane of the head's kLanes.
+template <int K, int kD, int kLanes, typename T, typename I,
+          typename acc_t = typename Scalar<T>::acc>
+__device__ __forceinline__ acc_t row_delta(const Args<T, I>& a, int64_t i, int64_t h, int flane) {
+  acc_t sum[1] = {0};
   const int chunks = kD != 0 ? 1 : a.chunks;
   for (int c = 0; c < chunks; ++c) {
-    const int64_t f0 = int64_t(c) * 32 * K + lane * K;
+    const int64_t f0 = int64_t(c) * 32 * K + flane * K;
     const int64_t off = (i * a.heads + h) * a.dim + f0;
     acc_t out[K], dout[K];
     load_frag<K, kD>(a.saved_out + off, f0, a.dim, out);
     load_frag<K, kD>(a.grad_out + off, f0, a.dim, dout);
-    sum += dot<K>(out, dout);
+    sum[0] += dot<K>(out, dout);
   }
-  return warp_sum(sum);
+  warp_sum_each<1, kLanes>(sum);
+  return sum[0];
 }
 
 template <typename acc_t>
@@ -479,18 +477,22 @@ __device__ __forceinline__ Packet<acc_t, 2>* score_at(acc_t* scores, int64_t edg
   return reinterpret_cast<Packet<acc_t, 2>*>(scores + 2 * (h * edges + e));
 }
 
-template <AttentionKind kKind, int K, int kD, int kEdges, typename T, typename I>
+// kHeads heads a warp (fast path only), kWarp / kHeads lanes each, as in the forward.
+template <AttentionKind kKind, int K, int kD, int kHeads, int kEdges, typename T, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
     backward_dst_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
   constexpr bool kGat = kKind == AttentionKind::kGatv2;
+  constexpr int kLanes = kWarp / kHeads;
   static_assert(kEdges == 1 || kD != 0, "several edges a step on the fast path only");
+  static_assert(kHeads == 1 || kD != 0, "several heads per warp on the fast path only");
   extern __shared__ unsigned char smem_raw[];
   acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
   const Slot s = slot_of(a);
-  const int64_t h = blockIdx.y;
+  const int sub = s.lane / kLanes, flane = s.lane % kLanes;  // head within the warp, its lane
+  const int64_t h = int64_t(blockIdx.y) * kHeads + sub;
   const int chunk = blockIdx.z;
-  const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
+  const int64_t f0 = int64_t(chunk) * 32 * K + flane * K;
   const int64_t i = s.r;
   const acc_t slope = a.coef;
 
@@ -503,7 +505,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
     load_att<kKind, K, kD>(a, v, att);
     load_dst_side<K, kD>(a, v, i, true, dst, dout);
     const acc_t lse_i = a.lse_in[i * a.heads + h];
-    const acc_t delta_i = row_delta<K, kD>(a, i, h, s.lane);
+    const acc_t delta_i = row_delta<K, kD, kLanes>(a, i, h, flane);
     const EdgeShare share = edge_share(a, s);
     for (int64_t base = share.begin; base < share.end; base += kWarp) {
       const int count = int(min(int64_t(kWarp), share.end - base));
@@ -528,7 +530,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           }
         }
         if constexpr (kD != 0) {
-          warp_sum_each<2 * kEdges>(sums);
+          warp_sum_each<2 * kEdges, kLanes>(sums);
           if (kKind == AttentionKind::kDotProduct)
 #pragma unroll
             for (int u = 0; u < kEdges; ++u) sums[u] *= a.coef;
@@ -540,14 +542,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           const acc_t alpha = exp_acc(sums[u] - lse_i);
           const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
           const acc_t g = wc * sums[kEdges + u] - alpha * delta_i;
+          const acc_t g_neg = g * slope;  // g times LeakyReLU's slope where z <= 0
           acc_t edge_grad[K];
 #pragma unroll
           for (int k = 0; k < K; ++k) {
             if (kGat) {
-              const acc_t dz = g * att[k] * leaky_slope(z[u][k], slope);
-              grad_dst[k] += dz;
-              grad_att[k] += g * leaky(z[u][k], slope);
-              edge_grad[k] = dz;
+              const acc_t gs = z[u][k] > 0 ? g : g_neg;
+              edge_grad[k] = gs * att[k];
+              grad_dst[k] += edge_grad[k];
+              grad_att[k] += gs * z[u][k];
             } else {
               grad_dst[k] += g * slope * z[u][k];
               edge_grad[k] = g * slope * dst[k] + wc * dout[k];
@@ -556,7 +559,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           if (a.grad_edge)
             store_frag<K>(a.grad_edge + h * a.dim + edge_pos(a, q) * a.row_stride, f0, a.dim,
                           edge_grad);
-          if (s.lane == 0 && chunk == 0) *score_at(a.scores, a.num_edges, h, q) = {g, wc};
+          if (flane == 0 && chunk == 0) *score_at(a.scores, a.num_edges, h, q) = {g, wc};
         }
       }
     }
@@ -581,17 +584,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
   }
 }
 
-template <AttentionKind kKind, int K, int kD, int kEdges, typename T, typename I>
+template <AttentionKind kKind, int K, int kD, int kHeads, int kEdges, typename T, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
     backward_src_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
   constexpr bool kGat = kKind == AttentionKind::kGatv2;
+  constexpr int kLanes = kWarp / kHeads;
+  static_assert(kHeads == 1 || kD != 0, "several heads per warp on the fast path only");
   extern __shared__ unsigned char smem_raw[];
   acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
   const Slot s = slot_of(a);
-  const int64_t h = blockIdx.y;
+  const int64_t h = int64_t(blockIdx.y) * kHeads + s.lane / kLanes;
   const int chunk = blockIdx.z;
-  const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
+  const int64_t f0 = int64_t(chunk) * 32 * K + (s.lane % kLanes) * K;
   const int64_t j = s.r;
   const acc_t slope = a.coef;
 
@@ -634,17 +639,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           }
         }
 #pragma unroll
-        for (int u = 0; u < kEdges; ++u)
+        for (int u = 0; u < kEdges; ++u) {
+          const acc_t g_neg = g[u] * slope;
 #pragma unroll
           for (int k = 0; k < K; ++k) {
             if (kGat) {
-              grad_src[k] += g[u] * att[k] * leaky_slope(dst[u][k] + own[k], slope) +
-                             w[u] * dout[u][k];
+              const acc_t gs = dst[u][k] + own[k] > 0 ? g[u] : g_neg;
+              grad_src[k] += gs * att[k] + w[u] * dout[u][k];
             } else {
               grad_src[k] += g[u] * slope * dst[u][k];
               grad_val[k] += w[u] * dout[u][k];
             }
           }
+        }
       }
     }
   }
@@ -767,10 +774,10 @@ struct Launcher {
         (size_t(kWarpsPerBlock) * 32 * K + 2 * kWarpsPerBlock * kHeads) * sizeof(acc_t);
     if constexpr (kBackward) {
       if (source_pass)
-        backward_src_kernel<kKind, K, kD, kEdges, T, I>
+        backward_src_kernel<kKind, K, kD, kHeads, kEdges, T, I>
             <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
       else
-        backward_dst_kernel<kKind, K, kD, kEdges, T, I>
+        backward_dst_kernel<kKind, K, kD, kHeads, kEdges, T, I>
             <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
     } else
       forward_kernel<kKind, K, kD, kHeads, kEdges, T, I>
@@ -787,9 +794,10 @@ void launch(const AttentionParams& p, const RowSet& rows, bool source_pass,
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
   const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
   const DimPlan plan = plan_dim(p.dim, fast_ok);
-  // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each).
-  const bool pair =
-      !kBackward && (plan.fast_dim == 64 || plan.fast_dim == 128) && p.heads % 2 == 0;
+  // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each), the
+  // backward at D = 64 (at 128 its 8 features a lane would need more registers than its cap).
+  const bool pair = (plan.fast_dim == 64 || (!kBackward && plan.fast_dim == 128)) &&
+                    p.heads % 2 == 0;
   const dim3 grid(unsigned(ceil_div(rows.num_rows, groups_per_block(rows.warps_per_row))),
                   unsigned(pair ? p.heads / 2 : p.heads), unsigned(plan.chunks));
   dispatch_float(p.type, [&](auto s) {
@@ -805,8 +813,8 @@ void launch(const AttentionParams& p, const RowSet& rows, bool source_pass,
         constexpr int kPairEdges = kKind == AttentionKind::kGatv2 ? 4 : 2;
         if (pair && plan.fast_dim == 128)
           return launcher.template operator()<8, 128, 2, kPairEdges>();
-        if (pair) return launcher.template operator()<4, 64, 2>();
       }
+      if (pair) return launcher.template operator()<4, 64, 2>();
       dispatch_plan(plan, launcher);
     });
   });
