@@ -2,7 +2,7 @@
 // instantiation set per file so they compile in parallel).
 //
 // A group of warps_per_row warps owns one (row, head) pair (two heads, 16 lanes each, in the
-// forward at D = 64 and 128): light rows get one warp, heavy rows several that split the edge
+// forward at D = 64 and 128 and in the backward at D = 64): light rows get one warp, heavy rows several that split the edge
 // list into contiguous shares and merge through shared memory. A warp reads the source indices
 // of 32 edges with one load and passes them round by shuffles. Lane l holds K consecutive
 // features [32K * chunk + lK, +K) in registers (vector loads on the fast paths D = 16, 32, 64,
@@ -22,7 +22,7 @@ namespace cuda {
 namespace attention {
 
 constexpr int kWarpsPerBlock = 8;
-// Register cap of the backward kernel, which holds many fragments: enough resident blocks to
+// Register cap of the backward kernels, which hold many fragments: enough resident blocks to
 // hide the latency of its gathers, without spilling the K = 8 fragments.
 constexpr int backward_blocks_per_sm(int k) { return k >= 8 ? 1 : k >= 4 ? 3 : 4; }
 
