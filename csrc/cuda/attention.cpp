@@ -1,5 +1,6 @@
 // Torch-facing glue of the fused CUDA attention ops: checks, allocation, degree buckets and
-// the choice of backward traversal (transposed CSR, or the fused symmetric pass).
+// the backward's two passes (destinations, then sources over the transposed CSR, or over the
+// CSR itself on a symmetric graph).
 #include <torch/library.h>
 
 #include <cstdint>
@@ -113,9 +114,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   auto gout = grad_out.to(r.b.scalar_type()).contiguous();
   auto lse_c = lse.to(r.acc).contiguous();
   auto out_c = out.to(r.b.scalar_type()).contiguous();
-  auto delta = at::empty({r.p.csr.rows, r.p.heads}, r.b.options().dtype(r.acc));
-  attention_delta(r.p.type, gout.data_ptr(), out_c.data_ptr(), delta.data_ptr(),
-                  r.p.csr.rows * r.p.heads, r.p.dim, stream());
+  // E x H pairs of scalars (the destination pass's dLogit and weight of each edge), so the
+  // source pass recomputes no logits: at most 8 bytes per (edge, head), no E x D tensor.
+  auto scores = at::empty({r.p.heads, r.p.csr.nnz, 2}, r.b.options().dtype(r.acc));
   auto t_perm_c = t_perm.contiguous();
   auto grad_a = at::empty_like(r.a);
   auto grad_b = at::empty_like(r.b);
@@ -126,27 +127,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   auto partial = gat ? at::empty({partial_rows, r.p.heads, r.p.dim}, r.b.options().dtype(r.acc))
                      : at::Tensor();
   r.p.grad_out = gout.data_ptr();
+  r.p.saved_out = out_c.data_ptr();
   r.p.lse_in = lse_c.data_ptr();
-  r.p.delta = delta.data_ptr();
+  r.p.scores = scores.data_ptr();
   r.p.grad_a = grad_a.data_ptr();
   r.p.grad_b = grad_b.data_ptr();
   r.p.grad_c = gat ? nullptr : grad_c.data_ptr();
   r.p.grad_edge = r.edge.defined() ? grad_edge.data_ptr() : nullptr;
   r.p.att_partial = partial.defined() ? partial.data_ptr() : nullptr;
   r.p.src_perm = t_perm_c.data_ptr();
-  r.p.aligned = r.p.aligned && aligned16(gout) && aligned16(grad_a) && aligned16(grad_b);
+  r.p.aligned = r.p.aligned && aligned16(gout) && aligned16(out_c) && aligned16(grad_a) &&
+                aligned16(grad_b) && aligned16(grad_c);
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || r.b.size(0) == r.p.csr.rows, op, ": a symmetric graph is square");
   int64_t offset = 0;
-  for (const RowSet& rows : r.dst_sets) {  // destination side (and source side if symmetric)
-    attention_backward(r.p, rows, true, symmetric, offset, stream());
+  for (const RowSet& rows : r.dst_sets) {
+    attention_backward_dst(r.p, rows, offset, stream());
     offset += attention_partial_rows(rows);
   }
-  if (!symmetric) {  // source side over the transposed CSR
+  if (symmetric) {  // the CSR is its own transpose: sources have the destinations' buckets
+    for (const RowSet& rows : r.dst_sets) attention_backward_src(r.p, rows, stream());
+  } else {
     AttentionParams t = r.p;
     t.csr = csr_view(*t_rowptr, *t_col, op);
     TORCH_CHECK(t.csr.index64 == r.p.csr.index64, op, ": transposed CSR index dtype differs");
-    attention_backward(t, RowSet{nullptr, t.csr.rows, 1}, false, true, 0, stream());
+    TORCH_CHECK(t.csr.nnz == r.p.csr.nnz, op, ": transposed CSR has a different edge count");
+    attention_backward_src(t, RowSet{nullptr, t.csr.rows, 1}, stream());
   }
   if (gat) {
     auto grad_att = at::empty({r.p.heads, r.p.dim}, r.b.options().dtype(r.acc));

@@ -11,18 +11,31 @@ int64_t attention_partial_rows(const RowSet& rows) {
 
 void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_t stream) {
   if (p.kind == AttentionKind::kGatv2)
-    attention::launch<AttentionKind::kGatv2, false>(p, rows, false, false, 0, stream);
+    attention::launch<AttentionKind::kGatv2, false>(p, rows, false, 0, stream);
   else
-    attention::launch<AttentionKind::kDotProduct, false>(p, rows, false, false, 0, stream);
+    attention::launch<AttentionKind::kDotProduct, false>(p, rows, false, 0, stream);
 }
 
-void attention_backward(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
-                        int64_t partial_offset, cudaStream_t stream) {
+namespace {
+
+void backward_pass(const AttentionParams& p, const RowSet& rows, bool source_pass,
+                   int64_t partial_offset, cudaStream_t stream) {
   if (p.kind == AttentionKind::kGatv2)
-    attention::launch<AttentionKind::kGatv2, true>(p, rows, do_dst, do_src, partial_offset, stream);
+    attention::launch<AttentionKind::kGatv2, true>(p, rows, source_pass, partial_offset, stream);
   else
-    attention::launch<AttentionKind::kDotProduct, true>(p, rows, do_dst, do_src, partial_offset,
+    attention::launch<AttentionKind::kDotProduct, true>(p, rows, source_pass, partial_offset,
                                                         stream);
+}
+
+}  // namespace
+
+void attention_backward_dst(const AttentionParams& p, const RowSet& rows, int64_t partial_offset,
+                            cudaStream_t stream) {
+  backward_pass(p, rows, false, partial_offset, stream);
+}
+
+void attention_backward_src(const AttentionParams& p, const RowSet& rows, cudaStream_t stream) {
+  backward_pass(p, rows, true, 0, stream);
 }
 
 namespace {

@@ -2,7 +2,7 @@
 // instantiation set per file so they compile in parallel).
 //
 // A group of warps_per_row warps owns one (row, head) pair (two heads, 16 lanes each, in the
-// forward at D = 64 and 128): light rows get one warp, heavy rows several that split the edge
+// forward at D = 64 and 128 and in the backward at D = 64): light rows get one warp, heavy rows several that split the edge
 // list into contiguous shares and merge through shared memory. A warp reads the source indices
 // of 32 edges with one load and passes them round by shuffles. Lane l holds K consecutive
 // features [32K * chunk + lK, +K) in registers (vector loads on the fast paths D = 16, 32, 64,
@@ -22,7 +22,7 @@ namespace cuda {
 namespace attention {
 
 constexpr int kWarpsPerBlock = 8;
-// Register cap of the backward kernel, which holds many fragments: enough resident blocks to
+// Register cap of the backward kernels, which hold many fragments: enough resident blocks to
 // hide the latency of its gathers, without spilling the K = 8 fragments.
 constexpr int backward_blocks_per_sm(int k) { return k >= 8 ? 1 : k >= 4 ? 3 : 4; }
 
@@ -49,14 +49,16 @@ struct Args {
   T* out;
   acc_t* lse;
   const T* grad_out;
+  const T* saved_out;
   const acc_t* lse_in;
-  const acc_t* delta;
   T* grad_a;
   T* grad_b;
   T* grad_c;
   T* grad_edge;
   acc_t* att_partial;
   int64_t partial_offset;
+  acc_t* scores;
+  int64_t num_edges;
 };
 
 // K values of a row starting at feature f0 (zeros past the end). kD != 0: the fast path,
@@ -104,10 +106,6 @@ __device__ __forceinline__ void zero(acc_t (&v)[K]) {
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t leaky(acc_t v, acc_t slope) { return v > 0 ? v : v * slope; }
-template <typename acc_t>
-__device__ __forceinline__ acc_t leaky_slope(acc_t v, acc_t slope) {
-  return v > 0 ? acc_t(1) : slope;
-}
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }
@@ -443,106 +441,133 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     a.lse[i * a.heads + h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
 }
 
-// Gradients from recomputed logits: alpha = exp(logit - lse_i), and with c the dropout factor,
-// dLogit = alpha (c <dOut_i, value_j> - delta_i). With do_dst, the walked row n is the
-// destination of edge q (source col[q]): gradients of a (x_dst / q), att (block partials)
-// and edge_term. With do_src, n is the source of edge src_perm[q] into col[q]: gradients of b
-// (x_src / k) and c (v). Each (row, head) is written by one group: no atomics anywhere.
-template <AttentionKind kKind, int K, int kD, typename T, typename I>
+// The backward in two passes, each (row, head) written by one group: no atomics anywhere.
+//
+// Destination pass (the forward CSR; row i is the destination of edge q, source col[q]):
+// recomputes the logits kEdges edges a step, alpha = exp(logit - lse_i) and, with c the dropout
+// factor, g = dLogit = alpha (c <dOut_i, value_j> - delta_i), where delta_i = <dOut_i, out_i> is
+// computed in place. It writes the gradients of a (x_dst / q), att (block partials) and
+// edge_term, and each edge's (g, c alpha) into `scores` ([H, E] pairs, CSR order).
+//
+// Source pass (transposed CSR, or the CSR itself on a symmetric graph; row j is the source of
+// the edge into col[q] at CSR position src_perm[q]): gradients of b (x_src / k) and c (v) from
+// the stored scores, with no logit recomputed and no warp reduction.
+
+// delta_i = <dOut_i, out_i> over every chunk of head h, on every lane of the head's kLanes.
+template <int K, int kD, int kLanes, typename T, typename I,
+          typename acc_t = typename Scalar<T>::acc>
+__device__ __forceinline__ acc_t row_delta(const Args<T, I>& a, int64_t i, int64_t h, int flane) {
+  acc_t sum[1] = {0};
+  const int chunks = kD != 0 ? 1 : a.chunks;
+  for (int c = 0; c < chunks; ++c) {
+    const int64_t f0 = int64_t(c) * 32 * K + flane * K;
+    const int64_t off = (i * a.heads + h) * a.dim + f0;
+    acc_t out[K], dout[K];
+    load_frag<K, kD>(a.saved_out + off, f0, a.dim, out);
+    load_frag<K, kD>(a.grad_out + off, f0, a.dim, dout);
+    sum[0] += dot<K>(out, dout);
+  }
+  warp_sum_each<1, kLanes>(sum);
+  return sum[0];
+}
+
+template <typename acc_t>
+__device__ __forceinline__ Packet<acc_t, 2>* score_at(acc_t* scores, int64_t edges, int64_t h,
+                                                      int64_t e) {
+  return reinterpret_cast<Packet<acc_t, 2>*>(scores + 2 * (h * edges + e));
+}
+
+// kHeads heads a warp (fast path only), kWarp / kHeads lanes each, as in the forward.
+template <AttentionKind kKind, int K, int kD, int kHeads, int kEdges, typename T, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
-    backward_kernel(const Args<T, I> a, bool do_dst, bool do_src) {
+    backward_dst_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
   constexpr bool kGat = kKind == AttentionKind::kGatv2;
+  constexpr int kLanes = kWarp / kHeads;
+  static_assert(kEdges == 1 || kD != 0, "several edges a step on the fast path only");
+  static_assert(kHeads == 1 || kD != 0, "several heads per warp on the fast path only");
   extern __shared__ unsigned char smem_raw[];
   acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
   const Slot s = slot_of(a);
-  const int64_t h = blockIdx.y;
+  const int sub = s.lane / kLanes, flane = s.lane % kLanes;  // head within the warp, its lane
+  const int64_t h = int64_t(blockIdx.y) * kHeads + sub;
   const int chunk = blockIdx.z;
-  const int64_t f0 = int64_t(chunk) * 32 * K + s.lane * K;
-  const int64_t n = s.r;
+  const int64_t f0 = int64_t(chunk) * 32 * K + flane * K;
+  const int64_t i = s.r;
   const acc_t slope = a.coef;
 
-  // grad_src: x_src's gradient (GATv2, key and value terms together) or k's; grad_val: v's.
-  acc_t grad_dst[K], grad_att[K], grad_src[K], grad_val[K];
+  acc_t grad_dst[K], grad_att[K];
   zero<K>(grad_dst);
   zero<K>(grad_att);
-  zero<K>(grad_src);
-  zero<K>(grad_val);
   if (s.valid) {
     const LaneView<T> v = lane_view(a, h, f0);
-    acc_t own_dst[K], att[K], own_dout[K];
+    acc_t dst[K], att[K], dout[K];
     load_att<kKind, K, kD>(a, v, att);
-    acc_t lse_n = 0, delta_n = 0;
-    if (do_dst) {
-      load_dst_side<K, kD>(a, v, n, true, own_dst, own_dout);
-      lse_n = a.lse_in[n * a.heads + h];
-      delta_n = a.delta[n * a.heads + h];
-    }
+    load_dst_side<K, kD>(a, v, i, true, dst, dout);
+    const acc_t lse_i = a.lse_in[i * a.heads + h];
+    const acc_t delta_i = row_delta<K, kD, kLanes>(a, i, h, flane);
     const EdgeShare share = edge_share(a, s);
     for (int64_t base = share.begin; base < share.end; base += kWarp) {
       const int count = int(min(int64_t(kWarp), share.end - base));
       const I col_mine = s.lane < count ? a.col[base + s.lane] : I(0);
-      const I perm_mine = do_src && s.lane < count ? a.src_perm[base + s.lane] : I(0);
-      for (int t = 0; t < count; ++t) {
-        const int64_t m = window_col(col_mine, t);
-        const int64_t q = base + t;
-        if (do_dst) {  // edge m -> n at CSR position q
-          acc_t z[K], val[K], logit, dval;
-          edge_eval<kKind, K, kD>(a, v, n, m, q, h, s.lane, chunk, true, own_dst, att, own_dout,
-                                  z, val, logit, dval);
-          const acc_t alpha = exp_acc(logit - lse_n);
+      for (int t = 0; t < count; t += kEdges) {
+        // sums[u]: edge u's logit; sums[kEdges + u]: <dOut_i, value_j>
+        acc_t z[kEdges][K], sums[2 * kEdges];
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          // Slots past count (fast path only) repeat the last edge and are skipped below.
+          const int slot = min(t + u, count - 1);
+          const int64_t j = window_col(col_mine, slot);
+          const int64_t q = base + slot;
+          acc_t val[K];
+          if constexpr (kD != 0) {
+            edge_operands<kKind, K, kD>(a, v, j, q, dst, z[u], val);
+            sums[u] = logit_part<kKind, K>(dst, att, z[u], slope);
+            sums[kEdges + u] = dot<K>(dout, val);
+          } else {
+            edge_eval<kKind, K, kD>(a, v, i, j, q, h, s.lane, chunk, true, dst, att, dout, z[u],
+                                    val, sums[u], sums[kEdges + u]);
+          }
+        }
+        if constexpr (kD != 0) {
+          warp_sum_each<2 * kEdges, kLanes>(sums);
+          if (kKind == AttentionKind::kDotProduct)
+#pragma unroll
+            for (int u = 0; u < kEdges; ++u) sums[u] *= a.coef;
+        }
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          if (t + u >= count) break;  // warp-uniform
+          const int64_t q = base + t + u;
+          const acc_t alpha = exp_acc(sums[u] - lse_i);
           const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
-          const acc_t g = wc * dval - alpha * delta_n;
+          const acc_t g = wc * sums[kEdges + u] - alpha * delta_i;
+          const acc_t g_neg = g * slope;  // g times LeakyReLU's slope where z <= 0
           acc_t edge_grad[K];
 #pragma unroll
           for (int k = 0; k < K; ++k) {
             if (kGat) {
-              const acc_t dz = g * att[k] * leaky_slope(z[k], slope);
-              grad_dst[k] += dz;
-              grad_att[k] += g * leaky(z[k], slope);
-              edge_grad[k] = dz;
+              const acc_t gs = z[u][k] > 0 ? g : g_neg;
+              edge_grad[k] = gs * att[k];
+              grad_dst[k] += edge_grad[k];
+              grad_att[k] += gs * z[u][k];
             } else {
-              grad_dst[k] += g * slope * z[k];
-              edge_grad[k] = g * slope * own_dst[k] + wc * own_dout[k];
+              grad_dst[k] += g * slope * z[u][k];
+              edge_grad[k] = g * slope * dst[k] + wc * dout[k];
             }
           }
           if (a.grad_edge)
             store_frag<K>(a.grad_edge + h * a.dim + edge_pos(a, q) * a.row_stride, f0, a.dim,
                           edge_grad);
-        }
-        if (do_src) {  // edge n -> m at CSR position src_perm[q]
-          const int64_t e = window_col(perm_mine, t);
-          acc_t dst[K], dout[K], z[K], val[K], logit, dval;
-          load_dst_side<K, kD>(a, v, m, true, dst, dout);
-          edge_eval<kKind, K, kD>(a, v, m, n, e, h, s.lane, chunk, true, dst, att, dout, z, val,
-                                  logit, dval);
-          const acc_t alpha = exp_acc(logit - a.lse_in[m * a.heads + h]);
-          const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
-          const acc_t g = wc * dval - alpha * a.delta[m * a.heads + h];
-#pragma unroll
-          for (int k = 0; k < K; ++k) {
-            if (kGat) {
-              grad_src[k] += g * att[k] * leaky_slope(z[k], slope) + wc * dout[k];
-            } else {
-              grad_src[k] += g * slope * dst[k];
-              grad_val[k] += wc * dout[k];
-            }
-          }
+          if (flane == 0 && chunk == 0) *score_at(a.scores, a.num_edges, h, q) = {g, wc};
         }
       }
     }
   }
-  if (s.group_size > 1) {
-    if (do_dst) group_sum<K>(grad_dst, s, smem);
-    if (do_src) group_sum<K>(grad_src, s, smem);
-    if (do_src && !kGat) group_sum<K>(grad_val, s, smem);
-  }
-  if (s.valid && s.member == 0) {
-    if (do_dst) store_frag<K>(a.grad_a + (n * a.heads + h) * a.dim, f0, a.dim, grad_dst);
-    if (do_src) store_frag<K>(a.grad_b + (n * a.heads + h) * a.dim, f0, a.dim, grad_src);
-    if (do_src && !kGat) store_frag<K>(a.grad_c + (n * a.heads + h) * a.dim, f0, a.dim, grad_val);
-  }
-  if (kGat && do_dst) {  // this block's att-gradient partial: sum over its warps
+  if (s.group_size > 1) group_sum<K>(grad_dst, s, smem);
+  if (s.valid && s.member == 0)
+    store_frag<K>(a.grad_a + (i * a.heads + h) * a.dim, f0, a.dim, grad_dst);
+  if (kGat) {  // this block's att-gradient partial: sum over its warps
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < K; ++k) smem[s.warp * 32 * K + s.lane * K + k] = grad_att[k];
@@ -556,6 +581,87 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
       for (int k = 0; k < K; ++k)
         if (f0 + k < a.dim) row[f0 + k] = grad_att[k];
     }
+  }
+}
+
+template <AttentionKind kKind, int K, int kD, int kHeads, int kEdges, typename T, typename I>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
+    backward_src_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  constexpr bool kGat = kKind == AttentionKind::kGatv2;
+  constexpr int kLanes = kWarp / kHeads;
+  static_assert(kHeads == 1 || kD != 0, "several heads per warp on the fast path only");
+  extern __shared__ unsigned char smem_raw[];
+  acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
+  const Slot s = slot_of(a);
+  const int64_t h = int64_t(blockIdx.y) * kHeads + s.lane / kLanes;
+  const int chunk = blockIdx.z;
+  const int64_t f0 = int64_t(chunk) * 32 * K + (s.lane % kLanes) * K;
+  const int64_t j = s.r;
+  const acc_t slope = a.coef;
+
+  // grad_src: x_src's gradient (GATv2, key and value terms together) or k's; grad_val: v's.
+  acc_t grad_src[K], grad_val[K];
+  zero<K>(grad_src);
+  zero<K>(grad_val);
+  if (s.valid) {
+    const LaneView<T> v = lane_view(a, h, f0);
+    acc_t att[K], own[K];
+    load_att<kKind, K, kD>(a, v, att);
+    if (kGat)
+      load_frag<K, kD>(at_row(v.b, j, a), f0, a.dim, own);
+    else
+      zero<K>(own);
+    const EdgeShare share = edge_share(a, s);
+    for (int64_t base = share.begin; base < share.end; base += kWarp) {
+      const int count = int(min(int64_t(kWarp), share.end - base));
+      const I col_mine = s.lane < count ? a.col[base + s.lane] : I(0);
+      const I perm_mine = s.lane < count ? a.src_perm[base + s.lane] : I(0);
+      for (int t = 0; t < count; t += kEdges) {
+        // Edge u runs j -> i at CSR position e; dst[u] holds x_dst[i] (+ edge term) or q[i].
+        acc_t dst[kEdges][K], dout[kEdges][K], g[kEdges], w[kEdges];
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          // Slots past count repeat the last edge with zero scores.
+          const int slot = min(t + u, count - 1);
+          const int64_t i = window_col(col_mine, slot);
+          const int64_t e = window_col(perm_mine, slot);
+          load_dst_side<K, kD>(a, v, i, true, dst[u], dout[u]);
+          const Packet<acc_t, 2> score = *score_at(a.scores, a.num_edges, h, e);
+          const bool live = t + u < count;
+          g[u] = live ? score.v[0] : acc_t(0);
+          w[u] = live ? score.v[1] : acc_t(0);
+          if (kGat && a.edge) {
+            acc_t ef[K];
+            load_frag<K, kD>(at_row(v.edge, edge_pos(a, e), a), f0, a.dim, ef);
+#pragma unroll
+            for (int k = 0; k < K; ++k) dst[u][k] += ef[k];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kEdges; ++u) {
+          const acc_t g_neg = g[u] * slope;
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            if (kGat) {
+              const acc_t gs = dst[u][k] + own[k] > 0 ? g[u] : g_neg;
+              grad_src[k] += gs * att[k] + w[u] * dout[u][k];
+            } else {
+              grad_src[k] += g[u] * slope * dst[u][k];
+              grad_val[k] += w[u] * dout[u][k];
+            }
+          }
+        }
+      }
+    }
+  }
+  if (s.group_size > 1) {
+    group_sum<K>(grad_src, s, smem);
+    if (!kGat) group_sum<K>(grad_val, s, smem);
+  }
+  if (s.valid && s.member == 0) {
+    store_frag<K>(a.grad_b + (j * a.heads + h) * a.dim, f0, a.dim, grad_src);
+    if (!kGat) store_frag<K>(a.grad_c + (j * a.heads + h) * a.dim, f0, a.dim, grad_val);
   }
 }
 
@@ -637,14 +743,16 @@ Args<T, I> make_args(const AttentionParams& p, const RowSet& rows, int chunks) {
   a.out = static_cast<T*>(p.out);
   a.lse = static_cast<acc_t*>(p.lse);
   a.grad_out = static_cast<const T*>(p.grad_out);
+  a.saved_out = static_cast<const T*>(p.saved_out);
   a.lse_in = static_cast<const acc_t*>(p.lse_in);
-  a.delta = static_cast<const acc_t*>(p.delta);
   a.grad_a = static_cast<T*>(p.grad_a);
   a.grad_b = static_cast<T*>(p.grad_b);
   a.grad_c = static_cast<T*>(p.grad_c);
   a.grad_edge = static_cast<T*>(p.grad_edge);
   a.att_partial = static_cast<acc_t*>(p.att_partial);
   a.partial_offset = 0;
+  a.scores = static_cast<acc_t*>(p.scores);
+  a.num_edges = p.csr.nnz;
   return a;
 }
 
@@ -654,19 +762,24 @@ struct Launcher {
   using acc_t = typename Scalar<T>::acc;
   const Args<T, I>& args;
   dim3 grid;
-  bool do_dst, do_src;
+  bool source_pass;  // backward: the source pass, else the destination pass
   cudaStream_t stream;
 
-  // The fast path takes kEdges edges a step, their loads and warp reductions interleaved and
-  // one rescale for all: one edge's reduction latency no longer holds up the next edge's loads.
+  // The fast path takes kEdges edges a step, their loads and warp reductions interleaved (and
+  // in the forward one rescale for all): one edge's reduction latency no longer holds up the
+  // next edge's loads.
   template <int K, int kD, int kHeads = 1, int kEdges = kD == 0 ? 1 : K >= 8 ? 2 : 4>
   void operator()() const {
     const size_t smem =
         (size_t(kWarpsPerBlock) * 32 * K + 2 * kWarpsPerBlock * kHeads) * sizeof(acc_t);
-    if constexpr (kBackward)
-      backward_kernel<kKind, K, kD, T, I>
-          <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args, do_dst, do_src);
-    else
+    if constexpr (kBackward) {
+      if (source_pass)
+        backward_src_kernel<kKind, K, kD, kHeads, kEdges, T, I>
+            <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
+      else
+        backward_dst_kernel<kKind, K, kD, kHeads, kEdges, T, I>
+            <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
+    } else
       forward_kernel<kKind, K, kD, kHeads, kEdges, T, I>
           <<<grid, kWarpsPerBlock * kWarp, smem, stream>>>(args);
   }
@@ -676,14 +789,15 @@ struct Launcher {
 // four combinations is instantiated in its own attention_<kind>_<direction>.cu, so they compile
 // in parallel; everyone else sees them through the extern declarations below.
 template <AttentionKind kKind, bool kBackward>
-void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
+void launch(const AttentionParams& p, const RowSet& rows, bool source_pass,
             int64_t partial_offset, cudaStream_t stream) {
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
   const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
   const DimPlan plan = plan_dim(p.dim, fast_ok);
-  // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each).
-  const bool pair =
-      !kBackward && (plan.fast_dim == 64 || plan.fast_dim == 128) && p.heads % 2 == 0;
+  // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each), the
+  // backward at D = 64 (at 128 its 8 features a lane would need more registers than its cap).
+  const bool pair = (plan.fast_dim == 64 || (!kBackward && plan.fast_dim == 128)) &&
+                    p.heads % 2 == 0;
   const dim3 grid(unsigned(ceil_div(rows.num_rows, groups_per_block(rows.warps_per_row))),
                   unsigned(pair ? p.heads / 2 : p.heads), unsigned(plan.chunks));
   dispatch_float(p.type, [&](auto s) {
@@ -692,15 +806,15 @@ void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_s
       using I = decltype(i);
       Args<T, I> a = make_args<T, I>(p, rows, plan.chunks);
       a.partial_offset = partial_offset;
-      const Launcher<kKind, kBackward, T, I> launcher{a, grid, do_dst, do_src, stream};
+      const Launcher<kKind, kBackward, T, I> launcher{a, grid, source_pass, stream};
       if constexpr (!kBackward) {
         // GATv2 keeps 4 edges in flight there too (H100, tolokers H=8: 0.79 against 0.83 ms);
         // the dot product, with two rows an edge, does as well with 2.
         constexpr int kPairEdges = kKind == AttentionKind::kGatv2 ? 4 : 2;
         if (pair && plan.fast_dim == 128)
           return launcher.template operator()<8, 128, 2, kPairEdges>();
-        if (pair) return launcher.template operator()<4, 64, 2>();
       }
+      if (pair) return launcher.template operator()<4, 64, 2>();
       dispatch_plan(plan, launcher);
     });
   });
@@ -709,7 +823,7 @@ void launch(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_s
 
 #define FASTGNN_ATTENTION_LAUNCH(prefix, kind, backward)                                   \
   prefix template void launch<kind, backward>(const AttentionParams&, const RowSet&, bool, \
-                                              bool, int64_t, cudaStream_t);
+                                              int64_t, cudaStream_t);
 FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kGatv2, false)
 FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kGatv2, true)
 FASTGNN_ATTENTION_LAUNCH(extern, AttentionKind::kDotProduct, false)

@@ -41,13 +41,14 @@ struct AttentionParams {
   void* lse;
   // backward inputs and outputs (grad_edge may be null)
   const void* grad_out;
+  const void* saved_out;   // the forward's out
   const void* lse_in;
-  const void* delta;
   void* grad_a;
   void* grad_b;
   void* grad_c;            // v gradient (dot product); unused for GATv2
   void* grad_edge;
   void* att_partial;       // [partial rows, H, D] float/double, GATv2 destination passes
+  void* scores;            // [H, E, 2] float/double: each edge's dLogit and weight, CSR order
 };
 
 // Number of att-gradient partial rows a destination pass over `rows` writes.
@@ -55,11 +56,14 @@ int64_t attention_partial_rows(const RowSet& rows);
 
 void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_t stream);
 
-// do_dst: rows are destinations, gradients of a/att/edge; do_src: rows are sources of the
-// walked edges (src_perm gives their CSR positions), gradients of b/c. Both at once on a
-// symmetric graph. partial_offset: first att_partial row this launch writes.
-void attention_backward(const AttentionParams& p, const RowSet& rows, bool do_dst, bool do_src,
-                        int64_t partial_offset, cudaStream_t stream);
+// The backward's destination pass: rows are destinations (of p.csr); gradients of a, att
+// (partials from row att_partial[partial_offset]) and edge, and every edge's scores.
+void attention_backward_dst(const AttentionParams& p, const RowSet& rows, int64_t partial_offset,
+                            cudaStream_t stream);
+
+// The backward's source pass, after every destination pass: rows are sources of the walked
+// edges of p.csr (src_perm gives their CSR positions); gradients of b and c from the scores.
+void attention_backward_src(const AttentionParams& p, const RowSet& rows, cudaStream_t stream);
 
 // delta[i] = <grad_out[i, :], out[i, :]> over `pairs` rows of `dim` features (feature type
 // in, float or double out): the softmax backward's per-(node, head) term.

@@ -1,10 +1,13 @@
 """Fused graph attention: GAT, GATv2 and dot-product (Graph Transformer) attention.
 
 The native ops stream each destination's in-edges once with an online softmax and save only
-the per-(destination, head) log-sum-exp; the backward recomputes the logits from it (source
-side over the transposed CSR, or in one fused pass on symmetric graphs). No E x H or
-E x H x D tensor is ever built. Attention dropout uses a counter-based hash of (seed, offset,
-CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
+the per-(destination, head) log-sum-exp; nothing edge-sized is saved for the backward, and no
+E x H x D tensor is ever built. The backward recomputes the logits from the log-sum-exp. On
+CUDA its destination pass leaves each (edge, head)'s logit gradient and weight in an [H, E, 2]
+scratch (8 bytes per edge and head in float32, freed on return) that the source pass, over the
+transposed CSR, reads instead of recomputing the logits; the CPU kernels recompute them there
+(in one fused pass on symmetric graphs). Attention dropout uses a counter-based hash of (seed,
+offset, CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attention layers on fastgnn's fused attention ops (no edge-sized tensors): GATConv,
+"""Attention layers on fastgnn's fused attention ops (no edge-sized feature tensors): GATConv,
 GATv2Conv and DotGatConv."""
 from __future__ import annotations
 
