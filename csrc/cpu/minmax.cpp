@@ -5,6 +5,7 @@
 
 #include <torch/library.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct Lanes {
   typedef int32_t i32_unaligned __attribute__((vector_size(4 * W), aligned(4)));
 };
 
+constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its use
+constexpr int kFloatsPerLine = 16;
+
 // float32 features with int32 sources, the common case: features [f0, f0 + W * kVecs) of one
 // row over edges [begin, end), the running values and sources held in vector registers.
 template <bool kMax, int W, int kVecs>
@@ -53,6 +57,10 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
   for (int32_t e = begin; e < end; ++e) {
     const int32_t j = col[e];
     const float* xj = x + int64_t(j) * width + f0;
+    if (e + kPrefetchAhead < end) {  // the tile of a later edge's row, a line at a time
+      const float* ahead = x + int64_t(col[e + kPrefetchAhead]) * width + f0;
+      for (int k = 0; k < W * kVecs; k += kFloatsPerLine) __builtin_prefetch(ahead + k);
+    }
     const typename L::i32 jv = typename L::i32{} + j;
     for (int k = 0; k < kVecs; ++k) {
       const typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);
@@ -157,11 +165,12 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x, s
   }
 }
 
-// grad[arg[i, f], f] += grad_out[i, f]. Each thread owns a slice of the features and walks
-// the rows in order, so every sum has a fixed order: deterministic without atomics.
+// grad[arg[i, f], f] += grad_out[i, f], grad [num_src, width] uninitialised on entry. Each
+// thread owns a slice of the features, zeroes it and walks the rows in order, so every sum has
+// a fixed order (deterministic without atomics) and one parallel region does the whole job.
 template <typename scalar_t, typename index_t>
 void minmax_scatter(const index_t* arg, const scalar_t* grad_out, acc_type<scalar_t>* grad,
-                    int64_t rows, int64_t width) {
+                    int64_t rows, int64_t num_src, int64_t width) {
   const int64_t threads = num_threads();
   constexpr int64_t kAlign = 16;  // a cache line of float: slices do not share lines
   const int64_t per_thread = (width + threads - 1) / threads;
@@ -170,6 +179,8 @@ void minmax_scatter(const index_t* arg, const scalar_t* grad_out, acc_type<scala
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t f0 = s * slice, f1 = std::min(width, f0 + slice);
+    for (int64_t j = 0; j < num_src; ++j)
+      std::fill(grad + j * width + f0, grad + j * width + f1, acc_type<scalar_t>(0));
     for (int64_t i = 0; i < rows; ++i) {
       const index_t* a = arg + i * width;
       const scalar_t* g = grad_out + i * width;
@@ -214,12 +225,12 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");
   auto ac = arg.contiguous(), gc = grad_out.contiguous();
   const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  auto grad = at::zeros({num_src, arg.size(1)}, grad_out.options().dtype(acc));
+  auto grad = at::empty({num_src, arg.size(1)}, grad_out.options().dtype(acc));
   FASTGNN_DISPATCH_INDEX(arg.scalar_type(), "minmax_aggregate_backward", [&] {
     FASTGNN_DISPATCH_FLOAT(grad_out.scalar_type(), "minmax_aggregate_backward", [&] {
       minmax_scatter<scalar_t, index_t>(ac.data_ptr<index_t>(), gc.data_ptr<scalar_t>(),
                                         grad.data_ptr<acc_type<scalar_t>>(), arg.size(0),
-                                        arg.size(1));
+                                        num_src, arg.size(1));
     });
   });
   return grad.scalar_type() == grad_out.scalar_type() ? grad : grad.to(grad_out.scalar_type());

@@ -1,6 +1,6 @@
 // Min/max aggregation CUDA kernels: a light path (lanes over features, a sequential scan of
 // each row's edges), a heavy path (edge chunks merged by 64-bit atomics on packed
-// (order key, source) words) and the two backward scatters.
+// (order key, source) words) and the two backwards (atomic scatter, deterministic pull).
 //
 // Every comparison goes through order_key(), an integer key whose unsigned order is the
 // float order with -0 == +0 and NaN beyond every number (lowest key for min, highest for
@@ -10,6 +10,7 @@
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace fastgnn {
@@ -291,15 +292,80 @@ __global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int
   }
 }
 
-template <typename scalar_t, typename index_t>
+constexpr int kScatterRunRows = 8;  // consecutive rows one thread of the scatter walks
+
+// acc[j[n], f + n] += g[n] for one packet of N features: a single sm_90 vector atomic when the
+// packet's features share their winning source (ties, such as the zeros a ReLU leaves, all go
+// to the smallest source), one atomic per feature otherwise (j < 0: no source, nothing to add).
+template <int N, typename acc_t, typename index_t>
+__device__ __forceinline__ void scatter_packet(acc_t* __restrict__ acc, const index_t (&j)[N],
+                                               const acc_t (&g)[N], int64_t width, int64_t f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (std::is_same_v<acc_t, float> && (N == 2 || N == 4)) {
+    bool shared = j[0] >= 0;
+#pragma unroll
+    for (int n = 1; n < N; ++n) shared &= j[n] == j[0];
+    if (shared) {
+      float* at = acc + int64_t(j[0]) * width + f;
+      if constexpr (N == 4)
+        atomicAdd(reinterpret_cast<float4*>(at), make_float4(g[0], g[1], g[2], g[3]));
+      else
+        atomicAdd(reinterpret_cast<float2*>(at), make_float2(g[0], g[1]));
+      return;
+    }
+  }
+#endif
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    if (j[n] >= 0) atomicAdd(acc + int64_t(j[n]) * width + f + n, g[n]);
+}
+
+// One thread per packet of N consecutive features over a run of kScatterRunRows consecutive
+// rows (vector loads of arg and grad_out). While a packet's winning sources repeat from row to
+// row (hubs, ties) the thread sums locally and flushes one atomic per run of equal sources
+// instead of one per row.
+template <typename scalar_t, typename index_t, int N>
 __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
                                       const scalar_t* __restrict__ grad_out,
                                       typename Scalar<scalar_t>::acc* __restrict__ acc,
-                                      int64_t total, int64_t width) {
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+                                      int64_t rows, int64_t width, int64_t work) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  const int64_t per_row = width / N;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < work;
        k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t j = arg[k];
-    if (j >= 0) atomicAdd(acc + j * width + k % width, Scalar<scalar_t>::load(grad_out[k]));
+    const int64_t run = k / per_row, f = (k - run * per_row) * N;
+    const int64_t first = run * kScatterRunRows;
+    const int64_t last = min(rows, first + kScatterRunRows);
+    index_t run_j[N];
+    acc_t run_g[N];
+    {
+      const Packet<index_t, N> j = *reinterpret_cast<const Packet<index_t, N>*>(
+          arg + first * width + f);
+      load_packet<scalar_t, N>(grad_out + first * width + f, run_g);
+#pragma unroll
+      for (int n = 0; n < N; ++n) run_j[n] = j.v[n];
+    }
+    for (int64_t i = first + 1; i < last; ++i) {
+      const Packet<index_t, N> j = *reinterpret_cast<const Packet<index_t, N>*>(
+          arg + i * width + f);
+      acc_t g[N];
+      load_packet<scalar_t, N>(grad_out + i * width + f, g);
+      bool same = true;
+#pragma unroll
+      for (int n = 0; n < N; ++n) same &= j.v[n] == run_j[n];
+      if (same) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) run_g[n] += g[n];
+      } else {
+        scatter_packet<N>(acc, run_j, run_g, width, f);
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          run_j[n] = j.v[n];
+          run_g[n] = g[n];
+        }
+      }
+    }
+    scatter_packet<N>(acc, run_j, run_g, width, f);
   }
 }
 
@@ -478,16 +544,25 @@ void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
 
 void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const void* grad_out,
                            void* acc, int64_t rows, int64_t width, cudaStream_t stream) {
-  const int64_t total = rows * width;
-  if (total == 0) return;
+  if (rows == 0 || width == 0) return;
+  constexpr int kThreads = 256;
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     using acc_t = typename Scalar<scalar_t>::acc;
     dispatch_index(index64, [&](auto i) {
       using index_t = decltype(i);
-      minmax_scatter_kernel<scalar_t, index_t><<<grid_for(total, 256), 256, 0, stream>>>(
-          static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
-          static_cast<acc_t*>(acc), total, width);
+      // A packet must keep arg's, grad_out's and acc's rows aligned.
+      const int vec = std::min({packet_size(width, sizeof(index_t), arg, arg),
+                                packet_size(width, sizeof(scalar_t), grad_out, grad_out),
+                                packet_size(width, sizeof(acc_t), acc, acc)});
+      dispatch_vec(vec, [&](auto n) {
+        constexpr int N = decltype(n)::value;
+        const int64_t work = ceil_div(rows, kScatterRunRows) * (width / N);
+        minmax_scatter_kernel<scalar_t, index_t, N>
+            <<<grid_for(work, kThreads), kThreads, 0, stream>>>(
+                static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+                static_cast<acc_t*>(acc), rows, width, work);
+      });
     });
   });
   check_launch("minmax_scatter_atomic");
