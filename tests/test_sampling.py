@@ -310,7 +310,7 @@ def test_gpu_matches_cpu_on_long_rows(fanout, replace, weighted):
 def test_gpu_bad_seeds_raise():
     g, _ = _graph("cuda")
     sampler = NeighborSampler(g, [3])
-    with pytest.raises(ValueError, match="node ids"):
+    with pytest.raises(ValueError, match="seeds"):
         sampler.sample_blocks(torch.tensor([0, 80], device="cuda"))
     with pytest.raises(ValueError, match="unique"):
         sampler.sample_blocks(torch.tensor([1, 1], device="cuda"))

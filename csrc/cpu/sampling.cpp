@@ -128,7 +128,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
     const int64_t avail = fanout >= 0 ? available(rowptr, weight, v) : degree;
     ptr[i + 1] = sample_count(degree, avail, fanout, replace);
   });
-  TORCH_CHECK_VALUE(in_range.load(), "sample_layer: node ids must be in [0, ", num_rows, ")");
+  TORCH_CHECK_VALUE(in_range.load(), "sample_layer: seeds must be node ids in [0, ", num_rows, ")");
   for (int64_t i = 0; i < num_seeds; ++i) ptr[i + 1] += ptr[i];
   const int64_t num_edges = ptr[num_seeds];
   auto edge_pos = at::empty({num_edges}, nodes_t.options());

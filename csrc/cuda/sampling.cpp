@@ -71,9 +71,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
   const bool local64 = most >= std::numeric_limits<int32_t>::max();
   const auto local_type = local64 ? at::kLong : at::kInt;
   auto scratch_for = [&](int64_t max_edges, at::Tensor* storage) {
-    *storage = at::empty({int64_t(layer_scratch_bytes(num_known, num_seeds, max_edges, local64))},
-                         opts.dtype(at::kByte));
-    return layer_scratch(storage->data_ptr(), num_known, num_seeds, max_edges, local64);
+    const LayerPlan plan = plan_layer(num_known, num_seeds, max_edges, local64);
+    *storage = at::empty({int64_t(plan.total_bytes)}, opts.dtype(at::kByte));
+    return layer_scratch(storage->data_ptr(), plan);
   };
 
   // Row pointers, then the layer's counters (ptr[num_seeds] is the edge count).
@@ -89,10 +89,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
     sample_row_pointers(in, ptr.data_ptr<int64_t>(), scratch_for(0, &storage), s);
     max_edges = read_counters(ptr, num_seeds, s)[kNumEdges];
     scratch = scratch_for(max_edges, &storage);
+    clear_table(scratch, s);
   }
   sample_positions(in, ptr.data_ptr<int64_t>(), scratch, s);
   auto nodes_out = at::empty({num_known + max_edges}, opts);
-  nodes_out.narrow(0, 0, num_known).copy_(nodes);
+  C10_CUDA_CHECK(cudaMemcpyAsync(nodes_out.data_ptr(), nodes.data_ptr(),
+                                 num_known * sizeof(int64_t), cudaMemcpyDeviceToDevice, s));
   relabel_sources(in, ptr.data_ptr<int64_t>(), max_edges, deterministic, local64,
                   nodes_out.data_ptr<int64_t>(), scratch, s);
 
@@ -116,7 +118,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const auto counters = read_counters(ptr, num_seeds, s);
-  TORCH_CHECK_VALUE(counters[kNodeOutOfRange] == 0, "sample_layer: node ids must be in [0, ",
+  TORCH_CHECK_VALUE(counters[kNodeOutOfRange] == 0, "sample_layer: seeds must be node ids in [0, ",
                     in.num_rows, ")");
   TORCH_CHECK_VALUE(counters[kDuplicateSeed] == 0, "sample_layer: seeds must be unique node ids");
   const int64_t num_edges = counters[kNumEdges];

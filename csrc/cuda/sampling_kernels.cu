@@ -56,8 +56,13 @@ __device__ int64_t warp_sum(int64_t x) {
 }
 
 // ---- row pointers ----------------------------------------------------------------------------
+// Warp i counts seed i's edges; every thread also clears one word of the hash table (keys
+// -1, values UINT64_MAX: all bits set), which saves the layer a memset.
 template <typename index_t>
-__global__ void counts_kernel(SampleInput in, int64_t* ptr, int64_t* counts) {
+__global__ void counts_kernel(SampleInput in, int64_t* ptr, int64_t* counts,
+                              unsigned long long* table, uint64_t table_words) {
+  const uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
+  if (t < table_words) table[t] = ~0ull;
   const int64_t i = warp_index();
   if (i == 0 && lane() < kCounters) ptr[in.num_seeds + lane()] = 0;
   if (i == 0 && lane() == kCounters) ptr[0] = 0;
@@ -353,66 +358,61 @@ size_t scan_temp_bytes(int64_t n) {
 }
 
 // At least 32 slots: then the keys fill whole 256-byte chunks and the values follow them
-// directly, so one memset clears both.
+// directly, so one pass clears both.
 uint64_t table_capacity(int64_t num_known, int64_t max_edges) {
   uint64_t capacity = 32;
   while (capacity < uint64_t(2 * (num_known + max_edges) + 1)) capacity <<= 1;
   return capacity;
 }
 
-// Sizes of the scratch arrays, in layer_scratch's order.
-struct ScratchSizes {
-  size_t bytes[8];
-  ScratchSizes(int64_t num_known, int64_t num_seeds, int64_t max_edges, bool local64) {
-    const uint64_t capacity = table_capacity(num_known, max_edges);
-    const size_t e8 = size_t(max_edges) * 8;
-    const size_t temp = std::max(scan_temp_bytes(num_seeds), scan_temp_bytes(max_edges));
-    const size_t sizes[8] = {capacity * 8, capacity * 8, e8, size_t(max_edges) * (local64 ? 8 : 4),
-                             e8, e8 + size_t(num_seeds) * 8 + 8, e8, temp};
-    for (int s = 0; s < 8; ++s) bytes[s] = (sizes[s] + 255) / 256 * 256;
-  }
-};
-
 }  // namespace
 
-size_t layer_scratch_bytes(int64_t num_known, int64_t num_seeds, int64_t max_edges,
-                           bool local64) {
-  const ScratchSizes sizes(num_known, num_seeds, max_edges, local64);
-  size_t total = 0;
-  for (size_t b : sizes.bytes) total += b;
-  return total;
+LayerPlan plan_layer(int64_t num_known, int64_t num_seeds, int64_t max_edges, bool local64) {
+  LayerPlan plan;
+  plan.capacity = table_capacity(num_known, max_edges);
+  const size_t e8 = size_t(max_edges) * 8;
+  const size_t temp = scan_temp_bytes(std::max(num_seeds, max_edges));  // grows with n
+  // keys, values, pos, local, value_of, first (which first holds the seeds' counts: it has
+  // num_seeds + 1 more entries), rank, CUB temp
+  const size_t sizes[kScratchParts] = {plan.capacity * 8, plan.capacity * 8, e8,
+                                       size_t(max_edges) * (local64 ? 8 : 4), e8,
+                                       e8 + size_t(num_seeds) * 8 + 8, e8, temp};
+  plan.total_bytes = 0;
+  for (int p = 0; p < kScratchParts; ++p) {
+    plan.part_bytes[p] = (sizes[p] + 255) / 256 * 256;
+    plan.total_bytes += plan.part_bytes[p];
+  }
+  return plan;
 }
 
-LayerScratch layer_scratch(void* base, int64_t num_known, int64_t num_seeds, int64_t max_edges,
-                           bool local64) {
-  const ScratchSizes sizes(num_known, num_seeds, max_edges, local64);
-  char* parts[8];
+LayerScratch layer_scratch(void* base, const LayerPlan& plan) {
+  char* parts[kScratchParts];
   char* at = static_cast<char*>(base);
-  for (int s = 0; s < 8; ++s) {
-    parts[s] = at;
-    at += sizes.bytes[s];
+  for (int p = 0; p < kScratchParts; ++p) {
+    parts[p] = at;
+    at += plan.part_bytes[p];
   }
-  // first doubles as the seeds' counts before the edges exist (it holds max_edges +
-  // num_seeds + 1 entries).
   return LayerScratch{reinterpret_cast<int64_t*>(parts[0]),
                       reinterpret_cast<uint64_t*>(parts[1]),
-                      table_capacity(num_known, max_edges),
+                      plan.capacity,
                       reinterpret_cast<int64_t*>(parts[2]),
                       parts[3],
                       reinterpret_cast<int64_t*>(parts[4]),
                       reinterpret_cast<int64_t*>(parts[5]),
                       reinterpret_cast<int64_t*>(parts[6]),
                       parts[7],
-                      sizes.bytes[7]};
+                      plan.part_bytes[7]};
 }
 
 void sample_row_pointers(const SampleInput& in, int64_t* ptr, const LayerScratch& scratch,
                          cudaStream_t stream) {
   int64_t* counts = scratch.first;
   const int64_t warps = in.num_seeds > 0 ? in.num_seeds : 1;  // warp 0 zeroes the counters
+  const uint64_t table_words = 2 * scratch.capacity;  // keys, then values (table_capacity)
+  const unsigned blocks = std::max(warp_blocks_for(warps), blocks_for(int64_t(table_words)));
   by_index(in.index64, [&](auto index) {
-    counts_kernel<decltype(index)><<<warp_blocks_for(warps), kThreads, 0, stream>>>(in, ptr,
-                                                                                   counts);
+    counts_kernel<decltype(index)><<<blocks, kThreads, 0, stream>>>(
+        in, ptr, counts, reinterpret_cast<unsigned long long*>(scratch.keys), table_words);
   });
   if (in.num_seeds == 0) return;
   size_t bytes = scratch.temp_bytes;
@@ -435,7 +435,6 @@ void relabel_sources(const SampleInput& in, int64_t* ptr, int64_t max_edges, boo
   int64_t* counters = ptr + in.num_seeds;
   const Table table{scratch.keys, reinterpret_cast<unsigned long long*>(scratch.values),
                     scratch.capacity - 1};
-  cudaMemsetAsync(scratch.keys, 0xff, scratch.capacity * 16, stream);  // keys -1, values max
   if (num_known > 0) {
     insert_known_kernel<<<blocks_for(num_known), kThreads, 0, stream>>>(
         in.nodes, num_known, in.num_rows, table, counters);
@@ -467,6 +466,10 @@ void relabel_sources(const SampleInput& in, int64_t* ptr, int64_t max_edges, boo
           nodes_out);
     });
   });
+}
+
+void clear_table(const LayerScratch& scratch, cudaStream_t stream) {
+  cudaMemsetAsync(scratch.keys, 0xff, scratch.capacity * 16, stream);  // keys -1, values max
 }
 
 bool warp_sortable(int64_t fanout) { return fanout >= 0 && fanout <= kWarpSortMaxFanout; }

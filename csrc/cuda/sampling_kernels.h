@@ -45,18 +45,27 @@ struct LayerScratch {
   size_t temp_bytes;
 };
 
-// The bytes layer_scratch carves for these sizes (max_edges: a bound on the layer's edges).
-size_t layer_scratch_bytes(int64_t num_known, int64_t num_seeds, int64_t max_edges, bool local64);
-LayerScratch layer_scratch(void* base, int64_t num_known, int64_t num_seeds, int64_t max_edges,
-                           bool local64);
+// How layer_scratch carves one allocation for these sizes (max_edges: a bound on the layer's
+// edges); computed once per layer, as it asks CUB for its scan storage.
+constexpr int kScratchParts = 8;
+struct LayerPlan {
+  uint64_t capacity;
+  size_t part_bytes[kScratchParts];
+  size_t total_bytes;
+};
+LayerPlan plan_layer(int64_t num_known, int64_t num_seeds, int64_t max_edges, bool local64);
+LayerScratch layer_scratch(void* base, const LayerPlan& plan);
 
 // Zeroes the counters, counts each seed's edges and scans them into ptr (num_seeds + 1 +
-// kCounters entries): after it, ptr[num_seeds] is the layer's edge count.
+// kCounters entries): after it, ptr[num_seeds] is the layer's edge count. Also clears
+// scratch's hash table.
 void sample_row_pointers(const SampleInput& in, int64_t* ptr, const LayerScratch& scratch,
                          cudaStream_t stream);
 // One warp per seed writes its sampled CSR positions at scratch.pos[ptr[i] .. ptr[i + 1]).
 void sample_positions(const SampleInput& in, const int64_t* ptr, const LayerScratch& scratch,
                       cudaStream_t stream);
+// Clears scratch's hash table (for a scratch that sample_row_pointers did not get).
+void clear_table(const LayerScratch& scratch, cudaStream_t stream);
 // Numbers the sources of the layer's edges (at most max_edges; the count is on the device):
 // the layer's nodes keep their positions, new nodes follow in the order of their first edge
 // (deterministic) or in the order the GPU meets them. Writes scratch.local and the new nodes'
