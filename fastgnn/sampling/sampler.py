@@ -192,9 +192,8 @@ class NeighborSampler:
     def _edge_ids(self, positions: torch.Tensor) -> torch.Tensor:
         if self._edge_of_position is None:
             return positions
-        # index_select: a fraction of advanced indexing's host cost, which counts per batch
-        return self._edge_of_position.index_select(
-            0, positions.to(self._edge_of_position.device)).to(positions.device)
+        return self._edge_of_position[positions.to(self._edge_of_position.device)].to(
+            positions.device)
 
     def sample_blocks(self, seeds, generator: Optional[torch.Generator] = None) -> SampledBlocks:
         """One block per layer, input layer first; ``seeds`` (unique node ids) are the last
