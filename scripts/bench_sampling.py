@@ -86,6 +86,16 @@ def summarise(name, runs, num_batches, extra):
     return row
 
 
+def profile_host(run, device: torch.device) -> None:
+    """The host time of one round of fastgnn batches by op, syncs and copies included."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="ogbn-arxiv")
@@ -97,6 +107,8 @@ def main():
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="also time the CPU sampler with this many threads (GPU runs)")
     parser.add_argument("--no-dgl", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where the host's time goes (torch.profiler, by op)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -146,6 +158,8 @@ def main():
         print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB "
               f"(graph CSR {env['graph_gpu_mb']:.0f} MB)")
     rows = [summarise(name, r, args.batches, env) for name, r in runs.items()]
+    if args.profile:
+        profile_host(next(iter(contenders.values())), device)
     out = args.out or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
         f"{env['date'][:10]}-{device_tag(device)}-sampling.jsonl")

@@ -2,6 +2,10 @@
 properties, sampling statistics, reproducibility, and the loader (batches, shuffle, shards)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -272,6 +276,46 @@ def test_gpu_unordered_numbering_gives_the_same_edges():
         assert set(a.dst_ids.tolist()) == set(b.dst_ids.tolist())
 
 
+def _hub_graph():
+    """Five hubs of in-degree ~1500 among 2000 nodes: rows longer than a warp's 32 lanes,
+    than the warp row sort's limit, and than any fanout below."""
+    gen = torch.Generator().manual_seed(8)
+    hubs = torch.stack([torch.randint(0, 2000, (7500,), generator=gen),
+                        torch.arange(5).repeat_interleave(1500)])
+    rest = torch.randint(0, 2000, (2, 20000), generator=gen)
+    ei = torch.cat([hubs, rest], 1)
+    return fastgnn.Graph.from_edge_index(ei, num_nodes=2000), ei
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanout,replace,weighted", [
+    (40, False, False), (40, True, False), (600, False, False), (-1, False, False),
+    (40, False, True), (40, True, True)])
+def test_gpu_matches_cpu_on_long_rows(fanout, replace, weighted):
+    g, ei = _hub_graph()
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(2)) \
+        if weighted else None
+    seeds = torch.cat([torch.arange(5), torch.randperm(1995)[:300] + 5])
+    blocks = []
+    for graph in (g, g.cuda()):
+        w = None if weight is None else weight.to(graph.device)
+        blocks.append(NeighborSampler(graph, [fanout], replace=replace, weight=w).sample_blocks(
+            seeds, torch.Generator().manual_seed(6)).to("cpu"))
+    assert _blocks_equal(blocks[0], blocks[1])
+    if not weighted:
+        _check_blocks(g, ei, blocks[1].blocks, seeds, [fanout], replace)
+
+
+@pytest.mark.gpu
+def test_gpu_bad_seeds_raise():
+    g, _ = _graph("cuda")
+    sampler = NeighborSampler(g, [3])
+    with pytest.raises(ValueError, match="seeds"):
+        sampler.sample_blocks(torch.tensor([0, 80], device="cuda"))
+    with pytest.raises(ValueError, match="unique"):
+        sampler.sample_blocks(torch.tensor([1, 1], device="cuda"))
+
+
 # ---- errors -----------------------------------------------------------------------------------
 def test_bad_arguments():
     g, _ = _graph()
@@ -389,6 +433,36 @@ def test_loader_bad_arguments():
         NeighborLoader(g, [2], torch.arange(5), rank=2, world_size=2)
     with pytest.raises(ValueError, match="layout"):
         NeighborLoader(g, [2], torch.arange(5), layout="coo")
+
+
+_EXIT_WITH_BATCHES_IN_FLIGHT = """
+import torch
+import fastgnn
+from fastgnn.sampling import NeighborLoader
+edges = torch.randint(0, 20000, (2, 400000), generator=torch.Generator().manual_seed(1))
+graph = fastgnn.Graph.from_edge_index(edges, num_nodes=20000)
+batches = iter(NeighborLoader(graph, [-1, -1], torch.arange(20000), batch_size=2000, prefetch=2))
+next(batches)  # the producer thread is now sampling the next batches, in native code
+print("exiting")
+"""
+
+
+def test_loader_exits_cleanly_with_batches_in_flight():
+    """An unfinished epoch's producer thread is joined at exit, not killed inside a kernel
+    (which aborted with "terminate called without an active exception")."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _EXIT_WITH_BATCHES_IN_FLIGHT], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
+    assert "terminate called" not in done.stderr
+
+
+def test_loader_close_joins_the_producer():
+    g, _ = _graph()
+    batches = iter(NeighborLoader(g, [2, 4], torch.arange(80), batch_size=4, prefetch=2))
+    next(batches)
+    batches.close()
+    assert not batches._thread.is_alive()
 
 
 @pytest.mark.gpu

@@ -128,8 +128,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
     const int64_t avail = fanout >= 0 ? available(rowptr, weight, v) : degree;
     ptr[i + 1] = sample_count(degree, avail, fanout, replace);
   });
-  TORCH_CHECK(in_range.load(), "sample_layer: a node id is out of range for a graph of ", num_rows,
-              " nodes");
+  TORCH_CHECK_VALUE(in_range.load(), "sample_layer: seeds must be node ids in [0, ", num_rows, ")");
   for (int64_t i = 0; i < num_seeds; ++i) ptr[i + 1] += ptr[i];
   const int64_t num_edges = ptr[num_seeds];
   auto edge_pos = at::empty({num_edges}, nodes_t.options());
@@ -164,7 +163,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
       unique.store(false, std::memory_order_relaxed);
     }
   });
-  TORCH_CHECK(unique.load(), "sample_layer: the seed nodes must be unique");
+  TORCH_CHECK_VALUE(unique.load(), "sample_layer: seeds must be unique node ids");
   parallel_for(num_edges, kEdgeGrain, [&](int64_t e) {
     insert_min(keys, values, mask, col[pos[e]], num_known + e, false);
   });

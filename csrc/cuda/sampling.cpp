@@ -1,8 +1,11 @@
 // Torch-facing glue of CUDA neighbour sampling: device pointers (mapped ones for a graph in
-// pinned host memory), allocation, the scans, and the two syncs a layer needs (its edge count
-// and its new-node count size the outputs).
+// pinned host memory) and allocation. Outputs are sized from the fanout's bound on the edge
+// count and narrowed after the layer's one sync, which reads its counters (fanout -1 needs a
+// second, for the edge count, before it can allocate).
 #include <torch/library.h>
 
+#include <algorithm>
+#include <array>
 #include <limits>
 #include <tuple>
 
@@ -22,6 +25,18 @@ const void* readable(const at::Tensor& t, const char* name) {
   void* mapped = nullptr;
   C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, t.data_ptr(), 0));
   return mapped;
+}
+
+// The layer's counters (kCounters values after its row pointers), copied back in one sync.
+std::array<int64_t, kCounters> read_counters(const at::Tensor& ptr, int64_t num_seeds,
+                                             cudaStream_t s) {
+  auto host = at::empty({kCounters}, ptr.options().device(at::kCPU).pinned_memory(true));
+  C10_CUDA_CHECK(cudaMemcpyAsync(host.data_ptr(), ptr.data_ptr<int64_t>() + num_seeds,
+                                 kCounters * sizeof(int64_t), cudaMemcpyDeviceToHost, s));
+  C10_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::array<int64_t, kCounters> counters;
+  std::copy_n(host.data_ptr<int64_t>(), kCounters, counters.begin());
+  return counters;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
@@ -50,66 +65,65 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cuda(
     in.weight = static_cast<const float*>(readable(*weight, "weight"));
   }
   const auto opts = nodes.options();
-  const int64_t num_known = nodes.numel();
-
-  auto ptr = at::zeros({in.num_seeds + 1}, opts);
-  sample_counts(in, ptr.data_ptr<int64_t>() + 1, s);
-  ptr = at::cumsum(ptr, 0);
-  const int64_t num_edges = ptr[in.num_seeds].item<int64_t>();
-  auto pos = at::empty({num_edges}, opts);
-  sample_fill(in, ptr.data_ptr<int64_t>(), pos.data_ptr<int64_t>(), s);
-
-  const bool local64 = num_known + num_edges >= std::numeric_limits<int32_t>::max();
+  const int64_t num_known = nodes.numel(), num_seeds = in.num_seeds;
+  // The local id type the CPU kernel picks, from the same bound.
+  const int64_t most = num_known + (fanout < 0 ? col.numel() : num_seeds * fanout);
+  const bool local64 = most >= std::numeric_limits<int32_t>::max();
   const auto local_type = local64 ? at::kLong : at::kInt;
-  uint64_t capacity = 1;
-  while (capacity < uint64_t(2 * (num_known + num_edges) + 1)) capacity <<= 1;
-  auto keys = at::full({int64_t(capacity)}, -1, opts);
-  auto values = at::full({int64_t(capacity)}, std::numeric_limits<int64_t>::max(), opts);
-  RelabelTable table{keys.data_ptr<int64_t>(), values.data_ptr<int64_t>(), capacity - 1};
-  auto duplicate = at::zeros({1}, opts.dtype(at::kInt));
-  relabel_insert_known(nodes.data_ptr<int64_t>(), num_known, table, duplicate.data_ptr<int>(), s);
+  auto scratch_for = [&](int64_t max_edges, at::Tensor* storage) {
+    const LayerPlan plan = plan_layer(num_known, num_seeds, max_edges, local64);
+    *storage = at::empty({int64_t(plan.total_bytes)}, opts.dtype(at::kByte));
+    return layer_scratch(storage->data_ptr(), plan);
+  };
 
-  auto local = at::empty({num_edges}, opts.dtype(local_type));
-  at::Tensor nodes_out;
-  if (deterministic) {
-    relabel_insert_edges(in, pos.data_ptr<int64_t>(), num_edges, table, s);
-    auto value_of = at::empty({num_edges}, opts);
-    auto rank = at::empty({num_edges}, opts);
-    relabel_first_edges(in, pos.data_ptr<int64_t>(), num_edges, table, value_of.data_ptr<int64_t>(),
-                        rank.data_ptr<int64_t>(), s);
-    rank = at::cumsum(rank, 0);
-    const int64_t num_new = num_edges ? rank[num_edges - 1].item<int64_t>() : 0;
-    nodes_out = at::empty({num_known + num_new}, opts);
-    nodes_out.narrow(0, 0, num_known).copy_(nodes);
-    relabel_assign(in, pos.data_ptr<int64_t>(), num_edges, num_known,
-                   value_of.data_ptr<int64_t>(), rank.data_ptr<int64_t>(), local.data_ptr(),
-                   local64, nodes_out.data_ptr<int64_t>(), s);
-  } else {
-    auto counter = at::zeros({1}, opts);
-    auto room = at::empty({num_known + num_edges}, opts);
-    room.narrow(0, 0, num_known).copy_(nodes);
-    relabel_insert_edges_unordered(
-        in, pos.data_ptr<int64_t>(), num_edges, num_known, table,
-        reinterpret_cast<unsigned long long*>(counter.data_ptr<int64_t>()),
-        room.data_ptr<int64_t>(), s);
-    relabel_lookup(in, pos.data_ptr<int64_t>(), num_edges, table, local.data_ptr(), local64, s);
-    nodes_out = room.narrow(0, 0, num_known + counter.item<int64_t>());
+  // Row pointers, then the layer's counters (ptr[num_seeds] is the edge count).
+  auto ptr = at::empty({num_seeds + 1 + kCounters}, opts);
+  at::Tensor storage;
+  LayerScratch scratch;
+  int64_t max_edges = num_seeds * fanout;
+  const bool by_warp = warp_sortable(fanout);
+  if (by_warp) {
+    scratch = scratch_for(max_edges, &storage);
+    sample_row_pointers(in, ptr.data_ptr<int64_t>(), scratch, s);
+  } else {  // fanout -1 (or a huge one): size everything from the true edge count
+    sample_row_pointers(in, ptr.data_ptr<int64_t>(), scratch_for(0, &storage), s);
+    max_edges = read_counters(ptr, num_seeds, s)[kNumEdges];
+    scratch = scratch_for(max_edges, &storage);
+    clear_table(scratch, s);
   }
-  TORCH_CHECK(duplicate.item<int>() == 0, "sample_layer: the seed nodes must be unique");
+  sample_positions(in, ptr.data_ptr<int64_t>(), scratch, s);
+  auto nodes_out = at::empty({num_known + max_edges}, opts);
+  C10_CUDA_CHECK(cudaMemcpyAsync(nodes_out.data_ptr(), nodes.data_ptr(),
+                                 num_known * sizeof(int64_t), cudaMemcpyDeviceToDevice, s));
+  relabel_sources(in, ptr.data_ptr<int64_t>(), max_edges, deterministic, local64,
+                  nodes_out.data_ptr<int64_t>(), scratch, s);
 
-  if (num_edges == 0) return {ptr.to(local_type), local, pos, nodes_out};
-  auto sorted_local = at::empty_like(local);
-  auto sorted_pos = at::empty_like(pos);
-  size_t temp_bytes = 0;
-  sort_rows(local.data_ptr(), sorted_local.data_ptr(), local64, pos.data_ptr<int64_t>(),
-            sorted_pos.data_ptr<int64_t>(), num_edges, ptr.data_ptr<int64_t>(), in.num_seeds,
-            nullptr, &temp_bytes, s);
-  auto temp = at::empty({int64_t(temp_bytes)}, opts.dtype(at::kByte));
-  sort_rows(local.data_ptr(), sorted_local.data_ptr(), local64, pos.data_ptr<int64_t>(),
-            sorted_pos.data_ptr<int64_t>(), num_edges, ptr.data_ptr<int64_t>(), in.num_seeds,
-            temp.data_ptr(), &temp_bytes, s);
+  auto rowptr_out = at::empty({num_seeds + 1}, opts.dtype(local_type));
+  auto local = at::empty({max_edges}, opts.dtype(local_type));
+  auto pos = at::empty({max_edges}, opts);
+  if (by_warp) {
+    sort_rows_by_warp(ptr.data_ptr<int64_t>(), num_seeds, local64, scratch, rowptr_out.data_ptr(),
+                      local.data_ptr(), pos.data_ptr<int64_t>(), s);
+  } else {
+    rowptr_out.copy_(ptr.narrow(0, 0, num_seeds + 1));
+    if (max_edges > 0) {
+      size_t temp_bytes = 0;
+      sort_rows_segmented(ptr.data_ptr<int64_t>(), num_seeds, max_edges, local64, scratch,
+                          local.data_ptr(), pos.data_ptr<int64_t>(), nullptr, &temp_bytes, s);
+      auto temp = at::empty({int64_t(temp_bytes)}, opts.dtype(at::kByte));
+      sort_rows_segmented(ptr.data_ptr<int64_t>(), num_seeds, max_edges, local64, scratch,
+                          local.data_ptr(), pos.data_ptr<int64_t>(), temp.data_ptr(), &temp_bytes,
+                          s);
+    }
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {ptr.to(local_type), sorted_local, sorted_pos, nodes_out};
+  const auto counters = read_counters(ptr, num_seeds, s);
+  TORCH_CHECK_VALUE(counters[kNodeOutOfRange] == 0, "sample_layer: seeds must be node ids in [0, ",
+                    in.num_rows, ")");
+  TORCH_CHECK_VALUE(counters[kDuplicateSeed] == 0, "sample_layer: seeds must be unique node ids");
+  const int64_t num_edges = counters[kNumEdges];
+  return {rowptr_out, local.narrow(0, 0, num_edges), pos.narrow(0, 0, num_edges),
+          nodes_out.narrow(0, 0, num_known + counters[kNumNew])};
 }
 
 }  // namespace

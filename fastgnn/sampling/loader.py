@@ -4,9 +4,11 @@ current step runs.
 """
 from __future__ import annotations
 
+import atexit
 import math
 import queue
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Union
 
@@ -235,66 +237,95 @@ class NeighborLoader:
         return _Prefetcher(batches, self.prefetch, self.device)
 
 
-class _Prefetcher:
-    """Runs a batch iterator on a background thread, ``depth`` batches ahead; GPU work there
-    goes to a side stream that the consumer's stream waits for."""
+class _Producer:
+    """The background thread's side of a prefetcher: fills a bounded queue with
+    ``(batch, event)`` pairs (then ``_DONE``, or the exception it met) until told to stop.
+    It holds no reference to the prefetcher, so dropping the prefetcher closes it."""
 
-    _DONE = object()
+    def __init__(self, depth: int, stream):
+        self.queue: "queue.Queue" = queue.Queue(maxsize=depth)
+        self.stream = stream
+        self.stop = threading.Event()
 
-    def __init__(self, batches: Iterator[MiniBatch], depth: int, device: torch.device):
-        self._queue: "queue.Queue" = queue.Queue(maxsize=depth)
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, args=(batches,), daemon=True)
-        self._thread.start()
-
-    def _produce(self, batches: Iterator[MiniBatch]) -> None:
+    def run(self, batches: Iterator[MiniBatch]) -> None:
         try:
-            if self._stream is not None:
-                with torch.cuda.stream(self._stream):
+            if self.stream is not None:
+                with torch.cuda.stream(self.stream):
                     self._fill(batches)
             else:
                 self._fill(batches)
         except BaseException as exc:  # handed to the consumer, raised there
             self._put(exc)
-        self._put(self._DONE)
+        self._put(_DONE)
 
     def _fill(self, batches: Iterator[MiniBatch]) -> None:
         for batch in batches:
             event = None
-            if self._stream is not None:
+            if self.stream is not None:
                 event = torch.cuda.Event()
-                event.record(self._stream)
+                event.record(self.stream)
             if not self._put((batch, event)):
                 return
 
     def _put(self, item) -> bool:
-        while not self._stop.is_set():
+        while not self.stop.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                self.queue.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
+
+_DONE = object()
+_live_prefetchers: "weakref.WeakSet[_Prefetcher]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_prefetchers() -> None:
+    """Joins every producer thread before the interpreter finalises: a daemon thread still in
+    a native kernel then is killed in the middle of C++ frames, which aborts the process
+    ("terminate called without an active exception")."""
+    for prefetcher in list(_live_prefetchers):
+        prefetcher.close()
+
+
+class _Prefetcher:
+    """Runs a batch iterator on a background thread, ``depth`` batches ahead; GPU work there
+    goes to a side stream that the consumer's stream waits for. ``close`` (also on garbage
+    collection and at interpreter exit) stops the thread and joins it."""
+
+    def __init__(self, batches: Iterator[MiniBatch], depth: int, device: torch.device):
+        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._producer = _Producer(depth, stream)
+        self._thread = threading.Thread(target=self._producer.run, args=(batches,), daemon=True)
+        self._thread.start()
+        _live_prefetchers.add(self)
+
     def __iter__(self):
         return self
 
     def __next__(self) -> MiniBatch:
-        item = self._queue.get()
-        if item is self._DONE:
+        item = self._producer.queue.get()
+        if item is _DONE:
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
         batch, event = item
         if event is not None:
-            current = torch.cuda.current_stream(self._stream.device)
+            current = torch.cuda.current_stream(self._producer.stream.device)
             current.wait_event(event)
             _record_stream(batch, current)
         return batch
 
     def close(self) -> None:
-        self._stop.set()
+        """Stops the producer and waits for it (it finishes the batch in hand)."""
+        thread = getattr(self, "_thread", None)  # None: __init__ failed before starting it
+        if thread is None:
+            return
+        self._producer.stop.set()
+        if thread is not threading.current_thread():
+            thread.join()
 
     def __del__(self):
         self.close()
