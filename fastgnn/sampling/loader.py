@@ -128,7 +128,8 @@ class NeighborLoader:
     def __init__(self, graph: Graph, fanouts: Sequence[int], seeds, *, batch_size: int = 1,
                  shuffle: bool = False, drop_last: bool = False,
                  features: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
-                 edge_features: Optional[torch.Tensor] = None, device=None, layout: str = "blocks", prefetch: int = 2, seed: int = 0,
+                 edge_features: Optional[torch.Tensor] = None, device=None,
+                 layout: str = "blocks", prefetch: int = 2, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  **sampler_options):
         _validate.choice("layout", layout, LAYOUTS)
