@@ -297,7 +297,8 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
       wc = alpha * drop.factor<acc_t>(e, h);
       const acc_t* dout = b.grad_out + (i * heads + h) * dim;
       const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, scratch.data()), dim) : acc_t(0);
-      g = wc * dval - alpha * b.delta[i * heads + h];
+      // In double, rounded once: the two terms nearly cancel.
+      g = acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
     };
     // Adds a row's double sums into a gradient buffer.
     auto flush = [&](std::vector<double>& sums, acc_t* out, int64_t n) {
@@ -346,7 +347,11 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
           }
         }
         if (do_dst) flush(row_dst, b.grad_dst, n);
-        if (do_src) {
+        if (do_src && b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
+          for (int64_t k = 0; k < heads * dim; ++k) row_key[k] += row_value[k];
+          std::fill(row_value.begin(), row_value.end(), 0.0);
+          flush(row_key, b.grad_key, n);
+        } else if (do_src) {
           flush(row_key, b.grad_key, n);
           flush(row_value, b.grad_value, n);
         }
@@ -453,7 +458,8 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   if (!symmetric) check_csr(*t_rowptr, *t_col, op);
   auto gout = to_acc(grad_out, in.acc);
   auto lse_c = lse.to(in.acc).contiguous();
-  auto delta = (gout * out.to(in.acc)).sum(-1).contiguous();
+  // <dOut_i, out_i> in double, rounded once: each edge's dLogit subtracts it from a close value.
+  auto delta = (gout.to(at::kDouble) * out.to(at::kDouble)).sum(-1).to(in.acc).contiguous();
   auto t_perm_c = t_perm.contiguous();
   const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
