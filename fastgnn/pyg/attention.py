@@ -50,17 +50,6 @@ def _gat_out(layer, out: torch.Tensor, residual: Optional[torch.Tensor]) -> torc
     return out if bias is None else out + bias
 
 
-def _attention_scores(lin, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-    """Per head, att . lin(x) ([N, H]), as x @ M with M [in, H] folded from lin.weight and att:
-    no N x H x C product in the forward, and in the backward one thin GEMM into x's gradient
-    instead of two N x H x C broadcasts into lin(x)'s."""
-    if isinstance(lin.weight, torch.nn.parameter.UninitializedParameter):
-        lin(x)  # a lazy Linear gets its shape from its first input
-    heads, channels = att.shape[-2:]
-    weight = parameter(lin, "weight").view(heads, channels, -1)
-    return x @ (weight * att.reshape(heads, channels, 1)).sum(dim=1).t()
-
-
 def _looped_structure(layer, edges, num_src: int, num_dst: int) -> Structure:
     """The structure PyG's GAT layers attend over: with add_self_loops, existing loops are
     replaced by one per node below min(S, T)."""
@@ -106,11 +95,15 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
 
         residual = self.res(x_dst) if self.res is not None else None
-        lin_src = self.lin if self.lin is not None else self.lin_src
-        lin_dst = self.lin if self.lin is not None else self.lin_dst
-        h_src = lin_src(x_src).view(-1, heads, channels)
-        alpha_src = _attention_scores(lin_src, x_src, parameter(self, "att_src"))
-        alpha_dst = _attention_scores(lin_dst, x_dst, parameter(self, "att_dst"))
+        lin = self.lin
+        if lin is not None:
+            h_src = lin(x_src).view(-1, heads, channels)
+            h_dst = h_src if isinstance(x, torch.Tensor) else lin(x_dst).view(-1, heads, channels)
+        else:
+            h_src = self.lin_src(x_src).view(-1, heads, channels)
+            h_dst = self.lin_dst(x_dst).view(-1, heads, channels)
+        alpha_src = (h_src * parameter(self, "att_src")).sum(dim=-1)
+        alpha_dst = (h_dst * parameter(self, "att_dst")).sum(dim=-1)
         alpha_edge = None
         lin_edge = self.lin_edge
         if edge_attr is not None and lin_edge is not None:  # PyG ignores edge_attr otherwise
