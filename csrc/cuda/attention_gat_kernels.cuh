@@ -210,6 +210,20 @@ __device__ __forceinline__ typename Scalar<T>::acc other_chunks_dot(const Args<T
   return sum;
 }
 
+// A forward row's result at (row r, head h), this lane's K features from f0: the normalised
+// sum, and (leader) the log-sum-exp the backward recomputes the weights from.
+template <int K, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void store_softmax(const Args<T, I>& a, int64_t r, int64_t h,
+                                              int64_t f0, bool leader, const acc_t (&acc)[K],
+                                              acc_t peak, acc_t total) {
+  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
+  T* out = a.out + (r * a.heads + h) * a.dim;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (f0 + k < a.dim) out[f0 + k] = Scalar<T>::store(acc[k] * inv);
+  if (leader) a.lse[r * a.heads + h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
+}
+
 template <typename T, typename I, int K, int G>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
@@ -277,12 +291,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const A
     }
   }
   if (!s.valid || s.member != 0 || !s.head_ok) return;
-  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
-  T* out = a.out + (s.r * a.heads + s.h) * a.dim;
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (s.f0 + k < a.dim) out[s.f0 + k] = Scalar<T>::store(acc[k] * inv);
-  if (s.leader) a.lse[s.r * a.heads + s.h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
+  store_softmax<K>(a, s.r, s.h, s.f0, s.leader, acc, peak, total);
 }
 
 // Source side of the backward: the walked row n is the source of edge src_perm[q] into col[q].
@@ -430,12 +439,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_packed_kernel(
     }
     peak = top;
   }
-  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
-  T* out = a.out + (t.r * a.heads + t.h) * a.dim;
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (t.f0 + k < a.dim) out[t.f0 + k] = Scalar<T>::store(acc[k] * inv);
-  if (t.leader) a.lse[t.r * a.heads + t.h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
+  store_softmax<K>(a, t.r, t.h, t.f0, t.leader, acc, peak, total);
 }
 
 // Source side of the backward (as backward_kernel) over packed rows, U edges at once.
