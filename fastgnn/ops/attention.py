@@ -2,8 +2,9 @@
 
 The native ops stream each destination's in-edges once with an online softmax and save only
 the per-(destination, head) log-sum-exp; the backward recomputes the logits from it (source
-side over the transposed CSR, or in one fused pass on symmetric graphs). No E x H or
-E x H x D tensor is ever built. Attention dropout uses a counter-based hash of (seed, offset,
+side over the transposed CSR, or in one fused pass on symmetric graphs). No E x H x D tensor
+is ever built and nothing edge-sized is saved; GAT's CUDA backward alone keeps an E x H scalar
+scratch (each edge's pre-activation gradient) between its two passes. Attention dropout uses a counter-based hash of (seed, offset,
 CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
 """
 from __future__ import annotations
