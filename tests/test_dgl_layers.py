@@ -379,11 +379,7 @@ def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("make", [
-    pytest.param(lambda: dgl.nn.GATv2Conv(32, 16, 2, allow_zero_in_degree=True),
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "gatv2_attention's att gradient is 3.7x further off than DGL's (issue "
-                     "16's accuracy item, worked on the gat branch): remove this mark once "
-                     "the op is fixed"))),
+    lambda: dgl.nn.GATv2Conv(32, 16, 2, allow_zero_in_degree=True),
     lambda: dgl.nn.GATConv(32, 16, 2, allow_zero_in_degree=True),
     lambda: dgl.nn.DotGatConv(32, 16, 2, allow_zero_in_degree=True),
     lambda: dgl.nn.GraphConv(32, 32, allow_zero_in_degree=True),

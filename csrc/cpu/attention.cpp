@@ -27,13 +27,14 @@ namespace fastgnn {
 namespace cpu {
 namespace {
 
-// 1 when v's sign bit is set, else 0, as integer arithmetic that vectorises.
+// 1 when v > 0, else 0, as integer arithmetic that vectorises: the bits of a positive float
+// read as a positive integer; +0 and negatives (sign bit set) do not.
 template <typename T>
-T sign_bit(T v) {
+T positive(T v) {
   using bits_t = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
   bits_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  return T(-(bits >> (8 * sizeof(bits) - 1)));
+  return T(bits > 0);
 }
 
 // Starts loading a node's feature row ([H * D] values) into cache: neighbour rows are random
@@ -75,9 +76,11 @@ struct Gatv2 {
   }
 
   // LeakyReLU and its derivative without float compares, which GCC will not vectorise (they
-  // may trap). The derivative reads the sign bit: at z = +0 it is 1 (PyTorch: slope).
+  // may trap). The derivative is PyTorch's: slope at z = 0 of either sign. A float32 sum
+  // x_dst + x_src rounds to +0 where the exact one is a tiny value of either sign; taking 1
+  // there (as the sign bit would) put GATv2's x gradients 5x further from float64 than stock's.
   acc_t leaky(acc_t v) const { return std::max(v, acc_t(0)) + slope * std::min(v, acc_t(0)); }
-  acc_t leaky_slope(acc_t v) const { return acc_t(1) + (slope - acc_t(1)) * sign_bit(v); }
+  acc_t leaky_slope(acc_t v) const { return slope + (acc_t(1) - slope) * positive(v); }
 
   // Leaves the pre-activation z in `z` for the gradient.
   acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
@@ -294,7 +297,8 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
       wc = alpha * drop.factor<acc_t>(e, h);
       const acc_t* dout = b.grad_out + (i * heads + h) * dim;
       const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, scratch.data()), dim) : acc_t(0);
-      g = wc * dval - alpha * b.delta[i * heads + h];
+      // In double, rounded once: the two terms nearly cancel.
+      g = acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
     };
     // Adds a row's double sums into a gradient buffer.
     auto flush = [&](std::vector<double>& sums, acc_t* out, int64_t n) {
@@ -343,7 +347,11 @@ void attention_backward_pass(const Policy& p, const index_t* rowptr, const index
           }
         }
         if (do_dst) flush(row_dst, b.grad_dst, n);
-        if (do_src) {
+        if (do_src && b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
+          for (int64_t k = 0; k < heads * dim; ++k) row_key[k] += row_value[k];
+          std::fill(row_value.begin(), row_value.end(), 0.0);
+          flush(row_key, b.grad_key, n);
+        } else if (do_src) {
           flush(row_key, b.grad_key, n);
           flush(row_value, b.grad_value, n);
         }
@@ -450,7 +458,8 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   if (!symmetric) check_csr(*t_rowptr, *t_col, op);
   auto gout = to_acc(grad_out, in.acc);
   auto lse_c = lse.to(in.acc).contiguous();
-  auto delta = (gout * out.to(in.acc)).sum(-1).contiguous();
+  // <dOut_i, out_i> in double, rounded once: each edge's dLogit subtracts it from a close value.
+  auto delta = (gout.to(at::kDouble) * out.to(at::kDouble)).sum(-1).to(in.acc).contiguous();
   auto t_perm_c = t_perm.contiguous();
   const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);

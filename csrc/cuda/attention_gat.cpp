@@ -1,5 +1,5 @@
 // Torch-facing glue of the fused GAT (v1) CUDA op: checks, allocation, degree buckets and the
-// choice of backward traversal (transposed CSR, or the fused symmetric pass).
+// backward's source traversal (transposed CSR, or the CSR itself on a symmetric graph).
 #include <torch/library.h>
 
 #include <cstdint>
@@ -140,6 +140,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
   auto grad_src = at::empty_like(r.alpha_src);
   auto grad_edge = r.alpha_edge.defined() ? at::empty_like(r.alpha_edge)
                                           : at::empty({0}, r.x_src.options());
+  auto grad_logit = at::empty({r.p.csr.nnz, r.p.heads}, r.x_src.options().dtype(r.acc));
+  r.p.grad_logit = grad_logit.data_ptr();
   r.p.grad_out = gout.data_ptr();
   r.p.lse_in = lse_c.data_ptr();
   r.p.delta = delta.data_ptr();
@@ -149,13 +151,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
   r.p.grad_alpha_edge = r.alpha_edge.defined() ? grad_edge.data_ptr() : nullptr;
   r.p.src_perm = t_perm_c.data_ptr();
   r.p.aligned = r.p.aligned && aligned16(gout);
-  for (const RowSet& rows : r.dst_sets) gat_backward(r.p, rows, true, symmetric, stream());
-  if (!symmetric) {  // source side over the transposed CSR
+  if (symmetric) {  // the CSR is its own transpose: its rows are the sources too
+    for (const RowSet& rows : r.dst_sets) gat_backward(r.p, rows, stream());
+  } else {
     GatParams t = r.p;
     t.csr = csr_view(*t_rowptr, *t_col, op);
     TORCH_CHECK(t.csr.index64 == r.p.csr.index64, op, ": transposed CSR index dtype differs");
-    gat_backward(t, RowSet{nullptr, t.csr.rows, 1}, false, true, stream());
+    gat_backward(t, RowSet{nullptr, t.csr.rows, 1}, stream());
   }
+  gat_backward_dst(r.p, stream());
   if (alpha_edge.has_value()) grad_edge = grad_edge.to(alpha_edge->scalar_type());
   return {grad_dst, grad_x, grad_src, grad_edge};
 }

@@ -4,10 +4,11 @@
 namespace fastgnn {
 namespace cuda {
 
-void gat_backward(const GatParams& p, const RowSet& rows, bool do_dst, bool do_src,
-                  cudaStream_t stream) {
-  gat::launch<true>(p, rows, do_dst, do_src, stream);
+void gat_backward(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
+  gat::launch<true>(p, rows, stream);
 }
+
+void gat_backward_dst(const GatParams& p, cudaStream_t stream) { gat::launch_dst(p, stream); }
 
 }  // namespace cuda
 }  // namespace fastgnn

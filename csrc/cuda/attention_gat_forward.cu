@@ -5,7 +5,7 @@ namespace fastgnn {
 namespace cuda {
 
 void gat_forward(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
-  gat::launch<false>(p, rows, false, false, stream);
+  gat::launch<false>(p, rows, stream);
 }
 
 }  // namespace cuda

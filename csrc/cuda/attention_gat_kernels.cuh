@@ -1,18 +1,21 @@
 // Fused GAT (v1) attention kernels, instantiated in attention_gat_{forward,backward}.cu.
 //
 // The logit of edge j -> i at head h is LeakyReLU(alpha_src[j,h] + alpha_dst[i,h] (+
-// alpha_edge[e,h])): two scalar loads, no feature dot product. A group of G lanes owns one
-// (row, head) pair and each lane K consecutive features of that head (G * K >= D; above
-// D = 256, blockIdx.z picks a 256-feature chunk), so a warp serves 32 / G heads of a row with
-// one coalesced gather of x_src per edge. Light rows get one warp; heavy rows several, which
-// split the edge list and merge through shared memory.
+// alpha_edge[e,h])): two scalar loads, no feature dot product. Two layouts:
+// - packed (light rows, where a whole row of every head fits 32 lanes at K = 4 or 8 features a
+//   lane): a team of lanes owns a row, several rows share a warp (see Team below);
+// - general: a group of G lanes owns one (row, head) pair and each lane K consecutive features
+//   of that head (G * K >= D; above D = 256, blockIdx.z picks a 256-feature chunk), so a warp
+//   serves 32 / G heads of a row. Heavy rows get several warps, which split the edge list and
+//   merge through shared memory.
 //
-// Forward: the G lanes of a head first find its maximum logit over the row's edges (each lane
-// a strided share of the scalars), then every edge adds exp(logit - max) x_src[j] to the
-// accumulator: no online rescaling, except when the warps of a heavy row merge. Backward
-// (see attention_gat.cpp for the formulas): each (row, head) is written by one group, in a
-// fixed order: deterministic, no atomics. The scalar alpha-gradient sums are double: their
-// terms nearly cancel.
+// Forward: online softmax statistics per (row, head), saved as lse = max + log(sum).
+// Backward (see attention_gat.cpp for the formulas): one pass over the sources (the transposed
+// CSR, or the CSR itself on a symmetric graph) gathers dY of each out-edge's destination and
+// recomputes its weight from lse, giving d x_src, d alpha_src and the edge's pre-activation
+// gradient grad_logit ([E, H] scalars); a scalar pass over the destinations then sums those
+// into d alpha_dst. Every output is written by one lane group in a fixed order: deterministic,
+// no atomics. The scalar alpha-gradient sums are double: their terms nearly cancel.
 #pragma once
 
 #include <cmath>
@@ -37,6 +40,7 @@ struct Args {
   const I* rows;
   int64_t num_rows;
   int warps_per_row;
+  int lanes_per_head;  // packed kernels
   const I* edge_perm;
   const T* alpha_dst;
   const T* x_src;
@@ -49,6 +53,7 @@ struct Args {
   DropoutSpec dropout;
   T* out;
   acc_t* lse;
+  acc_t* grad_logit;
   const T* grad_out;
   const acc_t* lse_in;
   const acc_t* delta;
@@ -153,8 +158,30 @@ __device__ __forceinline__ acc_t pre_activation(const Args<T, I>& a, int64_t j, 
   return z;
 }
 
+// Pre-activation of edge n -> m seen from its source n: alpha_src[n] + alpha_dst[m]
+// (+ alpha_edge at forward CSR position e), in the forward's order of additions.
+template <typename T, typename I, typename acc_t>
+__device__ __forceinline__ acc_t source_pre_activation(const Args<T, I>& a, acc_t src_score,
+                                                       int64_t m, int64_t e, int64_t h) {
+  acc_t z = src_score + Scalar<T>::load(a.alpha_dst[m * a.heads + h]);
+  if (a.alpha_edge) {
+    const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[e]) : e;
+    z += Scalar<T>::load(a.alpha_edge[pos * a.heads + h]);
+  }
+  return z;
+}
+
 template <typename acc_t>
 __device__ __forceinline__ acc_t leaky(acc_t v, acc_t slope) { return v > 0 ? v : v * slope; }
+
+// d loss / d pre-activation of edge n -> m: (wc <dY_m, x_n> - alpha delta_m) LeakyReLU'(z),
+// in double (its two terms nearly cancel).
+template <typename T, typename I, typename acc_t>
+__device__ __forceinline__ double logit_grad(const Args<T, I>& a, acc_t z, acc_t alpha, acc_t wc,
+                                             acc_t dval, int64_t m, int64_t h) {
+  return (double(wc) * double(dval) - double(alpha) * double(a.delta[m * a.heads + h])) *
+         double(z > 0 ? acc_t(1) : a.slope);
+}
 
 template <int K, typename acc_t>
 __device__ __forceinline__ acc_t dot(const acc_t (&x)[K], const acc_t (&y)[K]) {
@@ -181,6 +208,20 @@ __device__ __forceinline__ typename Scalar<T>::acc other_chunks_dot(const Args<T
     sum += dot<K>(x, y);
   }
   return sum;
+}
+
+// A forward row's result at (row r, head h), this lane's K features from f0: the normalised
+// sum, and (leader) the log-sum-exp the backward recomputes the weights from.
+template <int K, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void store_softmax(const Args<T, I>& a, int64_t r, int64_t h,
+                                              int64_t f0, bool leader, const acc_t (&acc)[K],
+                                              acc_t peak, acc_t total) {
+  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
+  T* out = a.out + (r * a.heads + h) * a.dim;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (f0 + k < a.dim) out[f0 + k] = Scalar<T>::store(acc[k] * inv);
+  if (leader) a.lse[r * a.heads + h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
 }
 
 template <typename T, typename I, int K, int G>
@@ -250,107 +291,61 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const A
     }
   }
   if (!s.valid || s.member != 0 || !s.head_ok) return;
-  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
-  T* out = a.out + (s.r * a.heads + s.h) * a.dim;
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (s.f0 + k < a.dim) out[s.f0 + k] = Scalar<T>::store(acc[k] * inv);
-  if (s.leader) a.lse[s.r * a.heads + s.h] = total > 0 ? peak + log(total) : acc_t(-INFINITY);
+  store_softmax<K>(a, s.r, s.h, s.f0, s.leader, acc, peak, total);
 }
 
-// With do_dst, the walked row n is the destination of edge q (source col[q]): gradients of
-// alpha_dst and alpha_edge. With do_src, n is the source of edge src_perm[q] into col[q]:
-// gradients of x_src and alpha_src.
+// Source side of the backward: the walked row n is the source of edge src_perm[q] into col[q].
+// Gradients of x_src and alpha_src, and grad_logit of each walked edge (its leader lane).
 template <typename T, typename I, int K, int G>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
-    backward_kernel(const Args<T, I> a, bool do_dst, bool do_src) {
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
   __shared__ acc_t sh_vec[kWarpsPerBlock][kWarp][K];
-  __shared__ double sh_dst[kWarpsPerBlock][kWarp];
   __shared__ double sh_src[kWarpsPerBlock][kWarp];
   const Slot s = slot_of<K, G>(a);
   const int64_t n = s.r, h = s.h, heads = a.heads;
-  double sum_dst = 0, sum_src = 0;
+  double sum_src = 0;
   acc_t grad_x[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) grad_x[k] = 0;
   if (s.valid) {
-    acc_t own_dout[K], own_x[K];
-    acc_t dst_score = 0, lse_n = 0, delta_n = 0, src_score = 0;
-    if (do_dst) {
-      load_k<K>(head_row(a.grad_out, n, h, a), s.f0, a.dim, a.aligned, own_dout);
-      dst_score = Scalar<T>::load(a.alpha_dst[n * heads + h]);
-      lse_n = a.lse_in[n * heads + h];
-      delta_n = a.delta[n * heads + h];
-    }
-    if (do_src) {
-      load_k<K>(head_row(a.x_src, n, h, a), s.f0, a.dim, a.aligned, own_x);
-      src_score = Scalar<T>::load(a.alpha_src[n * heads + h]);
-    }
+    acc_t own_x[K];
+    load_k<K>(head_row(a.x_src, n, h, a), s.f0, a.dim, a.aligned, own_x);
+    const acc_t src_score = Scalar<T>::load(a.alpha_src[n * heads + h]);
     int64_t begin, end;
     edge_share(a, s, begin, end);
     for (int64_t base = begin; base < end; base += kWarp) {
       const int count = int(min(int64_t(kWarp), end - base));
       const I col_mine = s.lane < count ? a.col[base + s.lane] : I(0);
-      const I perm_mine = do_src && s.lane < count ? a.src_perm[base + s.lane] : I(0);
-      for (int t = 0; t < count; ++t) {
+      const I perm_mine = s.lane < count ? a.src_perm[base + s.lane] : I(0);
+      for (int t = 0; t < count; ++t) {  // edge n -> m at forward CSR position e
         const int64_t m = int64_t(__shfl_sync(0xffffffffu, col_mine, t));
-        if (do_dst) {  // edge m -> n at CSR position q
-          const int64_t q = base + t;
-          acc_t x[K];
-          const T* x_row = head_row(a.x_src, m, h, a);
-          load_k<K>(x_row, s.f0, a.dim, a.aligned, x);
-          acc_t dval = dot<K>(own_dout, x);
-          if (a.chunks > 1)
-            dval += other_chunks_dot<K, G>(a, s, head_row(a.grad_out, n, h, a), x_row);
-          dval = group_sum<G>(dval);
-          const acc_t z = pre_activation(a, m, q, h, dst_score);
-          const acc_t alpha = exp(leaky(z, a.slope) - lse_n);
-          const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
-          const double dz = (double(wc) * double(dval) - double(alpha) * double(delta_n)) *
-                            double(z > 0 ? acc_t(1) : a.slope);
-          sum_dst += dz;
-          if (a.grad_alpha_edge && s.leader) {
-            const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[q]) : q;
-            a.grad_alpha_edge[pos * heads + h] = Scalar<T>::store(acc_t(dz));
-          }
-        }
-        if (do_src) {  // edge n -> m at CSR position e
-          const int64_t e = int64_t(__shfl_sync(0xffffffffu, perm_mine, t));
-          acc_t dout[K];
-          const T* dout_row = head_row(a.grad_out, m, h, a);
-          load_k<K>(dout_row, s.f0, a.dim, a.aligned, dout);
-          acc_t dval = dot<K>(dout, own_x);
-          if (a.chunks > 1)
-            dval += other_chunks_dot<K, G>(a, s, dout_row, head_row(a.x_src, n, h, a));
-          dval = group_sum<G>(dval);
-          // alpha_src[n] + alpha_dst[m] (+ alpha_edge[e]), in the forward's order
-          acc_t z = src_score + Scalar<T>::load(a.alpha_dst[m * heads + h]);
-          if (a.alpha_edge) {
-            const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[e]) : e;
-            z += Scalar<T>::load(a.alpha_edge[pos * heads + h]);
-          }
-          const acc_t alpha = exp(leaky(z, a.slope) - a.lse_in[m * heads + h]);
-          const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
-          const double delta_m = double(a.delta[m * heads + h]);
-          sum_src += (double(wc) * double(dval) - double(alpha) * delta_m) *
-                     double(z > 0 ? acc_t(1) : a.slope);
+        const int64_t e = int64_t(__shfl_sync(0xffffffffu, perm_mine, t));
+        acc_t dout[K];
+        const T* dout_row = head_row(a.grad_out, m, h, a);
+        load_k<K>(dout_row, s.f0, a.dim, a.aligned, dout);
+        acc_t dval = dot<K>(dout, own_x);
+        if (a.chunks > 1)
+          dval += other_chunks_dot<K, G>(a, s, dout_row, head_row(a.x_src, n, h, a));
+        dval = group_sum<G>(dval);
+        const acc_t z = source_pre_activation(a, src_score, m, e, h);
+        const acc_t alpha = exp(leaky(z, a.slope) - a.lse_in[m * heads + h]);
+        const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
+        const double dz = logit_grad(a, z, alpha, wc, dval, m, h);
+        sum_src += dz;
+        if (s.leader) a.grad_logit[e * heads + h] = acc_t(dz);
 #pragma unroll
-          for (int k = 0; k < K; ++k) grad_x[k] += wc * dout[k];
-        }
+        for (int k = 0; k < K; ++k) grad_x[k] += wc * dout[k];
       }
     }
   }
   if (s.group_size > 1) {  // sum the group's partial gradients into its first warp
     const int first = s.warp - s.member;
-    sh_dst[s.warp][s.lane] = sum_dst;
     sh_src[s.warp][s.lane] = sum_src;
 #pragma unroll
     for (int k = 0; k < K; ++k) sh_vec[s.warp][s.lane][k] = grad_x[k];
     __syncthreads();
     if (s.member == 0) {
       for (int w = 1; w < s.group_size; ++w) {
-        sum_dst += sh_dst[first + w][s.lane];
         sum_src += sh_src[first + w][s.lane];
 #pragma unroll
         for (int k = 0; k < K; ++k) grad_x[k] += sh_vec[first + w][s.lane][k];
@@ -358,13 +353,172 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     }
   }
   if (!s.valid || s.member != 0 || !s.head_ok) return;
-  if (do_dst && s.leader) a.grad_alpha_dst[n * heads + h] = Scalar<T>::store(acc_t(sum_dst));
-  if (do_src) {
-    if (s.leader) a.grad_alpha_src[n * heads + h] = Scalar<T>::store(acc_t(sum_src));
-    T* gx = a.grad_x_src + (n * heads + h) * a.dim;
+  if (s.leader) a.grad_alpha_src[n * heads + h] = Scalar<T>::store(acc_t(sum_src));
+  T* gx = a.grad_x_src + (n * heads + h) * a.dim;
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (s.f0 + k < a.dim) gx[s.f0 + k] = Scalar<T>::store(grad_x[k]);
+  for (int k = 0; k < K; ++k)
+    if (s.f0 + k < a.dim) gx[s.f0 + k] = Scalar<T>::store(grad_x[k]);
+}
+
+// ---- packed rows: a team of heads * lanes_per_head lanes owns a whole row, every head ----------
+// Lane (h, l) holds features [lK, lK + K) of head h; 32 / team rows share a warp, so low-degree
+// graphs keep every lane busy, and each lane walks its row's edges U at a time with their
+// gathers in flight together. Per-head dot products reduce over the lanes_per_head lanes of the
+// head (a power of two); the team's lanes run the same loop, so shuffles take the team's mask.
+struct Team {
+  int64_t r, h, f0;
+  bool valid;
+  bool leader;  // first lane of its head: writes the per-(row, head) scalars
+  unsigned mask;
+};
+
+template <int K, typename T, typename I>
+__device__ __forceinline__ Team team_of(const Args<T, I>& a) {
+  const int size = int(a.heads) * a.lanes_per_head;
+  const int per_warp = kWarp / size;
+  const int lane = threadIdx.x % kWarp, team = lane / size, member = lane % size;
+  const int64_t index =
+      (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * per_warp + team;
+  Team t;
+  t.valid = team < per_warp && index < a.num_rows;
+  t.r = t.valid ? (a.rows ? int64_t(a.rows[index]) : index) : 0;
+  t.h = member / a.lanes_per_head;
+  t.f0 = int64_t(member % a.lanes_per_head) * K;
+  t.leader = member % a.lanes_per_head == 0;
+  t.mask = size == kWarp ? 0xffffffffu : ((1u << size) - 1u) << (team * size);
+  return t;
+}
+
+template <typename V>
+__device__ __forceinline__ V head_sum(V v, unsigned mask, int lanes_per_head) {
+  for (int o = lanes_per_head / 2; o > 0; o /= 2) v += __shfl_xor_sync(mask, v, o);
+  return v;
+}
+
+// Edges a lane walks at once: enough gathers in flight, within the register budget.
+template <int K>
+constexpr int packed_edges() { return K >= 8 ? 4 : 8; }
+
+// Forward over destination rows: an online softmax per lane (the lanes of a head see the same
+// logits, so no reduction), rescaled once per U edges.
+template <typename T, typename I, int K>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_packed_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  constexpr int U = packed_edges<K>();
+  const Team t = team_of<K>(a);
+  if (!t.valid) return;
+  const acc_t dst_score = Scalar<T>::load(a.alpha_dst[t.r * a.heads + t.h]);
+  const int64_t begin = a.rowptr[t.r], end = a.rowptr[t.r + 1];
+  acc_t acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = 0;
+  acc_t peak = -INFINITY, total = 0;
+  for (int64_t base = begin; base < end; base += U) {
+    acc_t val[U][K], logit[U];
+    acc_t top = peak;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t e = min(base + u, end - 1);  // past end: repeat the last edge, weight 0
+      const int64_t j = int64_t(a.col[e]);
+      load_k<K>(head_row(a.x_src, j, t.h, a), t.f0, a.dim, a.aligned, val[u]);
+      logit[u] = base + u < end ? leaky(pre_activation(a, j, e, t.h, dst_score), a.slope)
+                                : acc_t(-INFINITY);
+      top = max(top, logit[u]);
+    }
+    const acc_t rescale = peak == -INFINITY ? acc_t(0) : exp(peak - top);
+    total *= rescale;
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc[k] *= rescale;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const acc_t w = base + u < end ? exp(logit[u] - top) : acc_t(0);
+      total += w;
+      const acc_t wc = w * a.dropout.template factor<acc_t>(base + u, t.h);
+#pragma unroll
+      for (int k = 0; k < K; ++k) acc[k] += wc * val[u][k];
+    }
+    peak = top;
+  }
+  store_softmax<K>(a, t.r, t.h, t.f0, t.leader, acc, peak, total);
+}
+
+// Source side of the backward (as backward_kernel) over packed rows, U edges at once.
+template <typename T, typename I, int K>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+    backward_packed_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  constexpr int U = packed_edges<K>();
+  const Team t = team_of<K>(a);
+  if (!t.valid) return;
+  const int64_t n = t.r, h = t.h, heads = a.heads;
+  acc_t own_x[K], grad_x[K];
+  load_k<K>(head_row(a.x_src, n, h, a), t.f0, a.dim, a.aligned, own_x);
+#pragma unroll
+  for (int k = 0; k < K; ++k) grad_x[k] = 0;
+  const acc_t src_score = Scalar<T>::load(a.alpha_src[n * heads + h]);
+  double sum_src = 0;
+  const int64_t begin = a.rowptr[n], end = a.rowptr[n + 1];
+  for (int64_t base = begin; base < end; base += U) {
+    acc_t dout[U][K], z[U], lse[U];
+    int64_t m[U], e[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // edge n -> m[u] at forward CSR position e[u]
+      const int64_t q = min(base + u, end - 1);  // past end: repeat the last edge, weight 0
+      m[u] = int64_t(a.col[q]);
+      e[u] = int64_t(a.src_perm[q]);
+      load_k<K>(head_row(a.grad_out, m[u], h, a), t.f0, a.dim, a.aligned, dout[u]);
+      z[u] = source_pre_activation(a, src_score, m[u], e[u], h);
+      lse[u] = a.lse_in[m[u] * heads + h];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const acc_t dval = head_sum(dot<K>(dout[u], own_x), t.mask, a.lanes_per_head);
+      if (base + u >= end) continue;
+      const acc_t alpha = exp(leaky(z[u], a.slope) - lse[u]);
+      const acc_t wc = alpha * a.dropout.template factor<acc_t>(e[u], h);
+      const double dz = logit_grad(a, z[u], alpha, wc, dval, m[u], h);
+      sum_src += dz;
+      if (t.leader) a.grad_logit[e[u] * heads + h] = acc_t(dz);
+#pragma unroll
+      for (int k = 0; k < K; ++k) grad_x[k] += wc * dout[u][k];
+    }
+  }
+  if (t.leader) a.grad_alpha_src[n * heads + h] = Scalar<T>::store(acc_t(sum_src));
+  T* gx = a.grad_x_src + (n * heads + h) * a.dim;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (t.f0 + k < a.dim) gx[t.f0 + k] = Scalar<T>::store(grad_x[k]);
+}
+
+// Destination side of the backward: a warp per forward CSR row sums its edges' grad_logit per
+// head (lane l takes head l % heads and every (32 / heads)-th edge; the partial sums combine
+// in lane order), in double, and copies them to grad_alpha_edge in input edge order.
+template <typename T, typename I>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_dst_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (r >= a.num_rows) return;  // uniform over the warp
+  const int lane = threadIdx.x % kWarp;
+  const int64_t begin = a.rowptr[r], end = a.rowptr[r + 1], heads = a.heads;
+  for (int64_t h0 = 0; h0 < heads; h0 += kWarp) {
+    const int span = int(min(int64_t(kWarp), heads - h0));
+    const int stride = kWarp / span, offset = lane / span;
+    const int64_t h = h0 + lane % span;
+    double sum = 0;
+    if (offset < stride) {
+      for (int64_t q = begin + offset; q < end; q += stride) {
+        const acc_t g = a.grad_logit[q * heads + h];
+        sum += double(g);
+        if (a.grad_alpha_edge) {
+          const int64_t pos = a.edge_perm ? int64_t(a.edge_perm[q]) : q;
+          a.grad_alpha_edge[pos * heads + h] = Scalar<T>::store(g);
+        }
+      }
+    }
+    double total = 0;
+    for (int w = 0; w < stride; ++w)
+      total += __shfl_sync(0xffffffffu, sum, int(h - h0) + w * span);
+    if (offset == 0) a.grad_alpha_dst[r * heads + h] = Scalar<T>::store(acc_t(total));
   }
 }
 
@@ -393,7 +547,7 @@ void dispatch_plan(const DimPlan& plan, F&& f) {
 }
 
 template <typename T, typename I>
-Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks) {
+Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks, int lanes_per_head) {
   using acc_t = typename Scalar<T>::acc;
   Args<T, I> a;
   a.rowptr = static_cast<const I*>(p.csr.rowptr);
@@ -402,6 +556,7 @@ Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks) {
   a.rows = static_cast<const I*>(rows.rows);
   a.num_rows = rows.num_rows;
   a.warps_per_row = rows.warps_per_row;
+  a.lanes_per_head = lanes_per_head;
   a.edge_perm = static_cast<const I*>(p.edge_perm);
   a.alpha_dst = static_cast<const T*>(p.alpha_dst);
   a.x_src = static_cast<const T*>(p.x_src);
@@ -415,6 +570,7 @@ Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks) {
   a.dropout = p.dropout;
   a.out = static_cast<T*>(p.out);
   a.lse = static_cast<acc_t*>(p.lse);
+  a.grad_logit = static_cast<acc_t*>(p.grad_logit);
   a.grad_out = static_cast<const T*>(p.grad_out);
   a.lse_in = static_cast<const acc_t*>(p.lse_in);
   a.delta = static_cast<const acc_t*>(p.delta);
@@ -429,36 +585,83 @@ template <bool kBackward, typename T, typename I>
 struct Launcher {
   const Args<T, I>& args;
   dim3 grid;
-  bool do_dst, do_src;
   cudaStream_t stream;
 
   template <int K, int G>
   void operator()() const {
     if constexpr (kBackward)
-      backward_kernel<T, I, K, G><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(args, do_dst,
-                                                                               do_src);
+      backward_kernel<T, I, K, G><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(args);
     else
       forward_kernel<T, I, K, G><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(args);
   }
+
+  template <int K>
+  void packed() const {
+    if constexpr (kBackward)
+      backward_packed_kernel<T, I, K><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(args);
+    else
+      forward_packed_kernel<T, I, K><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(args);
+  }
 };
 
+// Packed rows: K features per lane and a power-of-two number of lanes per head, the whole row
+// within 32 lanes (K = 4, else 8). False where the row does not fit.
+struct PackPlan {
+  int k, lanes_per_head, team;
+};
+
+inline bool plan_packed(int64_t heads, int64_t dim, PackPlan& plan) {
+  for (int k : {4, 8}) {
+    int lanes = 1;
+    while (lanes < ceil_div(dim, k)) lanes *= 2;
+    if (heads * lanes <= kWarp) {
+      plan = {k, lanes, int(heads) * lanes};
+      return true;
+    }
+  }
+  return false;
+}
+
 template <bool kBackward>
-void launch(const GatParams& p, const RowSet& rows, bool do_dst, bool do_src,
-            cudaStream_t stream) {
+void launch(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
+  PackPlan pack{};
+  const bool packed = rows.warps_per_row == 1 && plan_packed(p.heads, p.dim, pack);
   const DimPlan plan = plan_dim(p.dim);
-  const int heads_per_warp = kWarp / plan.g;
-  const dim3 grid(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock / rows.warps_per_row)),
-                  unsigned(ceil_div(p.heads, heads_per_warp)), unsigned(plan.chunks));
+  const dim3 grid =
+      packed ? dim3(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock * (kWarp / pack.team))))
+             : dim3(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock / rows.warps_per_row)),
+                    unsigned(ceil_div(p.heads, kWarp / plan.g)), unsigned(plan.chunks));
   dispatch_float(p.type, [&](auto s) {
     using T = decltype(s);
     dispatch_index(p.csr.index64, [&](auto i) {
       using I = decltype(i);
-      const Args<T, I> a = make_args<T, I>(p, rows, plan.chunks);
-      dispatch_plan(plan, Launcher<kBackward, T, I>{a, grid, do_dst, do_src, stream});
+      const Args<T, I> a = make_args<T, I>(p, rows, plan.chunks, pack.lanes_per_head);
+      const Launcher<kBackward, T, I> launcher{a, grid, stream};
+      if (!packed)
+        dispatch_plan(plan, launcher);
+      else if (pack.k == 4)
+        launcher.template packed<4>();
+      else
+        launcher.template packed<8>();
     });
   });
   check_launch(kBackward ? "gat_backward" : "gat_forward");
+}
+
+inline void launch_dst(const GatParams& p, cudaStream_t stream) {
+  if (p.csr.rows == 0 || p.heads == 0) return;
+  const RowSet rows{nullptr, p.csr.rows, 1};
+  dispatch_float(p.type, [&](auto s) {
+    using T = decltype(s);
+    dispatch_index(p.csr.index64, [&](auto i) {
+      using I = decltype(i);
+      const Args<T, I> a = make_args<T, I>(p, rows, 1, 1);
+      backward_dst_kernel<T, I><<<unsigned(ceil_div(rows.num_rows, kWarpsPerBlock)),
+                                  kWarpsPerBlock * kWarp, 0, stream>>>(a);
+    });
+  });
+  check_launch("gat_backward");
 }
 
 }  // namespace gat

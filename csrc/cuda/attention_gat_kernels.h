@@ -29,6 +29,7 @@ struct GatParams {
   void* out;
   void* lse;
   // backward inputs and outputs (grad_alpha_edge null without alpha_edge)
+  void* grad_logit;        // [E, H] statistics type, forward CSR order: d loss / d pre-activation
   const void* grad_out;
   const void* lse_in;
   const void* delta;
@@ -40,11 +41,12 @@ struct GatParams {
 
 void gat_forward(const GatParams& p, const RowSet& rows, cudaStream_t stream);
 
-// do_dst: rows are destinations (gradients of alpha_dst and alpha_edge); do_src: rows are
-// sources of the walked edges, src_perm their CSR positions (gradients of x_src and
-// alpha_src). Both at once on a symmetric graph.
-void gat_backward(const GatParams& p, const RowSet& rows, bool do_dst, bool do_src,
-                  cudaStream_t stream);
+// Source side: rows are sources of the walked edges, src_perm their forward CSR positions.
+// Writes the gradients of x_src and alpha_src, and grad_logit of every walked edge.
+void gat_backward(const GatParams& p, const RowSet& rows, cudaStream_t stream);
+
+// Destination side over the forward CSR: grad_alpha_dst (and grad_alpha_edge) from grad_logit.
+void gat_backward_dst(const GatParams& p, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fastgnn

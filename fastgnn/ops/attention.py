@@ -3,9 +3,10 @@
 The native ops stream each destination's in-edges once with an online softmax and save only
 the per-(destination, head) log-sum-exp; nothing edge-sized is saved for the backward, and no
 E x H x D tensor is ever built. The backward recomputes the logits from the log-sum-exp. On
-CUDA its destination pass leaves each (edge, head)'s logit gradient and weight in an [H, E, 2]
-scratch (8 bytes per edge and head in float32, freed on return) that the source pass, over the
-transposed CSR, reads instead of recomputing the logits; the CPU kernels recompute them there
+CUDA it keeps an E x H scalar scratch between its two passes, freed on return: GATv2's and the
+Graph Transformer's destination pass leaves each (edge, head)'s logit gradient and weight
+(8 bytes) for the source pass over the transposed CSR, and GAT's source pass leaves each
+edge's pre-activation gradient for its destination pass. The CPU kernels recompute the logits
 (in one fused pass on symmetric graphs). Attention dropout uses a counter-based hash of (seed,
 offset, CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
 """
