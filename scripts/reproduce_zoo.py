@@ -155,6 +155,7 @@ def _init_worker(log_dir: str) -> None:
                   os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    os.close(log)
     warnings.filterwarnings("ignore")
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
