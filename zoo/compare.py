@@ -9,6 +9,9 @@ CUDA synchronised), without validation or data loading. Peak memory is, on CUDA,
 ``torch.cuda.max_memory_allocated`` during ``fit``; on CPU the peak resident set size during
 ``fit`` above the one at its start, sampled every 5 ms from ``/proc/self/statm``
 (``ru_maxrss`` cannot be reset between runs of one process).
+
+``--split_per_seed`` runs seed i on the data module's split i (the heterophilous graphs' fixed
+splits, the Pitfalls random splits), so that "10 seeds" means 10 splits as in those papers.
 """
 from __future__ import annotations
 
@@ -95,15 +98,26 @@ class EpochTimer(Callback):
         return statistics.median(steady) if steady else float("nan")
 
 
-def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[str]) -> dict:
-    """Fits and tests ``config`` under ``backend`` and ``seed``; returns the run's record."""
+def seed_overrides(seed: int, split_per_seed: bool) -> List[str]:
+    """The arguments that make a run use ``seed`` (and, with ``split_per_seed``, the data
+    module's split ``seed``: the heterophilous graphs' fixed split i, the Pitfalls random
+    split i)."""
+    return [f"--seed_everything={seed}"] + ([f"--data.init_args.split={seed}"]
+                                            if split_per_seed else [])
+
+
+def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[str],
+            split_per_seed: bool = False) -> dict:
+    """Fits and tests ``config`` under ``backend`` and ``seed`` (on split ``seed`` with
+    ``split_per_seed``); returns the run's record."""
     run_dir = os.path.join(out_dir, "runs", f"{backend}-seed{seed}")
     with warnings.catch_warnings():
         # LightningCLI warns when it gets args while sys.argv has some: here, on purpose.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         cli = ZooCLI(args=["--config", config, *overrides, f"--model.backend={backend}",
-                           f"--seed_everything={seed}", f"--trainer.default_root_dir={run_dir}",
-                           "--trainer.logger=false"], run=False)
+                           *seed_overrides(seed, split_per_seed),
+                           f"--trainer.default_root_dir={run_dir}", "--trainer.logger=false"],
+                     run=False)
     timer = EpochTimer()
     cli.trainer.callbacks.append(timer)
     cuda = cli.trainer.strategy.root_device.type == "cuda"
@@ -116,7 +130,7 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
             else rss.increase)
     best = cli.trainer.checkpoint_callback.best_model_path or None
     tested = cli.trainer.test(cli.model, cli.datamodule, ckpt_path=best, verbose=False)[0]
-    return {"backend": backend, "seed": seed,
+    return {"backend": backend, "seed": seed, "split": seed if split_per_seed else None,
             "metrics": {k: float(v) for k, v in sorted(tested.items()) if k != "test_loss"},
             "epochs": len(timer.epoch_times), "time_per_epoch_s": timer.time_per_epoch,
             "peak_memory_bytes": peak,
@@ -184,6 +198,9 @@ def parse(argv: List[str]):
                         help="comma-separated, the first is the speedup's baseline "
                              "(default: pyg,fastgnn)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated (default: 0,1,2)")
+    parser.add_argument("--split_per_seed", action="store_true",
+                        help="run seed i on the data module's split i (datasets with several "
+                             "splits: the heterophilous graphs, Amazon and Coauthor)")
     parser.add_argument("--out", default=None,
                         help="output folder (default: zoo_compare/<config name>)")
     args, overrides = parser.parse_known_args(argv)
@@ -210,18 +227,22 @@ def main(argv: List[str]) -> dict:
     for seed in args.seeds:
         for backend in args.backends:
             print(f"{PROG} compare: {args.config} backend={backend} seed={seed}", flush=True)
-            runs.append(run_one(args.config, backend, seed, args.out, overrides))
+            runs.append(run_one(args.config, backend, seed, args.out, overrides,
+                                args.split_per_seed))
     summary = summarise(runs, args.backends)
     table = markdown(summary, runs[0]["memory_kind"])
     result = {"config": args.config, "overrides": overrides[:-2], "backends": args.backends,
-              "seeds": args.seeds, "device": runs[0]["device"],
+              "seeds": args.seeds, "split_per_seed": args.split_per_seed,
+              "device": runs[0]["device"],
               "torch": torch.__version__, "time_per_epoch": "median over epochs after the "
               "first of the training steps' wall time", "memory": runs[0]["memory_kind"],
               "summary": summary, "runs": runs}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compare.json"), "w") as f:
         json.dump(result, f, indent=2)
-    header = (f"{args.config} on {result['device']}, seeds {', '.join(map(str, args.seeds))}: "
+    seeds = ", ".join(map(str, args.seeds)) + (" (split i for seed i)" if args.split_per_seed
+                                               else "")
+    header = (f"{args.config} on {result['device']}, seeds {seeds}: "
               f"test metrics at the best validation epoch (mean ± std), {result['time_per_epoch']}"
               f", speedup against {args.backends[0]}.\n\n")
     with open(os.path.join(args.out, "compare.md"), "w") as f:

@@ -1,0 +1,125 @@
+"""The zoo's reproduction harness (scripts/reproduce_zoo.py): its rows, job order, aggregation
+and table, on made-up run records (no training)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("lightning")
+pytest.importorskip("torch_geometric")
+
+from fastgnn.zoo.compare import seed_overrides  # noqa: E402
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT_DIR, "scripts",
+                                                                     f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+repro = _script("reproduce_zoo")
+
+
+def _done(row, seed, **metrics):
+    return {"row": row, "seed": seed, "status": "done", "metrics": metrics}
+
+
+def test_rows_name_shipped_configs_and_cite_every_number():
+    rows = repro.all_rows()
+    assert len({r.key for r in rows}) == len(rows)
+    for row in rows:
+        assert os.path.isfile(os.path.join(repro.CONFIGS, row.config)), row.config
+        if row.published is not None:
+            assert row.source != repro.NONE, row.key
+            mean, std = row.published
+            assert 0 < mean < 100 and (std is None or 0 < std < mean)
+    keys = {r.key for r in rows}
+    assert all(r.baseline in keys for r in rows if r.baseline)
+    # the issue's grid: 4 models on 11 datasets
+    grid = {(r.model, r.dataset) for r in rows}
+    for model in ("GCN", "SAGE", "GATv2", "GT"):
+        for dataset in ("Cora", "CiteSeer", "Computers", "Photo", "CS", "Physics", "tolokers",
+                        "minesweeper", "actor", "squirrel-filtered", "chameleon-filtered"):
+            assert (model, dataset) in grid
+
+
+def test_split_per_seed_follows_the_dataset():
+    by_dataset = {r.dataset: r.split_per_seed for r in repro.all_rows()}
+    assert not by_dataset["Cora"]  # one public split
+    assert by_dataset["tolokers"] and by_dataset["Computers"]
+    assert seed_overrides(3, False) == ["--seed_everything=3"]
+    assert seed_overrides(3, True) == ["--seed_everything=3", "--data.init_args.split=3"]
+
+
+def test_heavy_rows_run_after_every_cheap_seed():
+    light = repro.Row("GCN", "Cora", "gcn-planetoid.yaml")
+    heavy = repro.Row("GCN", "tolokers", "gcn-heterophilous.yaml", heavy=True)
+    order = repro.order_jobs([heavy, light], [0, 1])
+    assert order == [(light, 0), (light, 1), (heavy, 0), (heavy, 1)]
+
+
+@pytest.mark.parametrize("mean, published, verdict", [
+    (80.0, (81.0, 1.5), "yes"),   # below, but within one std
+    (79.0, (81.0, 1.5), "no"),
+    (90.0, (81.0, 1.5), "yes"),   # better
+    (80.0, (81.5, None), "n/a (no published std)"),
+    (80.0, None, "n/a (no published number)"),
+])
+def test_within_one_published_std(mean, published, verdict):
+    assert repro.within(mean, published) == verdict
+
+
+def test_summarise_and_markdown():
+    gcn = repro.Row("GCN", "tolokers", "gcn-heterophilous.yaml", published=(83.64, 0.67),
+                    source="Platonov")
+    relu = repro.Row("SAGE-256 (MaxK twin, ReLU)", "CS", "maxk-sage-coauthor.yaml")
+    maxk = repro.Row("MaxK-SAGE k=32 of 256", "CS", "maxk-sage-coauthor.yaml",
+                     baseline=relu.key)
+    unrun = repro.Row("GT", "actor", "gt-heterophilous.yaml")
+    records = [_done(gcn.key, 0, test_roc_auc=0.80, test_ap=0.3),
+               _done(gcn.key, 1, test_roc_auc=0.84, test_ap=0.3),
+               {"row": gcn.key, "seed": 2, "status": "failed", "error": "boom"},
+               {"row": gcn.key, "seed": 3, "status": "skipped"},
+               _done(relu.key, 0, test_acc=0.90), _done(relu.key, 1, test_acc=0.92),
+               _done(maxk.key, 0, test_acc=0.885), _done(maxk.key, 1, test_acc=0.895)]
+    summary = {s["row"]: s for s in repro.summarise([gcn, relu, maxk, unrun], records)}
+    s = summary[gcn.key]
+    assert (s["runs"], s["failed"], s["metric"]) == (2, 1, "roc_auc")
+    assert s["mean"] == pytest.approx(82.0) and s["std"] == pytest.approx(2.8284271, rel=1e-6)
+    assert s["within"] == "no"  # 82.0 < 83.64 - 0.67
+    assert summary[maxk.key]["gap_to_baseline"] == pytest.approx(-2.0)
+    assert summary[maxk.key]["within"] == "no"
+    assert summary[unrun.key]["within"] == "not run" and summary[unrun.key]["mean"] is None
+
+    table = repro.markdown(list(summary.values()))
+    assert "| GCN | tolokers | roc_auc | 82.00 ± 2.83 (2) | 83.64 ± 0.67 | Platonov | no |" \
+        in table
+    assert "| GT | actor | — | — (0) | — |" in table
+    assert "| CS | 89.00 ± 0.71 (2) | 91.00 ± 1.41 (2) | -2.00 | no |" in table
+    assert "| SAGE-256 (MaxK twin" not in table  # the twin appears only beside its MaxK row
+
+
+def test_speed_table():
+    speed = _script("bench_zoo_speed")
+    result = {"summary": [
+        {"time_per_epoch_s": {"mean": 0.030}, "peak_memory_bytes": {"mean": 2 * 2**20},
+         "metrics": {"test_acc": {"mean": 0.5}}, "speedup": 1.0},
+        {"time_per_epoch_s": {"mean": 0.010}, "peak_memory_bytes": None,
+         "metrics": {"test_acc": {"mean": 0.5}}, "speedup": 3.0}]}
+    row = speed.speed_row("gcn-amazon.yaml", result)
+    assert row["ms_per_epoch"] == pytest.approx([30.0, 10.0]) and row["speedup"] == 3.0
+    table = speed.markdown([row])
+    assert "| gcn-amazon.yaml | 30.00 | 10.00 | 3.00x | 2 / n/a | test_acc 0.5000 / 0.5000 |" \
+        in table
+    assert "Median speedup 3.00x, slowest row 3.00x, over 1 configs." in table
+    assert speed.configs(["coauthor"]) == ["gcn-coauthor.yaml", "sage-coauthor.yaml",
+                                           "gatv2-coauthor.yaml", "gt-coauthor.yaml",
+                                           "maxk-sage-coauthor.yaml"]
