@@ -1,7 +1,8 @@
 // CPU snapshot SpMM: every snapshot of a window aggregated in one pass over the rows. A thread
-// owns a destination row at a time: its edge list (shared edges first, their masks unread) is
-// read from memory once and from L1 for each snapshot and feature tile, whose sums stay in
-// vector registers.
+// owns a destination row at a time: its edge list (shared edges first, their masks unread) and
+// its sources' scales of every snapshot (an [N, T] table: one cache line per source) are read
+// from memory once and from L1 for each snapshot and feature tile, whose sums stay in vector
+// registers.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -19,10 +20,10 @@ struct SnapshotArgs {
   const index_t* col;
   const int64_t* mask;
   const scalar_t* x;
-  const acc_t* src_scale;
-  const acc_t* dst_scale;
+  const acc_t* src_scale_nt;  // [num_src, T]
+  const acc_t* dst_scale;     // [T, num_out]
   scalar_t* out;
-  int64_t snapshots, num_src, num_out, width;
+  int64_t snapshots, x_tstride, num_out, width;  // x_tstride 0: features shared by all
 };
 
 // Sums tile [f0, f0 + kTile) of row i of snapshot t into registers: the row's edges (read
@@ -34,10 +35,10 @@ FASTGNN_ALWAYS_INLINE void snapshot_tile(const SnapshotArgs<scalar_t, index_t>& 
   using acc_t = acc_type<scalar_t>;
   typename V::type acc[kVecs];
   for (int k = 0; k < kVecs; ++k) acc[k] = typename V::type{};
-  const scalar_t* xt = a.x + t * a.num_src * a.width + f0;
-  const acc_t* scale = a.src_scale ? a.src_scale + t * a.num_src : nullptr;
+  const scalar_t* xt = a.x + t * a.x_tstride + f0;
+  const acc_t* scale = a.src_scale_nt ? a.src_scale_nt + t : nullptr;
   auto add = [&](int64_t j) {
-    const acc_t s = scale ? scale[j] : acc_t(1);
+    const acc_t s = scale ? scale[j * a.snapshots] : acc_t(1);
     const scalar_t* xr = xt + j * a.width;
     for (int k = 0; k < kVecs; ++k) acc[k] += s * V::load(xr + k * V::kLanes);
   };
@@ -58,8 +59,8 @@ FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& 
   for (int64_t f = f0; f < a.width; ++f) {
     acc_t sum = 0;
     auto add = [&](int64_t j) {
-      const acc_t s = a.src_scale ? a.src_scale[t * a.num_src + j] : acc_t(1);
-      sum += s * acc_t(a.x[(t * a.num_src + j) * a.width + f]);
+      const acc_t s = a.src_scale_nt ? a.src_scale_nt[j * a.snapshots + t] : acc_t(1);
+      sum += s * acc_t(a.x[t * a.x_tstride + j * a.width + f]);
     };
     const index_t shared = a.shared_end[i], stop = a.rowptr[i + 1];
     for (index_t e = a.rowptr[i]; e < shared; ++e) add(a.col[e]);
@@ -144,11 +145,13 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
               "spmm_snapshots: mask must be int64 with one entry per edge");
   check_scale(src_scale, x, x.size(1), "src_scale");
   check_scale(dst_scale, x, num_out, "dst_scale");
-  auto xc = x.contiguous();
+  // Features shared by every snapshot (an expanded [N, F]: snapshot stride 0) stay one copy.
+  const bool shared_x = x.size(0) > 1 && x.stride(0) == 0 && x[0].is_contiguous();
+  const auto xc = shared_x ? x : x.contiguous();
   const int64_t T = x.size(0), width = x.size(2);
   auto out = at::empty({T, num_out, width}, x.options());
   if (out.numel() == 0) return out;
-  at::Tensor ss = src_scale.has_value() ? src_scale->contiguous() : at::Tensor();
+  at::Tensor ss = src_scale.has_value() ? src_scale->t().contiguous() : at::Tensor();
   at::Tensor ds = dst_scale.has_value() ? dst_scale->contiguous() : at::Tensor();
   FASTGNN_DISPATCH_INDEX(col.scalar_type(), "spmm_snapshots", [&] {
     FASTGNN_DISPATCH_FLOAT(x.scalar_type(), "spmm_snapshots", [&] {
@@ -158,7 +161,7 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
           mask.data_ptr<int64_t>(), xc.data_ptr<scalar_t>(),
           ss.defined() ? ss.data_ptr<acc_t>() : nullptr,
           ds.defined() ? ds.data_ptr<acc_t>() : nullptr, out.data_ptr<scalar_t>(), T,
-          x.size(1), num_out, width};
+          shared_x ? 0 : x.size(1) * width, num_out, width};
       run_snapshots(a, col.numel());
     });
   });
