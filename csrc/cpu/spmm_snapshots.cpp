@@ -1,8 +1,7 @@
-// CPU snapshot SpMM: every snapshot of a window aggregated in one pass over the rows. A thread
-// owns a destination row at a time: its edge list (shared edges first, their masks unread) and
-// its sources' scales of every snapshot (an [N, T] table: one cache line per source) are read
-// from memory once and from L1 for each snapshot and feature tile, whose sums stay in vector
-// registers.
+// CPU snapshot SpMM over the window's one structure (shared edges first in each row, their
+// masks unread; the sources' scales of every snapshot in an [N, T] table). A thread owns a
+// destination row at a time and sums each feature tile in vector registers; see run_snapshots
+// for the order of rows and snapshots.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -71,15 +70,16 @@ FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& 
   }
 }
 
-// Rows [begin, end): per row, per snapshot, register tiles of 8 vectors (64 floats), then 4,
-// then 1, then single features. A row's edge list is read from memory once and from L1 for the other
-// snapshots and tiles.
+// Rows [begin, end) of snapshots [t_begin, t_end): per row, per snapshot, register tiles of 8
+// vectors (64 floats), then 4, then 1, then single features. A row's edge list and its sources'
+// scales are read from memory once and from L1 for the other snapshots and tiles.
 template <typename scalar_t, typename index_t>
 FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index_t>& a,
-                                              int64_t begin, int64_t end) {
+                                              int64_t begin, int64_t end, int64_t t_begin,
+                                              int64_t t_end) {
   constexpr int64_t kLanes = AccVec<scalar_t>::kLanes;
   for (int64_t i = begin; i < end; ++i) {
-    for (int64_t t = 0; t < a.snapshots; ++t) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
       int64_t f = 0;
       for (; f + 8 * kLanes <= a.width; f += 8 * kLanes) snapshot_tile<8>(a, i, t, f);
       for (; f + 4 * kLanes <= a.width; f += 4 * kLanes) snapshot_tile<4>(a, i, t, f);
@@ -90,28 +90,41 @@ FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index
 }
 
 template <typename scalar_t, typename index_t>
-void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, int64_t begin, int64_t end) {
-  snapshot_rows_body(a, begin, end);
+void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, int64_t begin, int64_t end,
+                   int64_t t_begin, int64_t t_end) {
+  snapshot_rows_body(a, begin, end, t_begin, t_end);
 }
 
 #if FASTGNN_HAVE_AVX2_CLONE
 template <typename scalar_t, typename index_t>
 FASTGNN_TARGET_AVX2 void snapshot_rows_avx2(const SnapshotArgs<scalar_t, index_t>& a,
-                                            int64_t begin, int64_t end) {
-  snapshot_rows_body(a, begin, end);
+                                            int64_t begin, int64_t end, int64_t t_begin,
+                                            int64_t t_end) {
+  snapshot_rows_body(a, begin, end, t_begin, t_end);
 }
 #endif
 
+// Features shared by every snapshot: one pass over the rows, all snapshots of a row in turn,
+// so a source's features are read from memory once for all of them. Features of their own per
+// snapshot: a pass per snapshot, which gathers from one [N, F] slice at a time (the cache
+// locality of a per-snapshot spmm) over the shared structure.
 template <typename scalar_t, typename index_t>
 void run_snapshots(const SnapshotArgs<scalar_t, index_t>& a, int64_t nnz) {
   const int64_t avg_degree = std::max<int64_t>(1, nnz / std::max<int64_t>(1, a.num_out));
   const int64_t chunk = std::clamp<int64_t>(2048 / avg_degree, 1, 256);
-  parallel_chunks(a.num_out, chunk, [&](int64_t begin, int64_t end) {
+  auto pass = [&](int64_t t_begin, int64_t t_end) {
+    parallel_chunks(a.num_out, chunk, [&](int64_t begin, int64_t end) {
 #if FASTGNN_HAVE_AVX2_CLONE
-    if (cpu_has_avx2()) return snapshot_rows_avx2(a, begin, end);
+      if (cpu_has_avx2()) return snapshot_rows_avx2(a, begin, end, t_begin, t_end);
 #endif
-    snapshot_rows(a, begin, end);
-  });
+      snapshot_rows(a, begin, end, t_begin, t_end);
+    });
+  };
+  if (a.x_tstride == 0) {
+    pass(0, a.snapshots);
+  } else {
+    for (int64_t t = 0; t < a.snapshots; ++t) pass(t, t + 1);
+  }
 }
 
 void check_scale(const c10::optional<at::Tensor>& scale, const at::Tensor& x, int64_t rows,
