@@ -1,7 +1,6 @@
 // CPU snapshot SpMM over the window's one structure (shared edges first in each row, their
-// masks unread; the sources' scales of every snapshot in an [N, T] table). A thread owns a
-// destination row at a time and sums each feature tile in vector registers; see run_snapshots
-// for the order of rows and snapshots.
+// masks unread). A thread owns a destination row at a time and sums each feature tile in
+// vector registers; see run_snapshots for the order of rows and snapshots.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -19,7 +18,8 @@ struct SnapshotArgs {
   const index_t* col;
   const int64_t* mask;
   const scalar_t* x;
-  const acc_t* src_scale_nt;  // [num_src, T]
+  const acc_t* src_scale;  // source j's scale in snapshot t: src_scale[t * scale_t + j * scale_j]
+  int64_t scale_t, scale_j;
   const acc_t* dst_scale;     // [T, num_out]
   scalar_t* out;
   int64_t snapshots, x_tstride, num_out, width;  // x_tstride 0: features shared by all
@@ -35,9 +35,9 @@ FASTGNN_ALWAYS_INLINE void snapshot_tile(const SnapshotArgs<scalar_t, index_t>& 
   typename V::type acc[kVecs];
   for (int k = 0; k < kVecs; ++k) acc[k] = typename V::type{};
   const scalar_t* xt = a.x + t * a.x_tstride + f0;
-  const acc_t* scale = a.src_scale_nt ? a.src_scale_nt + t : nullptr;
+  const acc_t* scale = a.src_scale ? a.src_scale + t * a.scale_t : nullptr;
   auto add = [&](int64_t j) {
-    const acc_t s = scale ? scale[j * a.snapshots] : acc_t(1);
+    const acc_t s = scale ? scale[j * a.scale_j] : acc_t(1);
     const scalar_t* xr = xt + j * a.width;
     for (int k = 0; k < kVecs; ++k) acc[k] += s * V::load(xr + k * V::kLanes);
   };
@@ -58,7 +58,7 @@ FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& 
   for (int64_t f = f0; f < a.width; ++f) {
     acc_t sum = 0;
     auto add = [&](int64_t j) {
-      const acc_t s = a.src_scale_nt ? a.src_scale_nt[j * a.snapshots + t] : acc_t(1);
+      const acc_t s = a.src_scale ? a.src_scale[t * a.scale_t + j * a.scale_j] : acc_t(1);
       sum += s * acc_t(a.x[t * a.x_tstride + j * a.width + f]);
     };
     const index_t shared = a.shared_end[i], stop = a.rowptr[i + 1];
@@ -164,7 +164,11 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
   const int64_t T = x.size(0), width = x.size(2);
   auto out = at::empty({T, num_out, width}, x.options());
   if (out.numel() == 0) return out;
-  at::Tensor ss = src_scale.has_value() ? src_scale->t().contiguous() : at::Tensor();
+  // The source scales in the order a pass reads them: [N, T] when a row visits every snapshot
+  // (shared features), [T, N] for a pass per snapshot.
+  at::Tensor ss = !src_scale.has_value() ? at::Tensor()
+                  : shared_x ? src_scale->t().contiguous() : src_scale->contiguous();
+  const int64_t scale_t = shared_x ? 1 : x.size(1), scale_j = shared_x ? T : 1;
   at::Tensor ds = dst_scale.has_value() ? dst_scale->contiguous() : at::Tensor();
   FASTGNN_DISPATCH_INDEX(col.scalar_type(), "spmm_snapshots", [&] {
     FASTGNN_DISPATCH_FLOAT(x.scalar_type(), "spmm_snapshots", [&] {
@@ -172,7 +176,7 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
       SnapshotArgs<scalar_t, index_t> a{
           rowptr.data_ptr<index_t>(), shared_end.data_ptr<index_t>(), col.data_ptr<index_t>(),
           mask.data_ptr<int64_t>(), xc.data_ptr<scalar_t>(),
-          ss.defined() ? ss.data_ptr<acc_t>() : nullptr,
+          ss.defined() ? ss.data_ptr<acc_t>() : nullptr, scale_t, scale_j,
           ds.defined() ? ds.data_ptr<acc_t>() : nullptr, out.data_ptr<scalar_t>(), T,
           shared_x ? 0 : x.size(1) * width, num_out, width};
       run_snapshots(a, col.numel());
