@@ -14,6 +14,8 @@ from fastgnn.info import info  # noqa: E402
 from fastgnn.reordering import NodeOrder, reorder  # noqa: E402
 from fastgnn import sampling  # noqa: E402  (registers the sampling op's fake kernel)
 from fastgnn.snapshots import SnapshotGraph  # noqa: E402
+from fastgnn.temporal_signal import snapshot_windows  # noqa: E402
 
 __all__ = ["Graph", "ops", "enable", "disable", "set_backend", "get_backend", "backend", "info",
-           "reorder", "NodeOrder", "__version__", "CBSR", "SnapshotGraph", "sampling"]
+           "reorder", "NodeOrder", "__version__", "CBSR", "SnapshotGraph", "sampling",
+           "snapshot_windows"]

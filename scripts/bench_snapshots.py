@@ -4,11 +4,14 @@ against one ``fastgnn.ops.spmm`` call per snapshot and against PyG Temporal's wa
 host-to-device bytes of sliding the window by one.
 
     python3 scripts/bench_snapshots.py [--device cuda] [--snapshots 8] [--overlap 0.9]
-        [--widths 64 256] [--rounds 7] [--graph arxiv|roads]
+        [--widths 64 256] [--rounds 7] [--graph arxiv|roads] [--features per-snapshot static]
 
 The window: ``--snapshots`` prefixes of the graph's edges in arrival order (ogbn-arxiv: the
 later of the two papers' years; roads: file order), the first ``--overlap`` of the edges
-shared by all. norm="both". Times are medians over rounds in which the variants take turns.
+shared by all. norm="both". Features: T different ``[N, F]`` matrices (per-snapshot), or one
+shared by every snapshot (static node features, as in the first layer of a T-GCN on arxiv:
+``spmm_snapshots`` gets it expanded, with a snapshot stride of 0). Times are medians over
+rounds in which the variants take turns.
 """
 from __future__ import annotations
 
@@ -37,6 +40,68 @@ def arrivals(name):
     return g.edge_index, g.num_nodes
 
 
+def run_width(args, sg, graphs, device_lists, T, n, width, static, device):
+    """Medians of every variant at one width; ``static``: one [N, F] feature matrix shared by
+    every snapshot (an expanded tensor for spmm_snapshots, the same x for each per-snapshot
+    call), else T different ones."""
+    torch.manual_seed(0)
+    leaf = torch.randn(n, width, device=device) if static else \
+        torch.randn(T, n, width, device=device)
+    leaf_grad = leaf.clone().requires_grad_()
+    spread = (lambda x: x.expand(T, -1, -1)) if static else (lambda x: x)  # noqa: E731
+    xs, xs_grad = spread(leaf), spread(leaf_grad)
+    grad = torch.randn(T, n, width, device=device)
+    ours_conv = SnapshotGCNConv(width, width).to(device)
+    pyg = None
+    if not args.no_pyg:
+        import torch_geometric.nn as pyg_nn
+        pyg = pyg_nn.GCNConv(width, width, add_self_loops=False).to(device)
+        pyg.load_state_dict({"lin.weight": ours_conv.lin.weight, "bias": ours_conv.bias})
+
+    def fwd_ours():
+        with torch.no_grad():
+            fastgnn.ops.spmm_snapshots(sg, xs, "both")
+
+    def fwd_each():
+        with torch.no_grad():
+            for g, x in zip(graphs, xs):
+                fastgnn.ops.spmm(g, x, "both")
+
+    def train_ours():
+        torch.autograd.grad(fastgnn.ops.spmm_snapshots(sg, xs_grad, "both"), leaf_grad, grad)
+
+    def train_each():
+        out = torch.stack([fastgnn.ops.spmm(g, x, "both") for g, x in zip(graphs, xs_grad)])
+        torch.autograd.grad(out, leaf_grad, grad)
+
+    def layer_ours(train):
+        def run():
+            with torch.set_grad_enabled(train):
+                # static features: the [N, F] itself (x W computed once)
+                out = ours_conv(sg, leaf_grad if train else leaf)
+                if train:
+                    out.backward(grad)
+        return run
+
+    def layer_pyg(train):
+        def run():
+            with torch.set_grad_enabled(train):
+                out = torch.stack([pyg(x, ei) for ei, x in
+                                   zip(device_lists, xs_grad if train else xs)])
+                if train:
+                    out.backward(grad)
+        return run
+
+    rows = []
+    for label, train in (("forward", False), ("forward+backward", True)):
+        fns = {"ours": train_ours if train else fwd_ours,
+               "each": train_each if train else fwd_each}
+        if pyg is not None:
+            fns.update({"conv": layer_ours(train), "pyg": layer_pyg(train)})
+        rows.append((label, measure.alternating_medians(fns, device, args.rounds, warmup=2)))
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -46,6 +111,8 @@ def main():
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-pyg", action="store_true")
+    parser.add_argument("--features", nargs="+", default=["per-snapshot", "static"],
+                        choices=("per-snapshot", "static"))
     args = parser.parse_args()
     device = torch.device(args.device)
     edges, n = arrivals(args.graph)
@@ -61,64 +128,18 @@ def main():
           f"edges, {sg.num_shared_edges} shared ({100 * sg.num_shared_edges / sg.num_edges:.1f}%)"
           f", snapshots of {window[0].shape[1]} to {window[-1].shape[1]} edges; norm both; "
           f"{args.rounds} rounds\n")
-    print("| width | pass | spmm_snapshots ms | 8 x fastgnn spmm ms | speedup | "
+    print("| width | features | pass | spmm_snapshots ms | 8 x fastgnn spmm ms | speedup | "
           "SnapshotGCNConv ms | 8 x PyG GCNConv ms | speedup |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for width in args.widths:
-        torch.manual_seed(0)
-        xs = torch.randn(T, n, width, device=device)
-        xs_grad = xs.clone().requires_grad_()
-        grad = torch.randn_like(xs)
-        ours_conv = SnapshotGCNConv(width, width).to(device)
-        pyg = None
-        if not args.no_pyg:
-            import torch_geometric.nn as pyg_nn
-            pyg = pyg_nn.GCNConv(width, width, add_self_loops=False).to(device)
-            pyg.load_state_dict({"lin.weight": ours_conv.lin.weight, "bias": ours_conv.bias})
-
-        def fwd_ours():
-            with torch.no_grad():
-                fastgnn.ops.spmm_snapshots(sg, xs, "both")
-
-        def fwd_each():
-            with torch.no_grad():
-                for g, x in zip(graphs, xs):
-                    fastgnn.ops.spmm(g, x, "both")
-
-        def train_ours():
-            torch.autograd.grad(fastgnn.ops.spmm_snapshots(sg, xs_grad, "both"), xs_grad, grad)
-
-        def train_each():
-            out = torch.stack([fastgnn.ops.spmm(g, x, "both") for g, x in zip(graphs, xs_grad)])
-            torch.autograd.grad(out, xs_grad, grad)
-
-        def layer_ours(train):
-            def run():
-                with torch.set_grad_enabled(train):
-                    out = ours_conv(sg, xs_grad if train else xs)
-                    if train:
-                        out.backward(grad)
-            return run
-
-        def layer_pyg(train):
-            def run():
-                with torch.set_grad_enabled(train):
-                    out = torch.stack([pyg(x, ei) for ei, x in
-                                       zip(device_lists, xs_grad if train else xs)])
-                    if train:
-                        out.backward(grad)
-            return run
-
-        for label, train in (("forward", False), ("forward+backward", True)):
-            fns = {"ours": train_ours if train else fwd_ours,
-                   "each": train_each if train else fwd_each}
-            if pyg is not None:
-                fns.update({"conv": layer_ours(train), "pyg": layer_pyg(train)})
-            t = measure.alternating_medians(fns, device, args.rounds, warmup=2)
-            conv = (f"{t['conv']:.2f} | {t['pyg']:.2f} | {t['pyg'] / t['conv']:.2f}x"
-                    if pyg is not None else "- | - | -")
-            print(f"| {width} | {label} | {t['ours']:.2f} | {t['each']:.2f} | "
-                  f"{t['each'] / t['ours']:.2f}x | {conv} |", flush=True)
+        for kind in args.features:
+            row = run_width(args, sg, graphs, device_lists, T, n, width, kind == "static",
+                            device)
+            for label, t in row:
+                conv = (f"{t['conv']:.2f} | {t['pyg']:.2f} | {t['pyg'] / t['conv']:.2f}x"
+                        if "pyg" in t else "- | - | -")
+                print(f"| {width} | {kind} | {label} | {t['ours']:.2f} | {t['each']:.2f} | "
+                      f"{t['each'] / t['ours']:.2f}x | {conv} |", flush=True)
 
     if device.type == "cuda":
         torch.cuda.synchronize()

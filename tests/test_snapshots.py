@@ -70,6 +70,39 @@ def test_widths_many_snapshots_and_reference(device, width):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("width", [3, 64, 130])
+@pytest.mark.parametrize("snapshots", [4, 11])
+def test_features_shared_by_every_snapshot(device, norm, width, snapshots):
+    """An expanded [N, F] (snapshot stride 0: static node features) is read in place and
+    gives what its materialised copy gives, forward and backward (the gradient summed)."""
+    lists = window(0.9, snapshots=snapshots, edges=200, device=device)
+    sg = SnapshotGraph(lists, N)
+    x = features(1, width, device)[0].requires_grad_()
+    xs = x.expand(snapshots, -1, -1)
+    assert xs.stride(0) == 0
+    out = fastgnn.ops.spmm_snapshots(sg, xs, norm)
+    grad = torch.randn_like(out)
+    got, = torch.autograd.grad(out, x, grad)
+    x_ref = x.detach().clone().requires_grad_()
+    ref = per_snapshot(lists, x_ref.expand(snapshots, -1, -1).contiguous(), norm)
+    want, = torch.autograd.grad(ref, x_ref, grad)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_conv_on_static_features_matches_the_stacked_copy(device):
+    from fastgnn.nn import SnapshotGCNConv
+    lists = window(0.9, device=device)
+    sg = SnapshotGraph(lists, N)
+    conv = SnapshotGCNConv(6, 5).to(device)
+    x = features(1, 6, device)[0]
+    torch.testing.assert_close(conv(sg, x), conv(sg, x.expand(4, -1, -1).contiguous()),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_hub_rows_cut_into_work_items(device, dtype):
     """Rows of hundreds of edges, shared and not (the GPU cuts them into items of 64 edges

@@ -21,7 +21,7 @@ from fastgnn.zoo.module import NodePropertyModule
 
 PROG = "fastgnn-zoo"
 #: data-module attributes the model's constructor receives (recorded in checkpoints)
-LINKED = ("num_features", "num_outputs", "task", "ogb_name")
+LINKED = ("num_features", "num_outputs", "task", "ogb_name", "feature_density")
 DESCRIPTION = ("fastgnn model zoo. Subcommands: fit, validate, test, predict (LightningCLI) and "
                "compare (`fastgnn-zoo compare --help`).")
 _SEED_LOG = logging.getLogger("lightning.fabric.utilities.seed")

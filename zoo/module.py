@@ -49,11 +49,14 @@ def _accepted_options(cls) -> set:
 
 
 def build_model(arch: str, num_features: int, num_outputs: int, backend: str = "pyg",
-                **options) -> torch.nn.Module:
+                sparse_inputs: bool = False, **options) -> torch.nn.Module:
     """The zoo model ``arch`` from stock PyG layers, then swapped by ``fastgnn.enable`` for the
-    ``fastgnn`` and ``reference`` backends (same parameters and ``state_dict`` keys)."""
+    ``fastgnn`` and ``reference`` backends (same parameters and ``state_dict`` keys), with
+    ``sparse_inputs`` passed on to it."""
     _choice("model", arch, tuple(MODELS))
     _choice("backend", backend, tuple(BACKENDS))
+    if sparse_inputs and BACKENDS[backend] is None:
+        raise ValueError(f"sparse_inputs needs the fastgnn or reference backend, not {backend!r}")
     cls = MODELS[arch]
     options = {name: value for name, value in options.items()
                if value is not None or name not in _ARCH_OPTIONS}
@@ -62,8 +65,21 @@ def build_model(arch: str, num_features: int, num_outputs: int, backend: str = "
         raise ValueError(f"model {arch!r} does not take {', '.join(unknown)}")
     model = cls(num_features, num_outputs, **options)
     if BACKENDS[backend] is not None:
-        model = fastgnn.enable(model, backend=BACKENDS[backend])
+        model = fastgnn.enable(model, backend=BACKENDS[backend], sparse_inputs=sparse_inputs)
     return model
+
+
+def _wants_sparse_inputs(sparse_inputs: Optional[bool], backend: str,
+                         feature_density: Optional[float]) -> bool:
+    """``sparse_inputs`` as given, or (None) on for the fastgnn backend when the data module
+    reports features sparse enough for the sparse product to have a chance."""
+    if sparse_inputs is not None:
+        if not isinstance(sparse_inputs, bool):
+            raise TypeError(f"sparse_inputs must be a bool or None, got {sparse_inputs!r}")
+        return sparse_inputs
+    from fastgnn.nn.sparse_input import MAX_DENSITY
+    return backend == "fastgnn" and feature_density is not None and \
+        feature_density <= MAX_DENSITY
 
 
 def _metrics(task: str, num_outputs: int) -> torchmetrics.MetricCollection:
@@ -96,7 +112,11 @@ class NodePropertyModule(pl.LightningModule):
     layers), ``fastgnn`` (the same model after ``fastgnn.enable``) or ``reference``
     (``fastgnn.enable(model, backend="reference")``, fastgnn's pure-PyTorch oracle).
     ``num_features``, ``num_outputs``, ``task`` and ``ogb_name`` come from the data module (the
-    CLI links them). Options set to None keep the architecture's default; an option the
+    CLI links them), as does ``feature_density``. ``sparse_inputs`` (None: automatic) swaps
+    the first layer's linear maps for ``fastgnn.nn.SparseInputLinear``, which measures once
+    whether the sparse product beats the dense one on these features; automatic turns it on
+    for the fastgnn backend when the features are at most half non-zero, and ``false`` keeps
+    the stock first layer. Options set to None keep the architecture's default; an option the
     architecture does not take is an error.
     """
 
@@ -109,13 +129,16 @@ class NodePropertyModule(pl.LightningModule):
                  root_weight: Optional[bool] = None, edge_dim: Optional[int] = None,
                  cached: Optional[bool] = None, optimizer: str = "adam", lr: float = 0.01,
                  weight_decay: float = 5e-4, compile: bool = False, num_features: int = 1,
-                 num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None):
+                 num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None,
+                 sparse_inputs: Optional[bool] = None, feature_density: Optional[float] = None):
         super().__init__()
         self.save_hyperparameters()
         _choice("task", task, TASKS)
         _choice("optimizer", optimizer, tuple(OPTIMIZERS))
         self.model = build_model(
-            arch, num_features, num_outputs, backend, hidden_channels=hidden_channels,
+            arch, num_features, num_outputs, backend,
+            _wants_sparse_inputs(sparse_inputs, backend, feature_density),
+            hidden_channels=hidden_channels,
             num_layers=num_layers, heads=heads, dropout=dropout, residual=residual, norm=norm,
             input_mlp=input_mlp, output_mlp=output_mlp, activation=activation, aggr=aggr, k=k,
             train_eps=train_eps, beta=beta, root_weight=root_weight, edge_dim=edge_dim,

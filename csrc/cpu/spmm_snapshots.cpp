@@ -1,7 +1,6 @@
-// CPU snapshot SpMM: every snapshot of a window aggregated in one pass over the rows. A thread
-// owns a destination row at a time: its edge list (shared edges first, their masks unread) is
-// read from memory once and from L1 for each snapshot and feature tile, whose sums stay in
-// vector registers.
+// CPU snapshot SpMM over the window's one structure (shared edges first in each row, their
+// masks unread). A thread owns a destination row at a time and sums each feature tile in
+// vector registers; see run_snapshots for the order of rows and snapshots.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -19,10 +18,11 @@ struct SnapshotArgs {
   const index_t* col;
   const int64_t* mask;
   const scalar_t* x;
-  const acc_t* src_scale;
-  const acc_t* dst_scale;
+  const acc_t* src_scale;  // source j's scale in snapshot t: src_scale[t * scale_t + j * scale_j]
+  int64_t scale_t, scale_j;
+  const acc_t* dst_scale;     // [T, num_out]
   scalar_t* out;
-  int64_t snapshots, num_src, num_out, width;
+  int64_t snapshots, x_tstride, num_out, width;  // x_tstride 0: features shared by all
 };
 
 // Sums tile [f0, f0 + kTile) of row i of snapshot t into registers: the row's edges (read
@@ -34,10 +34,10 @@ FASTGNN_ALWAYS_INLINE void snapshot_tile(const SnapshotArgs<scalar_t, index_t>& 
   using acc_t = acc_type<scalar_t>;
   typename V::type acc[kVecs];
   for (int k = 0; k < kVecs; ++k) acc[k] = typename V::type{};
-  const scalar_t* xt = a.x + t * a.num_src * a.width + f0;
-  const acc_t* scale = a.src_scale ? a.src_scale + t * a.num_src : nullptr;
+  const scalar_t* xt = a.x + t * a.x_tstride + f0;
+  const acc_t* scale = a.src_scale ? a.src_scale + t * a.scale_t : nullptr;
   auto add = [&](int64_t j) {
-    const acc_t s = scale ? scale[j] : acc_t(1);
+    const acc_t s = scale ? scale[j * a.scale_j] : acc_t(1);
     const scalar_t* xr = xt + j * a.width;
     for (int k = 0; k < kVecs; ++k) acc[k] += s * V::load(xr + k * V::kLanes);
   };
@@ -58,8 +58,8 @@ FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& 
   for (int64_t f = f0; f < a.width; ++f) {
     acc_t sum = 0;
     auto add = [&](int64_t j) {
-      const acc_t s = a.src_scale ? a.src_scale[t * a.num_src + j] : acc_t(1);
-      sum += s * acc_t(a.x[(t * a.num_src + j) * a.width + f]);
+      const acc_t s = a.src_scale ? a.src_scale[t * a.scale_t + j * a.scale_j] : acc_t(1);
+      sum += s * acc_t(a.x[t * a.x_tstride + j * a.width + f]);
     };
     const index_t shared = a.shared_end[i], stop = a.rowptr[i + 1];
     for (index_t e = a.rowptr[i]; e < shared; ++e) add(a.col[e]);
@@ -70,15 +70,16 @@ FASTGNN_ALWAYS_INLINE void snapshot_tail(const SnapshotArgs<scalar_t, index_t>& 
   }
 }
 
-// Rows [begin, end): per row, per snapshot, register tiles of 8 vectors (64 floats), then 4,
-// then 1, then single features. A row's edge list is read from memory once and from L1 for the other
-// snapshots and tiles.
+// Rows [begin, end) of snapshots [t_begin, t_end): per row, per snapshot, register tiles of 8
+// vectors (64 floats), then 4, then 1, then single features. A row's edge list and its sources'
+// scales are read from memory once and from L1 for the other snapshots and tiles.
 template <typename scalar_t, typename index_t>
 FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index_t>& a,
-                                              int64_t begin, int64_t end) {
+                                              int64_t begin, int64_t end, int64_t t_begin,
+                                              int64_t t_end) {
   constexpr int64_t kLanes = AccVec<scalar_t>::kLanes;
   for (int64_t i = begin; i < end; ++i) {
-    for (int64_t t = 0; t < a.snapshots; ++t) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
       int64_t f = 0;
       for (; f + 8 * kLanes <= a.width; f += 8 * kLanes) snapshot_tile<8>(a, i, t, f);
       for (; f + 4 * kLanes <= a.width; f += 4 * kLanes) snapshot_tile<4>(a, i, t, f);
@@ -89,28 +90,41 @@ FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index
 }
 
 template <typename scalar_t, typename index_t>
-void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, int64_t begin, int64_t end) {
-  snapshot_rows_body(a, begin, end);
+void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, int64_t begin, int64_t end,
+                   int64_t t_begin, int64_t t_end) {
+  snapshot_rows_body(a, begin, end, t_begin, t_end);
 }
 
 #if FASTGNN_HAVE_AVX2_CLONE
 template <typename scalar_t, typename index_t>
 FASTGNN_TARGET_AVX2 void snapshot_rows_avx2(const SnapshotArgs<scalar_t, index_t>& a,
-                                            int64_t begin, int64_t end) {
-  snapshot_rows_body(a, begin, end);
+                                            int64_t begin, int64_t end, int64_t t_begin,
+                                            int64_t t_end) {
+  snapshot_rows_body(a, begin, end, t_begin, t_end);
 }
 #endif
 
+// Features shared by every snapshot: one pass over the rows, all snapshots of a row in turn,
+// so a source's features are read from memory once for all of them. Features of their own per
+// snapshot: a pass per snapshot, which gathers from one [N, F] slice at a time (the cache
+// locality of a per-snapshot spmm) over the shared structure.
 template <typename scalar_t, typename index_t>
 void run_snapshots(const SnapshotArgs<scalar_t, index_t>& a, int64_t nnz) {
   const int64_t avg_degree = std::max<int64_t>(1, nnz / std::max<int64_t>(1, a.num_out));
   const int64_t chunk = std::clamp<int64_t>(2048 / avg_degree, 1, 256);
-  parallel_chunks(a.num_out, chunk, [&](int64_t begin, int64_t end) {
+  auto pass = [&](int64_t t_begin, int64_t t_end) {
+    parallel_chunks(a.num_out, chunk, [&](int64_t begin, int64_t end) {
 #if FASTGNN_HAVE_AVX2_CLONE
-    if (cpu_has_avx2()) return snapshot_rows_avx2(a, begin, end);
+      if (cpu_has_avx2()) return snapshot_rows_avx2(a, begin, end, t_begin, t_end);
 #endif
-    snapshot_rows(a, begin, end);
-  });
+      snapshot_rows(a, begin, end, t_begin, t_end);
+    });
+  };
+  if (a.x_tstride == 0) {
+    pass(0, a.snapshots);
+  } else {
+    for (int64_t t = 0; t < a.snapshots; ++t) pass(t, t + 1);
+  }
 }
 
 void check_scale(const c10::optional<at::Tensor>& scale, const at::Tensor& x, int64_t rows,
@@ -144,11 +158,17 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
               "spmm_snapshots: mask must be int64 with one entry per edge");
   check_scale(src_scale, x, x.size(1), "src_scale");
   check_scale(dst_scale, x, num_out, "dst_scale");
-  auto xc = x.contiguous();
+  // Features shared by every snapshot (an expanded [N, F]: snapshot stride 0) stay one copy.
+  const bool shared_x = x.size(0) > 1 && x.stride(0) == 0 && x[0].is_contiguous();
+  const auto xc = shared_x ? x : x.contiguous();
   const int64_t T = x.size(0), width = x.size(2);
   auto out = at::empty({T, num_out, width}, x.options());
   if (out.numel() == 0) return out;
-  at::Tensor ss = src_scale.has_value() ? src_scale->contiguous() : at::Tensor();
+  // The source scales in the order a pass reads them: [N, T] when a row visits every snapshot
+  // (shared features), [T, N] for a pass per snapshot.
+  at::Tensor ss = !src_scale.has_value() ? at::Tensor()
+                  : shared_x ? src_scale->t().contiguous() : src_scale->contiguous();
+  const int64_t scale_t = shared_x ? 1 : x.size(1), scale_j = shared_x ? T : 1;
   at::Tensor ds = dst_scale.has_value() ? dst_scale->contiguous() : at::Tensor();
   FASTGNN_DISPATCH_INDEX(col.scalar_type(), "spmm_snapshots", [&] {
     FASTGNN_DISPATCH_FLOAT(x.scalar_type(), "spmm_snapshots", [&] {
@@ -156,9 +176,9 @@ at::Tensor spmm_snapshots_cpu(const at::Tensor& rowptr, const at::Tensor& shared
       SnapshotArgs<scalar_t, index_t> a{
           rowptr.data_ptr<index_t>(), shared_end.data_ptr<index_t>(), col.data_ptr<index_t>(),
           mask.data_ptr<int64_t>(), xc.data_ptr<scalar_t>(),
-          ss.defined() ? ss.data_ptr<acc_t>() : nullptr,
+          ss.defined() ? ss.data_ptr<acc_t>() : nullptr, scale_t, scale_j,
           ds.defined() ? ds.data_ptr<acc_t>() : nullptr, out.data_ptr<scalar_t>(), T,
-          x.size(1), num_out, width};
+          shared_x ? 0 : x.size(1) * width, num_out, width};
       run_snapshots(a, col.numel());
     });
   });

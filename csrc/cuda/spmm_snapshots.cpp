@@ -48,14 +48,21 @@ at::Tensor spmm_snapshots_cuda(const at::Tensor& rowptr, const at::Tensor& share
               "spmm_snapshots: mask must be int64 with one entry per edge");
   check_scale(src_scale, x, x.size(1), "src_scale");
   check_scale(dst_scale, x, num_out, "dst_scale");
-  auto xc = x.contiguous();
+  // Features shared by every snapshot (an expanded [N, F]: snapshot stride 0) stay one copy.
+  const bool shared_x = x.size(0) > 1 && x.stride(0) == 0 && x[0].is_contiguous();
+  const auto xc = shared_x ? x : x.contiguous();
+  const int64_t x_tstride = shared_x ? 0 : x.size(1) * x.size(2);
   // Rows of several items add into zeros (rows without edges are in no item's way either).
   auto out = at::zeros({x.size(0), num_out, x.size(2)}, x.options());
   if (out.numel() == 0) return out;
   const auto work = split_work(rowptr, graph_key, transposed ? 1 : 0, kEdgesPerItem);
+  // [num_src, T]: an edge's source scales of every snapshot share one sector.
+  const c10::optional<at::Tensor> src_scale_nt =
+      src_scale.has_value() ? c10::optional<at::Tensor>(src_scale->t().contiguous())
+                            : c10::nullopt;
   spmm_snapshots(float_type(x), csr, work->view(), shared_end.data_ptr(),
-                 mask.data_ptr<int64_t>(), xc.data_ptr(), data_or_null(src_scale),
-                 data_or_null(dst_scale), out.data_ptr(), x.size(0), x.size(1), x.size(2),
+                 mask.data_ptr<int64_t>(), xc.data_ptr(), data_or_null(src_scale_nt),
+                 data_or_null(dst_scale), out.data_ptr(), x.size(0), x_tstride, x.size(2),
                  stream());
   return out;
 }

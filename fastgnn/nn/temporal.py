@@ -14,7 +14,10 @@ from fastgnn.snapshots import SnapshotGraph
 
 class SnapshotGCNConv(torch.nn.Module):
     """GCN convolution of every snapshot: ``out[t] = D_t^-1/2 A_t D_t^-1/2 xs[t] W + b``
-    (``norm="both"``; add self-loops to the snapshots for Kipf and Welling's exact GCN)."""
+    (``norm="both"``; add self-loops to the snapshots for Kipf and Welling's exact GCN).
+
+    ``xs`` is ``[T, N, in]``, or ``[N, in]`` node features shared by every snapshot (static
+    features): then ``x W`` is computed once and every snapshot aggregates that one copy."""
 
     def __init__(self, in_channels: int, out_channels: int, norm: str = "both",
                  bias: bool = True):
@@ -24,13 +27,17 @@ class SnapshotGCNConv(torch.nn.Module):
         self.norm = norm
 
     def forward(self, sg: SnapshotGraph, xs: torch.Tensor) -> torch.Tensor:
-        out = spmm_snapshots(sg, self.lin(xs), self.norm)
+        h = self.lin(xs)
+        if xs.dim() == 2:
+            h = h.expand(sg.num_snapshots, -1, -1)  # stride 0: read once per edge
+        out = spmm_snapshots(sg, h, self.norm)
         return out if self.bias is None else out + self.bias
 
 
 class SnapshotGCNGRU(torch.nn.Module):
     """``num_layers`` SnapshotGCNConv layers (ReLU between), a GRU over the T snapshots, and a
-    linear read-out of the last hidden state: ``[T, N, in] -> [N, out]``."""
+    linear read-out of the last hidden state: ``[T, N, in]`` (or static ``[N, in]``) ``->
+    [N, out]``."""
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.0):

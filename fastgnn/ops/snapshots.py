@@ -25,7 +25,9 @@ def spmm_snapshots(sg: SnapshotGraph, xs: torch.Tensor, norm: str = "none") -> t
 
     ``norm`` is ``fastgnn.ops.spmm``'s, computed from each snapshot's own degrees: "none",
     "left" (1/out_deg_t(j)), "right" (1/in_deg_t(i)), "both" (their square roots), zero
-    degrees clamped to 1. Differentiable in ``xs``.
+    degrees clamped to 1. Differentiable in ``xs``. Features shared by every snapshot (static
+    node features) can come as ``x.expand(T, -1, -1)``: with its snapshot stride of 0 each
+    source row is read once per edge for all snapshots.
     """
     if not isinstance(sg, SnapshotGraph):
         raise TypeError(f"sg must be a fastgnn.SnapshotGraph, got {type(sg).__name__}")

@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import fastgnn
+from fastgnn.nn import sparse_input
 
 TASKS = ("multiclass", "binary", "multilabel", "regression")
 
@@ -66,6 +67,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.sample_on_gpu = bool(sample_on_gpu)
         self.reorder = reorder
         self._data = None
+        self._feature_density = None
         self._sampling_graph = None
 
     def load(self):
@@ -89,6 +91,15 @@ class GraphDataModule(pl.LightningDataModule):
     @property
     def num_features(self) -> int:
         return int(self.data.num_features)
+
+    @property
+    def feature_density(self) -> float:
+        """Fraction of non-zero input features (bag-of-words: about 1%): with the fastgnn
+        backend, features at most ``fastgnn.nn.sparse_input.MAX_DENSITY`` dense get the
+        sparse-input first layer (see ``NodePropertyModule``'s ``sparse_inputs``)."""
+        if self._feature_density is None:
+            self._feature_density = sparse_input.feature_density(self.data.x)
+        return self._feature_density
 
     @property
     def num_outputs(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from fastgnn.zoo.models.backbone import Backbone
 from fastgnn.zoo.models.gatv2 import GATv2
 from fastgnn.zoo.models.gcn import GCN
+from fastgnn.zoo.models.gcn_gru import GCNGRU
 from fastgnn.zoo.models.gin import GIN
 from fastgnn.zoo.models.maxk import MaxK, MaxKGCN, MaxKGIN, MaxKSAGE
 from fastgnn.zoo.models.mlp import MLP
@@ -20,7 +21,8 @@ MODELS = {
     "maxk-sage": MaxKSAGE,
     "maxk-gcn": MaxKGCN,
     "maxk-gin": MaxKGIN,
+    "gcn-gru": GCNGRU,
 }
 
 __all__ = ["MODELS", "Backbone", "MLP", "GCN", "SAGE", "GIN", "GATv2", "GraphTransformer",
-           "MaxK", "MaxKSAGE", "MaxKGCN", "MaxKGIN"]
+           "MaxK", "MaxKSAGE", "MaxKGCN", "MaxKGIN", "GCNGRU"]
