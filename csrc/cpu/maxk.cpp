@@ -9,7 +9,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -132,9 +134,57 @@ FASTGNN_ALWAYS_INLINE void prefetch_cbsr_row(const scalar_t* values, const cidx_
   for (int64_t b = 0; b < k * int64_t(sizeof(cidx_t)); b += kLine) __builtin_prefetch(c + b);
 }
 
+// The per-edge loops of the SpGEMM and the pushed SSpMM. With kFixed > 0 (k known at compile
+// time) the neighbour's CBSR row is first copied to locals, which tells the compiler it does
+// not alias the accumulators (uint8 indices may alias anything), and the loop unrolls fully:
+// about half the cost per entry of the runtime-k loop.
+template <int kFixed, typename scalar_t, typename cidx_t, typename acc_t>
+FASTGNN_ALWAYS_INLINE void scatter_add(acc_t* __restrict row, const scalar_t* values,
+                                       const cidx_t* indices, acc_t w, int64_t k) {
+  if constexpr (kFixed > 0) {
+    scalar_t v[kFixed];
+    cidx_t c[kFixed];
+    std::memcpy(v, values, sizeof(v));
+    std::memcpy(c, indices, sizeof(c));
+#pragma GCC unroll 64
+    for (int m = 0; m < kFixed; ++m) row[c[m]] += w * acc_t(v[m]);
+  } else {
+    for (int64_t m = 0; m < k; ++m) row[indices[m]] += w * acc_t(values[m]);
+  }
+}
+
+template <int kFixed, typename scalar_t, typename cidx_t, typename acc_t>
+FASTGNN_ALWAYS_INLINE void gather_add(acc_t* __restrict acc, const scalar_t* __restrict dy,
+                                      const cidx_t* indices, acc_t w, int64_t k) {
+  if constexpr (kFixed > 0) {
+    cidx_t c[kFixed];
+    std::memcpy(c, indices, sizeof(c));
+#pragma GCC unroll 64
+    for (int m = 0; m < kFixed; ++m) acc[m] += w * acc_t(dy[c[m]]);
+  } else {
+    for (int64_t m = 0; m < k; ++m) acc[m] += w * acc_t(dy[indices[m]]);
+  }
+}
+
+// Calls f(std::integral_constant<int, K>{}) with K = k for the common float32/uint8 cases
+// (MaxK-GNN's k = 8 ... 64 of at most 256 features), else K = 0 (runtime k).
+template <typename scalar_t, typename cidx_t, typename F>
+void dispatch_fixed_k(int64_t k, F&& f) {
+  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<cidx_t, uint8_t>) {
+    switch (k) {
+      case 8: return f(std::integral_constant<int, 8>{});
+      case 16: return f(std::integral_constant<int, 16>{});
+      case 32: return f(std::integral_constant<int, 32>{});
+      case 64: return f(std::integral_constant<int, 64>{});
+      default: break;
+    }
+  }
+  f(std::integral_constant<int, 0>{});
+}
+
 // out[i] = sum over edges j -> i of w_e * h[j]: each neighbour's k (value, column) pairs are
 // scattered into a dense row buffer of the thread (F accumulators, cache resident).
-template <typename scalar_t, typename index_t, typename cidx_t>
+template <int kFixed, typename scalar_t, typename index_t, typename cidx_t>
 void spgemm_rows(const index_t* rowptr, const index_t* col, const acc_type<scalar_t>* value,
                  const scalar_t* values, const cidx_t* indices, scalar_t* out, int64_t rows,
                  int64_t k, int64_t width) {
@@ -152,9 +202,7 @@ void spgemm_rows(const index_t* rowptr, const index_t* col, const acc_type<scala
         }
         const int64_t j = col[e];
         const acc_t w = value ? value[e] : acc_t(1);
-        const scalar_t* __restrict vj = values + j * k;
-        const cidx_t* __restrict cj = indices + j * k;
-        for (int64_t m = 0; m < k; ++m) row[cj[m]] += w * acc_t(vj[m]);
+        scatter_add<kFixed>(row, values + j * k, indices + j * k, w, k);
       }
       scalar_t* o = out + i * width;
       for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(row[f]);
@@ -182,10 +230,12 @@ at::Tensor maxk_spgemm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       using acc_t = acc_type<scalar_t>;
       dispatch_cbsr_index(indices.scalar_type(), "maxk_spgemm", [&](auto c) {
         using cidx_t = decltype(c);
-        spgemm_rows<scalar_t, index_t, cidx_t>(
-            rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(),
-            vc.defined() ? vc.data_ptr<acc_t>() : nullptr, valc.data_ptr<scalar_t>(),
-            idxc.data_ptr<cidx_t>(), out.data_ptr<scalar_t>(), rows, k, num_features);
+        dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
+          spgemm_rows<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
+              rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(),
+              vc.defined() ? vc.data_ptr<acc_t>() : nullptr, valc.data_ptr<scalar_t>(),
+              idxc.data_ptr<cidx_t>(), out.data_ptr<scalar_t>(), rows, k, num_features);
+        });
       });
     });
   });
@@ -228,7 +278,7 @@ void sspmm_pull(const index_t* t_rowptr, const index_t* t_col, const acc_type<sc
 // about equal edge count per thread, and the buffers are summed in thread order: the result
 // is deterministic for a given thread count. It reads ~k entries per edge where the pull
 // touches most cache lines of a gradient row.
-template <typename scalar_t, typename index_t, typename cidx_t>
+template <int kFixed, typename scalar_t, typename index_t, typename cidx_t>
 void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar_t>* value,
                 const scalar_t* grad_out, const cidx_t* indices, scalar_t* grad_values,
                 acc_type<scalar_t>* buffers, int threads, int64_t rows_dst, int64_t rows_src,
@@ -257,9 +307,7 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
         }
         const int64_t j = col[e];
         const acc_t w = value ? value[e] : acc_t(1);
-        const cidx_t* __restrict cj = indices + j * k;
-        acc_t* __restrict aj = acc + j * k;
-        for (int64_t m = 0; m < k; ++m) aj[m] += w * acc_t(dy[cj[m]]);
+        gather_add<kFixed>(acc + j * k, dy, indices + j * k, w, k);
       }
     }
 #pragma omp barrier
@@ -317,10 +365,13 @@ at::Tensor maxk_sspmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       dispatch_cbsr_index(indices.scalar_type(), "maxk_sspmm", [&](auto c) {
         using cidx_t = decltype(c);
         if (push) {
-          sspmm_push<scalar_t, index_t, cidx_t>(
-              rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), edge_values,
-              gc.data_ptr<scalar_t>(), idxc.data_ptr<cidx_t>(), grad_values.data_ptr<scalar_t>(),
-              buffers.data_ptr<acc_t>(), threads, rowptr.numel() - 1, rows, k, width);
+          dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
+            sspmm_push<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
+                rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), edge_values,
+                gc.data_ptr<scalar_t>(), idxc.data_ptr<cidx_t>(),
+                grad_values.data_ptr<scalar_t>(), buffers.data_ptr<acc_t>(), threads,
+                rowptr.numel() - 1, rows, k, width);
+          });
         } else {
           sspmm_pull<scalar_t, index_t, cidx_t>(
               t_rowptr->data_ptr<index_t>(), t_col->data_ptr<index_t>(), edge_values,
