@@ -9,8 +9,8 @@ Columns, in ms (medians of ``fastgnn.bench.measure.time_forward``'s batches): "s
 ``fastgnn.ops.spmm(g, x)`` on the dense [N, width] features (its tuned kernel), "spmm bwd"
 the same op on the transposed graph (``A^T dY``, what its backward runs); "spgemm" the
 tuned ``maxk_spgemm``, "sspmm" the chosen backward (pull over the transpose, or push: with
-atomics on CUDA, into per-thread buffers on CPU; both shown), "top-k" ``maxk`` on the [N, width] pre-activation. Unnormalised sums
-(norm "none"), float32.
+atomics on CUDA, into per-thread buffers on CPU; both shown), "top-k" ``maxk`` on the
+[N, width] pre-activation. Unnormalised sums (norm "none"), float32.
 """
 from __future__ import annotations
 

@@ -211,7 +211,8 @@ def test_gpu_kernel_variants(chunk, push):
     torch.testing.assert_close(got, full.gather(1, h.indices.long()))
 
 
-@pytest.mark.parametrize("width, k", [(64, 12), (128, 16), (300, 7)])  # uint8 (runtime, fixed k), int16
+# uint8 indices with a runtime and a compile-time k, int16 indices
+@pytest.mark.parametrize("width, k", [(64, 12), (128, 16), (300, 7)])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_cpu_sspmm_push_and_pull(width, k, threads):
     """Both CPU backward kernels (per-thread push buffers, pull over the transpose), with and

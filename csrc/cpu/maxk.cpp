@@ -294,9 +294,11 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
 #endif
     acc_t* __restrict acc = buffers + thread * entries;
     // rows whose first edge falls in this thread's share of the edges
-    const index_t* begin_it = std::lower_bound(rowptr, rowptr + rows_dst, index_t(edges * thread / team));
-    const index_t* end_it = std::lower_bound(rowptr, rowptr + rows_dst, index_t(edges * (thread + 1) / team));
-    const int64_t begin = begin_it - rowptr, end = thread + 1 == team ? rows_dst : end_it - rowptr;
+    auto first_row_at = [&](int64_t edge) {
+      return std::lower_bound(rowptr, rowptr + rows_dst, index_t(edge)) - rowptr;
+    };
+    const int64_t begin = first_row_at(edges * thread / team);
+    const int64_t end = thread + 1 == team ? rows_dst : first_row_at(edges * (thread + 1) / team);
     for (int64_t i = begin; i < end; ++i) {
       const scalar_t* __restrict dy = grad_out + i * width;
       const int64_t first = rowptr[i], last = rowptr[i + 1];
