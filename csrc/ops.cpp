@@ -141,9 +141,10 @@ TORCH_LIBRARY(fastgnn, m) {
         "int graph_key, int config) -> Tensor");
   // grad_values [num_src, k] = (A^T grad_out) sampled at the CBSR pattern `indices`: only the
   // k kept entries of each source row. Pulled over the transposed CSR (t_rowptr, t_col,
-  // t_value in transposed order; deterministic), or on CUDA with config bit 0 pushed over the
-  // forward CSR (rowptr, col, value) from a dense grad_out row held in shared memory, with
-  // atomic adds (the paper's outer-product SSpMM). config bits 8-27: edges per work item.
+  // t_value in transposed order; deterministic), or with config bit 0 pushed over the
+  // forward CSR (rowptr, col, value) from each dense grad_out row (the paper's outer-product
+  // SSpMM): on CUDA from shared memory with atomic adds, on the CPU into per-thread
+  // [num_src, k] buffers summed in thread order. config bits 8-27: edges per work item (CUDA).
   m.def("maxk_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor? t_rowptr, Tensor? t_col, "
         "Tensor? t_value, Tensor grad_out, Tensor indices, int graph_key, int config) -> Tensor");
   // ---- Snapshot SpMM family (a window of T graph snapshots on one node set) --------------------

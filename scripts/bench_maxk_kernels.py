@@ -8,9 +8,9 @@ and the top-k's cost relative to the SpGEMM it feeds.
 Columns, in ms (medians of ``fastgnn.bench.measure.time_forward``'s batches): "spmm fwd" is
 ``fastgnn.ops.spmm(g, x)`` on the dense [N, width] features (its tuned kernel), "spmm bwd"
 the same op on the transposed graph (``A^T dY``, what its backward runs); "spgemm" the
-tuned ``maxk_spgemm``, "sspmm" the tuned backward (pull over the transpose or push with
-atomics, both shown), "top-k" ``maxk`` on the [N, width] pre-activation. Unnormalised sums
-(norm "none"), float32.
+tuned ``maxk_spgemm``, "sspmm" the chosen backward (pull over the transpose, or push: with
+atomics on CUDA, into per-thread buffers on CPU; both shown), "top-k" ``maxk`` on the
+[N, width] pre-activation. Unnormalised sums (norm "none"), float32.
 """
 from __future__ import annotations
 
@@ -51,17 +51,16 @@ def rows_for(name: str, width: int, ks, device: torch.device, repeats: int):
     t_rowptr, t_col, t_perm = g.transpose()
     for k in ks:
         h = fastgnn.ops.maxk(x, k)
-        config = 0
         if device.type == "cuda":
             config = maxk_ops._cuda_config(g, h, None, (t_rowptr, t_col, t_perm, None), True)
+        else:
+            config = maxk_ops._cpu_config(h)
         chunk = config & (maxk_ops._REPRODUCIBLE_BIT - 1)
         spgemm = _time(lambda: op.maxk_spgemm(g.rowptr, g.col, None, h.values, h.indices, width,
                                               None, None, None, None, g.key, config),
                        device, repeats)
         backward = {}
         for name_, push in (("pull", 0), ("push", 1)):
-            if push and device.type != "cuda":
-                continue
             backward[name_] = _time(lambda: op.maxk_sspmm(
                 g.rowptr, g.col, None, t_rowptr, t_col, None, dy, h.indices, g.key,
                 push | chunk << maxk_ops._SSPMM_CHUNK_SHIFT), device, repeats)
@@ -69,7 +68,7 @@ def rows_for(name: str, width: int, ks, device: torch.device, repeats: int):
         topk = _time(lambda: op.maxk(x, k), device, repeats)
         yield dict(graph=name, k=k, spmm_fwd=spmm_fwd, spmm_bwd=spmm_bwd, spgemm=spgemm,
                    sspmm=backward[chosen], chosen=chosen, pull=backward["pull"],
-                   push=backward.get("push"), topk=topk)
+                   push=backward["push"], topk=topk)
 
 
 def main() -> int:
@@ -90,7 +89,7 @@ def main() -> int:
     for name in args.graphs.split(","):
         for r in rows_for(name, args.width, [int(k) for k in args.ks.split(",")], device,
                           args.repeats):
-            push = f"{r['push']:.3f}" if r["push"] is not None else "-"
+            push = f"{r['push']:.3f}"
             print(f"| {r['graph']} | {r['k']} | {r['spmm_fwd']:.3f} | {r['spgemm']:.3f} | "
                   f"{r['spmm_fwd'] / r['spgemm']:.2f}x | {r['spmm_bwd']:.3f} | "
                   f"{r['pull']:.3f} / {push} ({r['chosen']}) | "

@@ -2,6 +2,8 @@
 against the reference (forward and backward) and the stock PyG layers."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -207,6 +209,40 @@ def test_gpu_kernel_variants(chunk, push):
     full = reference.spmm(fastgnn.Graph.from_edge_index(g.edge_index()[[1, 0]], num_nodes=80),
                           grad, edge_values=value)
     torch.testing.assert_close(got, full.gather(1, h.indices.long()))
+
+
+# uint8 indices with a runtime and a compile-time k, int16 indices
+@pytest.mark.parametrize("width, k", [(64, 12), (128, 16), (300, 7)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cpu_sspmm_push_and_pull(width, k, threads):
+    """Both CPU backward kernels (per-thread push buffers, pull over the transpose), with and
+    without edge values, on a graph with a hub and isolated nodes; the push is deterministic
+    for a thread count."""
+    g, _ = random_graph(70, 900, seed=7)
+    h = maxk(torch.randn(70, width), k)
+    t_rowptr, t_col, _ = g.transpose()
+    grad = torch.randn(70, width)
+    full_graph = fastgnn.Graph.from_edge_index(g.edge_index()[[1, 0]], num_nodes=70)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for value, t_value in ((None, None), (g.norm_values("both"),
+                                              g.transposed_norm_values("both"))):
+            expected = reference.spmm(full_graph, grad, edge_values=value)
+            runs = [torch.ops.fastgnn.maxk_sspmm(g.rowptr, g.col, value, t_rowptr, t_col, t_value,
+                                                 grad, h.indices, g.key, push)
+                    for push in (0, 1, 1)]
+            for got in runs:
+                torch.testing.assert_close(got, expected.gather(1, h.indices.long()))
+            assert torch.equal(runs[1], runs[2])
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_cpu_backward_pulls_beyond_the_buffer_budget(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("fastgnn.ops.maxk"), "_CPU_PUSH_BUFFER_BYTES", 0)
+    g, _ = random_graph(40, 300, seed=3)
+    _check_spmm(g, torch.randn(40, 32, requires_grad=True), 5, norm="both")
 
 
 @pytest.mark.gpu

@@ -13,6 +13,7 @@ from zoo_helpers import fit_test, tiny_csbm  # noqa: E402
 from fastgnn.zoo.models import MODELS, MaxK  # noqa: E402
 from fastgnn.zoo.module import BACKENDS, NodePropertyModule, build_model  # noqa: E402
 from fastgnn import reference  # noqa: E402
+from fastgnn.enable import supported_layers  # noqa: E402
 
 # Options that exercise each architecture's own arguments and the backbone's options.
 ARCH_OPTIONS = {
@@ -44,7 +45,8 @@ def test_fit_and_test(data, arch, backend):
     module, metrics = fit_test(data, arch, backend, **ARCH_OPTIONS[arch])
     assert 0.0 <= metrics["test_acc"] <= 1.0
     assert torch.isfinite(torch.tensor(metrics["test_loss"]))
-    swapped = [m for m in module.model.modules() if type(m).__module__.startswith("fastgnn.pyg")]
+    fast_layers = set(supported_layers().values())
+    swapped = [m for m in module.model.modules() if type(m) in fast_layers]
     # (gcn-gru is fastgnn's own snapshot model: no stock layer to swap)
     assert bool(swapped) == (backend != "pyg" and arch not in ("mlp", "gcn-gru"))
 
@@ -86,6 +88,29 @@ def test_maxk_activation_is_the_reference():
     torch.testing.assert_close(MaxK(4)(x), reference.maxk(x, 4))
     model = build_model("maxk-sage", 8, 3, k=4, hidden_channels=16)
     assert isinstance(model.act, MaxK) and model.act.k == 4
+
+
+@pytest.mark.parametrize("arch", ["maxk-sage", "maxk-gcn", "maxk-gin"])
+def test_maxk_models_run_on_the_fused_layers(data, arch):
+    """fastgnn swaps every conv fed by MaxK for the fused layer (not the first one without an
+    input MLP); a pyg checkpoint loads into it and gives the same outputs; disable undoes it."""
+    import fastgnn
+    from fastgnn.zoo.models.maxk import FusedGCNConv, FusedGINConv, FusedSAGEConv
+    graph = data.data
+    fused = (FusedSAGEConv, FusedGCNConv, FusedGINConv)
+    options = dict(k=4, hidden_channels=16, num_layers=3, dropout=0.3)
+    for input_mlp, first_fused in ((True, True), (False, False)):
+        torch.manual_seed(0)
+        stock = build_model(arch, 8, 3, "pyg", input_mlp=input_mlp, **options).eval()
+        fast = build_model(arch, 8, 3, "fastgnn", input_mlp=input_mlp, **options).eval()
+        assert not any(isinstance(c, fused) for c in stock.convs)
+        assert [isinstance(c, fused) for c in fast.convs] == [first_fused, True, True]
+        fast.load_state_dict(stock.state_dict())
+        torch.testing.assert_close(fast(graph.x, graph.edge_index),
+                                   stock(graph.x, graph.edge_index), rtol=1e-4, atol=1e-5)
+        assert not any(isinstance(c, fused) for c in fastgnn.disable(fast).convs)
+    residual = build_model(arch, 8, 3, "fastgnn", residual=True, **options)
+    assert not any(isinstance(c, fused) for c in residual.convs)
 
 
 @pytest.mark.parametrize("arch, options, match", [

@@ -1,14 +1,22 @@
 // CPU MaxK family: the row-wise top-k into CBSR (values [N, k], column indices [N, k] in
 // ascending column order), the forward SpGEMM (dense output rows accumulated in a per-thread
-// buffer) and the backward SSpMM (only the k kept entries of each source row, pulled over the
-// transposed CSR). OpenMP over rows, dynamic chunks for skewed degrees; deterministic.
+// buffer) and the backward SSpMM (only the k kept entries of each source row, pushed from each
+// destination's gradient row into per-thread buffers, or pulled over the transposed CSR).
+// OpenMP over rows, dynamic chunks for skewed degrees; deterministic for a thread count.
 #include "cpu/cpu_common.h"
 #include "maxk_common.h"
 
 #include <torch/library.h>
 
-#include <numeric>
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <type_traits>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace fastgnn {
 namespace cpu {
@@ -40,26 +48,31 @@ auto key_of(scalar_t v) {
   return maxk_order_key(acc_type<scalar_t>(v));
 }
 
+// The k-th largest key by selection on a copy of the row's keys, then one pass in column
+// order keeps the larger keys and the first of the equal ones (ties to the smallest column):
+// O(F) per row, and the kept columns come out ascending without a sort.
 template <typename scalar_t, typename cidx_t>
 void select_rows(const scalar_t* x, scalar_t* values, cidx_t* indices, int64_t rows,
                  int64_t width, int64_t k) {
   using key_t = decltype(key_of(scalar_t{}));
   parallel_chunks(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
-    std::vector<key_t> keys(width);
-    std::vector<int32_t> order(width);
+    std::vector<key_t> keys(width), scratch(width);
     for (int64_t i = begin; i < end; ++i) {
       const scalar_t* xi = x + i * width;
       for (int64_t f = 0; f < width; ++f) keys[f] = key_of(xi[f]);
-      std::iota(order.begin(), order.end(), 0);
-      // Larger key first, the smaller column among equal keys: a strict total order.
-      auto before = [&](int32_t a, int32_t b) {
-        return keys[a] > keys[b] || (keys[a] == keys[b] && a < b);
-      };
-      if (k < width) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
-      std::sort(order.begin(), order.begin() + k);
-      for (int64_t m = 0; m < k; ++m) {
-        values[i * k + m] = xi[order[m]];
-        indices[i * k + m] = cidx_t(order[m]);
+      std::copy(keys.begin(), keys.end(), scratch.begin());
+      std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(),
+                       std::greater<key_t>());
+      const key_t kth = scratch[k - 1];
+      int64_t ties = k;  // how many entries equal to the k-th key are kept
+      for (int64_t f = 0; f < width; ++f) ties -= keys[f] > kth;
+      scalar_t* vi = values + i * k;
+      cidx_t* ci = indices + i * k;
+      for (int64_t f = 0, m = 0; m < k; ++f) {
+        if (keys[f] > kth || (keys[f] == kth && ties-- > 0)) {
+          vi[m] = xi[f];
+          ci[m++] = cidx_t(f);
+        }
       }
     }
   });
@@ -105,21 +118,91 @@ at::Tensor contiguous_values(const c10::optional<at::Tensor>& value, const at::T
   return value->contiguous();
 }
 
-template <typename scalar_t, typename index_t, typename cidx_t>
+// Neighbours are visited in random order, so their CBSR rows miss the cache: the rows this
+// many edges ahead are prefetched while the current one is scattered.
+constexpr int64_t kPrefetchEdges = 6;
+
+template <typename scalar_t, typename cidx_t>
+FASTGNN_ALWAYS_INLINE void prefetch_cbsr_row(const scalar_t* values, const cidx_t* indices,
+                                             int64_t k, int rw) {
+  constexpr int64_t kLine = 64;
+  const char* v = reinterpret_cast<const char*>(values);
+  const char* c = reinterpret_cast<const char*>(indices);
+  for (int64_t b = 0; b < k * int64_t(sizeof(scalar_t)); b += kLine) {
+    if (rw) __builtin_prefetch(v + b, 1); else __builtin_prefetch(v + b, 0);
+  }
+  for (int64_t b = 0; b < k * int64_t(sizeof(cidx_t)); b += kLine) __builtin_prefetch(c + b);
+}
+
+// The per-edge loops of the SpGEMM and the pushed SSpMM. With kFixed > 0 (k known at compile
+// time) the neighbour's CBSR row is first copied to locals, which tells the compiler it does
+// not alias the accumulators (uint8 indices may alias anything), and the loop unrolls fully:
+// about half the cost per entry of the runtime-k loop.
+template <int kFixed, typename scalar_t, typename cidx_t, typename acc_t>
+FASTGNN_ALWAYS_INLINE void scatter_add(acc_t* __restrict row, const scalar_t* values,
+                                       const cidx_t* indices, acc_t w, int64_t k) {
+  if constexpr (kFixed > 0) {
+    scalar_t v[kFixed];
+    cidx_t c[kFixed];
+    std::memcpy(v, values, sizeof(v));
+    std::memcpy(c, indices, sizeof(c));
+#pragma GCC unroll 64
+    for (int m = 0; m < kFixed; ++m) row[c[m]] += w * acc_t(v[m]);
+  } else {
+    for (int64_t m = 0; m < k; ++m) row[indices[m]] += w * acc_t(values[m]);
+  }
+}
+
+template <int kFixed, typename scalar_t, typename cidx_t, typename acc_t>
+FASTGNN_ALWAYS_INLINE void gather_add(acc_t* __restrict acc, const scalar_t* __restrict dy,
+                                      const cidx_t* indices, acc_t w, int64_t k) {
+  if constexpr (kFixed > 0) {
+    cidx_t c[kFixed];
+    std::memcpy(c, indices, sizeof(c));
+#pragma GCC unroll 64
+    for (int m = 0; m < kFixed; ++m) acc[m] += w * acc_t(dy[c[m]]);
+  } else {
+    for (int64_t m = 0; m < k; ++m) acc[m] += w * acc_t(dy[indices[m]]);
+  }
+}
+
+// Calls f(std::integral_constant<int, K>{}) with K = k for the common float32/uint8 cases
+// (MaxK-GNN's k = 8 ... 64 of at most 256 features), else K = 0 (runtime k).
+template <typename scalar_t, typename cidx_t, typename F>
+void dispatch_fixed_k(int64_t k, F&& f) {
+  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<cidx_t, uint8_t>) {
+    switch (k) {
+      case 8: return f(std::integral_constant<int, 8>{});
+      case 16: return f(std::integral_constant<int, 16>{});
+      case 32: return f(std::integral_constant<int, 32>{});
+      case 64: return f(std::integral_constant<int, 64>{});
+      default: break;
+    }
+  }
+  f(std::integral_constant<int, 0>{});
+}
+
+// out[i] = sum over edges j -> i of w_e * h[j]: each neighbour's k (value, column) pairs are
+// scattered into a dense row buffer of the thread (F accumulators, cache resident).
+template <int kFixed, typename scalar_t, typename index_t, typename cidx_t>
 void spgemm_rows(const index_t* rowptr, const index_t* col, const acc_type<scalar_t>* value,
                  const scalar_t* values, const cidx_t* indices, scalar_t* out, int64_t rows,
                  int64_t k, int64_t width) {
   using acc_t = acc_type<scalar_t>;
   parallel_chunks(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> row(width);
+    std::vector<acc_t> buffer(width);
+    acc_t* __restrict row = buffer.data();
     for (int64_t i = begin; i < end; ++i) {
-      std::fill(row.begin(), row.end(), acc_t(0));
-      for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+      std::fill(row, row + width, acc_t(0));
+      const int64_t first = rowptr[i], last = rowptr[i + 1];
+      for (int64_t e = first; e < last; ++e) {
+        if (e + kPrefetchEdges < last) {
+          const int64_t ahead = col[e + kPrefetchEdges];
+          prefetch_cbsr_row(values + ahead * k, indices + ahead * k, k, 0);
+        }
         const int64_t j = col[e];
         const acc_t w = value ? value[e] : acc_t(1);
-        const scalar_t* vj = values + j * k;
-        const cidx_t* cj = indices + j * k;
-        for (int64_t m = 0; m < k; ++m) row[cj[m]] += w * acc_t(vj[m]);
+        scatter_add<kFixed>(row, values + j * k, indices + j * k, w, k);
       }
       scalar_t* o = out + i * width;
       for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(row[f]);
@@ -147,30 +230,41 @@ at::Tensor maxk_spgemm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       using acc_t = acc_type<scalar_t>;
       dispatch_cbsr_index(indices.scalar_type(), "maxk_spgemm", [&](auto c) {
         using cidx_t = decltype(c);
-        spgemm_rows<scalar_t, index_t, cidx_t>(
-            rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(),
-            vc.defined() ? vc.data_ptr<acc_t>() : nullptr, valc.data_ptr<scalar_t>(),
-            idxc.data_ptr<cidx_t>(), out.data_ptr<scalar_t>(), rows, k, num_features);
+        dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
+          spgemm_rows<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
+              rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(),
+              vc.defined() ? vc.data_ptr<acc_t>() : nullptr, valc.data_ptr<scalar_t>(),
+              idxc.data_ptr<cidx_t>(), out.data_ptr<scalar_t>(), rows, k, num_features);
+        });
       });
     });
   });
   return out;
 }
 
+// Pull: per source j, the k kept entries dot its out-neighbours' gradient rows (over the
+// transposed CSR). Each gradient row is gathered at k scattered columns.
 template <typename scalar_t, typename index_t, typename cidx_t>
-void sspmm_rows(const index_t* t_rowptr, const index_t* t_col, const acc_type<scalar_t>* t_value,
+void sspmm_pull(const index_t* t_rowptr, const index_t* t_col, const acc_type<scalar_t>* t_value,
                 const scalar_t* grad_out, const cidx_t* indices, scalar_t* grad_values,
                 int64_t rows, int64_t k, int64_t width) {
   using acc_t = acc_type<scalar_t>;
   parallel_chunks(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> acc(k);
-    std::vector<int64_t> cols(k);
+    std::vector<acc_t> acc_buffer(k);
+    std::vector<int32_t> col_buffer(k);
+    acc_t* __restrict acc = acc_buffer.data();
+    int32_t* __restrict cols = col_buffer.data();
     for (int64_t j = begin; j < end; ++j) {
-      std::fill(acc.begin(), acc.end(), acc_t(0));
-      for (int64_t m = 0; m < k; ++m) cols[m] = indices[j * k + m];
-      for (index_t e = t_rowptr[j]; e < t_rowptr[j + 1]; ++e) {
+      std::fill(acc, acc + k, acc_t(0));
+      for (int64_t m = 0; m < k; ++m) cols[m] = int32_t(indices[j * k + m]);
+      const int64_t first = t_rowptr[j], last = t_rowptr[j + 1];
+      for (int64_t e = first; e < last; ++e) {
+        if (e + kPrefetchEdges < last) {
+          const scalar_t* ahead = grad_out + int64_t(t_col[e + kPrefetchEdges]) * width;
+          for (int64_t m = 0; m < k; ++m) __builtin_prefetch(ahead + cols[m]);
+        }
         const acc_t w = t_value ? t_value[e] : acc_t(1);
-        const scalar_t* dy = grad_out + int64_t(t_col[e]) * width;
+        const scalar_t* __restrict dy = grad_out + int64_t(t_col[e]) * width;
         for (int64_t m = 0; m < k; ++m) acc[m] += w * acc_t(dy[cols[m]]);
       }
       for (int64_t m = 0; m < k; ++m) grad_values[j * k + m] = scalar_t(acc[m]);
@@ -178,40 +272,114 @@ void sspmm_rows(const index_t* t_rowptr, const index_t* t_col, const acc_type<sc
   });
 }
 
+// Push (the paper's outer product): per destination i, its gradient row (read once, cache
+// resident) is sampled at each in-neighbour's k columns and added to that neighbour's k
+// entries in a buffer of the thread. Destinations are split into one contiguous range of
+// about equal edge count per thread, and the buffers are summed in thread order: the result
+// is deterministic for a given thread count. It reads ~k entries per edge where the pull
+// touches most cache lines of a gradient row.
+template <int kFixed, typename scalar_t, typename index_t, typename cidx_t>
+void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar_t>* value,
+                const scalar_t* grad_out, const cidx_t* indices, scalar_t* grad_values,
+                acc_type<scalar_t>* buffers, int threads, int64_t rows_dst, int64_t rows_src,
+                int64_t k, int64_t width) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t entries = rows_src * k, edges = rowptr[rows_dst];
+#pragma omp parallel num_threads(threads)
+  {
+    int thread = 0, team = 1;
+#ifdef _OPENMP
+    thread = omp_get_thread_num();
+    team = omp_get_num_threads();
+#endif
+    acc_t* __restrict acc = buffers + thread * entries;
+    // rows whose first edge falls in this thread's share of the edges
+    auto first_row_at = [&](int64_t edge) {
+      return std::lower_bound(rowptr, rowptr + rows_dst, index_t(edge)) - rowptr;
+    };
+    const int64_t begin = first_row_at(edges * thread / team);
+    const int64_t end = thread + 1 == team ? rows_dst : first_row_at(edges * (thread + 1) / team);
+    for (int64_t i = begin; i < end; ++i) {
+      const scalar_t* __restrict dy = grad_out + i * width;
+      const int64_t first = rowptr[i], last = rowptr[i + 1];
+      for (int64_t e = first; e < last; ++e) {
+        if (e + kPrefetchEdges < last) {
+          const int64_t ahead = col[e + kPrefetchEdges];
+          prefetch_cbsr_row(acc + ahead * k, indices + ahead * k, k, 1);
+        }
+        const int64_t j = col[e];
+        const acc_t w = value ? value[e] : acc_t(1);
+        gather_add<kFixed>(acc + j * k, dy, indices + j * k, w, k);
+      }
+    }
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < entries; ++p) {
+      acc_t sum = buffers[p];
+      for (int t = 1; t < team; ++t) sum += buffers[t * entries + p];
+      grad_values[p] = scalar_t(sum);
+    }
+  }
+}
+
+// config bit 0: push over the forward CSR (per-thread buffers of [num_src, k]); else pull over
+// the transposed CSR.
 at::Tensor maxk_sspmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
-                          const c10::optional<at::Tensor>& /*value*/,
+                          const c10::optional<at::Tensor>& value,
                           const c10::optional<at::Tensor>& t_rowptr,
                           const c10::optional<at::Tensor>& t_col,
                           const c10::optional<at::Tensor>& t_value, const at::Tensor& grad_out,
-                          const at::Tensor& indices, int64_t /*graph_key*/,
-                          int64_t /*config: one CPU kernel*/) {
+                          const at::Tensor& indices, int64_t /*graph_key*/, int64_t config) {
   check_csr(rowptr, col, "maxk_sspmm");
-  TORCH_CHECK(t_rowptr.has_value() && t_col.has_value(),
-              "maxk_sspmm: the CPU kernel needs the transposed CSR (t_rowptr, t_col)");
-  check_csr(*t_rowptr, *t_col, "maxk_sspmm");
-  TORCH_CHECK(t_col->numel() == col.numel() && t_rowptr->scalar_type() == col.scalar_type(),
-              "maxk_sspmm: the transposed CSR does not match the CSR");
+  const bool push = config & 1;
   TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == rowptr.numel() - 1,
               "maxk_sspmm: grad_out must be [num_dst, F]");
-  const int64_t width = grad_out.size(1), rows = t_rowptr->numel() - 1;
-  TORCH_CHECK(indices.dim() == 2 && indices.size(0) == rows &&
-                  indices.scalar_type() == cbsr_index_scalar_type(width),
+  const int64_t width = grad_out.size(1);
+  TORCH_CHECK(indices.dim() == 2 && indices.scalar_type() == cbsr_index_scalar_type(width),
               "maxk_sspmm: indices must be [num_src, k] with the CBSR index dtype of ", width,
               " features");
-  const int64_t k = indices.size(1);
-  const at::Tensor tvc = contiguous_values(t_value, grad_out, col.numel(), "maxk_sspmm");
+  const int64_t rows = indices.size(0), k = indices.size(1);
+  if (!push) {
+    TORCH_CHECK(t_rowptr.has_value() && t_col.has_value(),
+                "maxk_sspmm: the pulled backward needs the transposed CSR (t_rowptr, t_col)");
+    check_csr(*t_rowptr, *t_col, "maxk_sspmm");
+    TORCH_CHECK(t_col->numel() == col.numel() && t_rowptr->scalar_type() == col.scalar_type() &&
+                    t_rowptr->numel() - 1 == rows,
+                "maxk_sspmm: the transposed CSR does not match the CSR and indices");
+    TORCH_CHECK(t_value.has_value() || !value.has_value(),
+                "maxk_sspmm: the pulled backward needs the edge values in transposed order");
+  }
+  const at::Tensor vc = push ? contiguous_values(value, grad_out, col.numel(), "maxk_sspmm")
+                             : contiguous_values(t_value, grad_out, col.numel(), "maxk_sspmm");
   auto gc = grad_out.contiguous(), idxc = indices.contiguous();
   auto grad_values = at::empty({rows, k}, grad_out.options());
   if (rows == 0 || k == 0) return grad_values;
+  const int threads = num_threads();
+  at::Tensor buffers;
+  if (push) {
+    const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    buffers = at::zeros({threads, rows, k}, grad_out.options().dtype(acc));
+  }
   FASTGNN_DISPATCH_INDEX(rowptr.scalar_type(), "maxk_sspmm", [&] {
     FASTGNN_DISPATCH_FLOAT(grad_out.scalar_type(), "maxk_sspmm", [&] {
       using acc_t = acc_type<scalar_t>;
+      const acc_t* edge_values = vc.defined() ? vc.data_ptr<acc_t>() : nullptr;
       dispatch_cbsr_index(indices.scalar_type(), "maxk_sspmm", [&](auto c) {
         using cidx_t = decltype(c);
-        sspmm_rows<scalar_t, index_t, cidx_t>(
-            t_rowptr->data_ptr<index_t>(), t_col->data_ptr<index_t>(),
-            tvc.defined() ? tvc.data_ptr<acc_t>() : nullptr, gc.data_ptr<scalar_t>(),
-            idxc.data_ptr<cidx_t>(), grad_values.data_ptr<scalar_t>(), rows, k, width);
+        if (push) {
+          dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
+            sspmm_push<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
+                rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), edge_values,
+                gc.data_ptr<scalar_t>(), idxc.data_ptr<cidx_t>(),
+                grad_values.data_ptr<scalar_t>(), buffers.data_ptr<acc_t>(), threads,
+                rowptr.numel() - 1, rows, k, width);
+          });
+        } else {
+          sspmm_pull<scalar_t, index_t, cidx_t>(
+              t_rowptr->data_ptr<index_t>(), t_col->data_ptr<index_t>(), edge_values,
+              gc.data_ptr<scalar_t>(), idxc.data_ptr<cidx_t>(), grad_values.data_ptr<scalar_t>(),
+              rows, k, width);
+        }
       });
     });
   });

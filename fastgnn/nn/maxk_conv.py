@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
-from fastgnn import ops
+from fastgnn import backends, ops
 from fastgnn.cbsr import CBSR
 from fastgnn.nn.maxk import check_k
 from fastgnn.pyg._base import (FastLayer, check_device, check_features, inherit_message_types,
@@ -65,7 +65,9 @@ class _MaxKLayer(FastLayer):
         reason = self._unsupported_state()
         if reason is None:
             try:
-                return self._maxk_fused(x, edge_index, *args, **kwargs)
+                # a layer swapped in by fastgnn.enable(..., backend=...) runs on that backend
+                with backends.backend(self.__dict__.get("_fastgnn_backend", backends.AUTO)):
+                    return self._maxk_fused(x, edge_index, *args, **kwargs)
             except Unsupported as exc:
                 reason = str(exc)
         warn_fallback(type(self).__name__, reason)

@@ -15,7 +15,9 @@ rows are summed in item order. The SSpMM is either pulled per source over the ca
 transpose (deterministic) or pushed per destination from its dense gradient row held in
 shared memory (the paper's outer product, atomic adds): ``fastgnn.tuning`` times both once
 per (graph, k, width, dtype); under ``torch.use_deterministic_algorithms(True)`` the pull and
-the SpGEMM's one-edge-per-step mode are used.
+the SpGEMM's one-edge-per-step mode are used. CPU: the SSpMM pushes into a [num_src, k]
+buffer per thread while those fit ``_CPU_PUSH_BUFFER_BYTES`` and pulls beyond; both are
+deterministic for a given thread count.
 """
 from __future__ import annotations
 
@@ -134,6 +136,18 @@ def _cuda_config(g: Graph, h: CBSR, value: Optional[torch.Tensor], transposed, g
     return chunk | (_PUSH_BIT if push else 0)
 
 
+# CPU: the pushed SSpMM keeps a [num_src, k] buffer per thread; beyond this it pulls.
+_CPU_PUSH_BUFFER_BYTES = 128 * 1024 * 1024
+
+
+def _cpu_config(h: CBSR) -> int:
+    """The backward's push bit when the per-thread buffers fit (the push reads ~k entries per
+    edge, the pull most cache lines of each gradient row)."""
+    itemsize = torch.finfo(acc_dtype(h.dtype)).bits // 8
+    buffers = torch.get_num_threads() * h.values.shape[0] * h.k * itemsize
+    return _PUSH_BIT if buffers <= _CPU_PUSH_BUFFER_BYTES else 0
+
+
 def _native_maxk_spmm(g: Graph, h: CBSR, norm: str, edge_weight, reduce: str,
                       edge_values) -> torch.Tensor:
     if h.values.is_cuda and not _row_buffer_fits(h):
@@ -147,7 +161,8 @@ def _native_maxk_spmm(g: Graph, h: CBSR, norm: str, edge_weight, reduce: str,
         t_value = g.transposed_norm_values(norm, reduce, acc_dtype(h.dtype)) if plain_norm \
             else None
         transposed = g.transpose() + (t_value,)
-    config = _cuda_config(g, h, value, transposed, grad) if h.values.is_cuda else 0
+    config = _cuda_config(g, h, value, transposed, grad) if h.values.is_cuda else \
+        _cpu_config(h)
     return _spgemm(g.rowptr, g.col, value, h.values, h.indices, h.num_features, *transposed,
                    g.key, config)
 
