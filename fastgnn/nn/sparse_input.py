@@ -141,6 +141,8 @@ class SparseInputMixin:
                 and x.is_floating_point() and x.dtype == self.weight.dtype
                 and x.device == self.weight.device and x.shape[1] == self.weight.shape[1]):
             return None  # the stock path handles (or rejects) everything else
+        if x.is_inference():  # no version counter to tell an unchanged input: stay dense
+            return None
         seen = self.__dict__.get("_fastgnn_seen")
         if seen is None or not seen.matches(x):
             self.__dict__["_fastgnn_seen"] = _Seen(x)
