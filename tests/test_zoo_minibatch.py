@@ -34,32 +34,22 @@ def test_minibatch_training_scores_every_seed(backend):
     assert torch.equal(torch.sort(nodes).values, torch.arange(300))
 
 
-def test_full_neighbourhood_batches_equal_full_batch_inference():
-    full = tiny_csbm(num_nodes=200)
-    batched = tiny_csbm(num_nodes=200, batch_size=17, fanouts=[-1, -1])
+@pytest.mark.parametrize("arch,options,edge_dim", [
+    ("sage", {}, None),
+    # edge features, gathered for each batch by its sampled edge ids
+    ("gt", {"heads": 2, "hidden_channels": 8}, 3),
+])
+def test_full_neighbourhood_batches_equal_full_batch_inference(arch, options, edge_dim):
+    full = tiny_csbm(num_nodes=150)
+    batched = tiny_csbm(num_nodes=150, batch_size=17, fanouts=[-1, -1])
+    if edge_dim is not None:
+        edge_attr = torch.randn(full.data.num_edges, edge_dim,
+                                generator=torch.Generator().manual_seed(4))
+        full.data.edge_attr = batched.data.edge_attr = edge_attr
+        options = {**options, "edge_dim": edge_dim}
     pl.seed_everything(0, verbose=False)
-    module = NodePropertyModule("sage", "fastgnn", num_features=full.num_features,
-                                num_outputs=full.num_outputs, dropout=0.0)
-    module.eval()
-    with torch.no_grad():
-        expected = module(full.data).softmax(-1)
-    predictions = quiet_trainer(1).predict(module, batched)
-    nodes = torch.cat([p["node"] for p in predictions])
-    probs = torch.cat([p["pred"] for p in predictions])
-    torch.testing.assert_close(probs, expected[nodes], atol=1e-5, rtol=1e-4)
-
-
-def test_minibatches_carry_edge_features():
-    """A Graph Transformer with edge features: full-neighbourhood mini-batches (each edge's
-    features gathered by its sampled id) equal full-batch inference."""
-    full = tiny_csbm(num_nodes=120)
-    batched = tiny_csbm(num_nodes=120, batch_size=16, fanouts=[-1, -1])
-    edge_attr = torch.randn(full.data.num_edges, 3, generator=torch.Generator().manual_seed(4))
-    full.data.edge_attr = batched.data.edge_attr = edge_attr
-    pl.seed_everything(0, verbose=False)
-    module = NodePropertyModule("gt", "fastgnn", num_features=full.num_features,
-                                num_outputs=full.num_outputs, dropout=0.0, heads=2,
-                                hidden_channels=8, edge_dim=3)
+    module = NodePropertyModule(arch, "fastgnn", num_features=full.num_features,
+                                num_outputs=full.num_outputs, dropout=0.0, **options)
     module.eval()
     with torch.no_grad():
         expected = module(full.data).softmax(-1)
