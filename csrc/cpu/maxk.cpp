@@ -134,6 +134,23 @@ FASTGNN_ALWAYS_INLINE void prefetch_cbsr_row(const scalar_t* values, const cidx_
   for (int64_t b = 0; b < k * int64_t(sizeof(cidx_t)); b += kLine) __builtin_prefetch(c + b);
 }
 
+// Calls visit(j, w) for each in-edge j -> i of row i (weight w), prefetching the k-entry rows
+// of `rows` (CBSR values, or the push's accumulators) and `indices` kPrefetchEdges edges ahead.
+template <typename index_t, typename acc_t, typename row_t, typename cidx_t, typename Visit>
+FASTGNN_ALWAYS_INLINE void for_each_in_edge(const index_t* rowptr, const index_t* col,
+                                            const acc_t* value, int64_t i, const row_t* rows,
+                                            const cidx_t* indices, int64_t k, int rw,
+                                            Visit&& visit) {
+  const int64_t first = rowptr[i], last = rowptr[i + 1];
+  for (int64_t e = first; e < last; ++e) {
+    if (e + kPrefetchEdges < last) {
+      const int64_t ahead = col[e + kPrefetchEdges];
+      prefetch_cbsr_row(rows + ahead * k, indices + ahead * k, k, rw);
+    }
+    visit(int64_t(col[e]), value ? value[e] : acc_t(1));
+  }
+}
+
 // The per-edge loops of the SpGEMM and the pushed SSpMM. With kFixed > 0 (k known at compile
 // time) the neighbour's CBSR row is first copied to locals, which tells the compiler it does
 // not alias the accumulators (uint8 indices may alias anything), and the loop unrolls fully:
@@ -194,16 +211,9 @@ void spgemm_rows(const index_t* rowptr, const index_t* col, const acc_type<scala
     acc_t* __restrict row = buffer.data();
     for (int64_t i = begin; i < end; ++i) {
       std::fill(row, row + width, acc_t(0));
-      const int64_t first = rowptr[i], last = rowptr[i + 1];
-      for (int64_t e = first; e < last; ++e) {
-        if (e + kPrefetchEdges < last) {
-          const int64_t ahead = col[e + kPrefetchEdges];
-          prefetch_cbsr_row(values + ahead * k, indices + ahead * k, k, 0);
-        }
-        const int64_t j = col[e];
-        const acc_t w = value ? value[e] : acc_t(1);
+      for_each_in_edge(rowptr, col, value, i, values, indices, k, 0, [&](int64_t j, acc_t w) {
         scatter_add<kFixed>(row, values + j * k, indices + j * k, w, k);
-      }
+      });
       scalar_t* o = out + i * width;
       for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(row[f]);
     }
@@ -301,16 +311,9 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
     const int64_t end = thread + 1 == team ? rows_dst : first_row_at(edges * (thread + 1) / team);
     for (int64_t i = begin; i < end; ++i) {
       const scalar_t* __restrict dy = grad_out + i * width;
-      const int64_t first = rowptr[i], last = rowptr[i + 1];
-      for (int64_t e = first; e < last; ++e) {
-        if (e + kPrefetchEdges < last) {
-          const int64_t ahead = col[e + kPrefetchEdges];
-          prefetch_cbsr_row(acc + ahead * k, indices + ahead * k, k, 1);
-        }
-        const int64_t j = col[e];
-        const acc_t w = value ? value[e] : acc_t(1);
+      for_each_in_edge(rowptr, col, value, i, acc, indices, k, 1, [&](int64_t j, acc_t w) {
         gather_add<kFixed>(acc + j * k, dy, indices + j * k, w, k);
-      }
+      });
     }
 #pragma omp barrier
 #pragma omp for schedule(static)
