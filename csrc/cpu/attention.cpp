@@ -37,14 +37,7 @@ T positive(T v) {
   return T(bits > 0);
 }
 
-// Starts loading a node's feature row ([H * D] values) into cache: neighbour rows are random
-// accesses, and the loops are bound by their latency.
-constexpr int kPrefetchAhead = 4;  // edges between a prefetch and the use of its row
-
-template <typename T>
-void prefetch_row(const T* row, int64_t count) {
-  for (int64_t k = 0; k < count; k += 64 / int64_t(sizeof(T))) __builtin_prefetch(row + k);
-}
+constexpr int kPrefetchAhead = 4;  // edges between a prefetch_row and the use of its row
 
 // edge_term [E, H, D] in input edge order, read at CSR position e through edge_perm.
 template <typename acc_t, typename index_t>

@@ -23,6 +23,16 @@ using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, fl
 
 #define FASTGNN_ALWAYS_INLINE inline __attribute__((always_inline))
 
+// Starts loading `count` values from `row` into cache, a 64-byte line at a time (kWrite: for a
+// later write). Neighbour rows are random accesses, and the edge loops are bound by their
+// latency, so the kernels prefetch the rows of edges a few steps ahead.
+template <bool kWrite = false, typename T>
+FASTGNN_ALWAYS_INLINE void prefetch_row(const T* row, int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  const int64_t size = count * int64_t(sizeof(T));
+  for (int64_t b = 0; b < size; b += 64) __builtin_prefetch(bytes + b, kWrite);
+}
+
 // 32 bytes of accumulators (8 floats or 4 doubles) as a GCC/Clang vector: the compiler maps it
 // to one AVX register, or two SSE ones on the baseline ISA, and keeps tiles in registers.
 // (Its load/store are always inlined, so the ABI note GCC gives for the baseline ISA is moot.)

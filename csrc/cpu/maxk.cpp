@@ -122,30 +122,25 @@ at::Tensor contiguous_values(const c10::optional<at::Tensor>& value, const at::T
 // many edges ahead are prefetched while the current one is scattered.
 constexpr int64_t kPrefetchEdges = 6;
 
-template <typename scalar_t, typename cidx_t>
+template <bool kWrite, typename scalar_t, typename cidx_t>
 FASTGNN_ALWAYS_INLINE void prefetch_cbsr_row(const scalar_t* values, const cidx_t* indices,
-                                             int64_t k, int rw) {
-  constexpr int64_t kLine = 64;
-  const char* v = reinterpret_cast<const char*>(values);
-  const char* c = reinterpret_cast<const char*>(indices);
-  for (int64_t b = 0; b < k * int64_t(sizeof(scalar_t)); b += kLine) {
-    if (rw) __builtin_prefetch(v + b, 1); else __builtin_prefetch(v + b, 0);
-  }
-  for (int64_t b = 0; b < k * int64_t(sizeof(cidx_t)); b += kLine) __builtin_prefetch(c + b);
+                                             int64_t k) {
+  prefetch_row<kWrite>(values, k);
+  prefetch_row(indices, k);
 }
 
 // Calls visit(j, w) for each in-edge j -> i of row i (weight w), prefetching the k-entry rows
 // of `rows` (CBSR values, or the push's accumulators) and `indices` kPrefetchEdges edges ahead.
-template <typename index_t, typename acc_t, typename row_t, typename cidx_t, typename Visit>
+template <bool kWrite, typename index_t, typename acc_t, typename row_t, typename cidx_t,
+          typename Visit>
 FASTGNN_ALWAYS_INLINE void for_each_in_edge(const index_t* rowptr, const index_t* col,
                                             const acc_t* value, int64_t i, const row_t* rows,
-                                            const cidx_t* indices, int64_t k, int rw,
-                                            Visit&& visit) {
+                                            const cidx_t* indices, int64_t k, Visit&& visit) {
   const int64_t first = rowptr[i], last = rowptr[i + 1];
   for (int64_t e = first; e < last; ++e) {
     if (e + kPrefetchEdges < last) {
       const int64_t ahead = col[e + kPrefetchEdges];
-      prefetch_cbsr_row(rows + ahead * k, indices + ahead * k, k, rw);
+      prefetch_cbsr_row<kWrite>(rows + ahead * k, indices + ahead * k, k);
     }
     visit(int64_t(col[e]), value ? value[e] : acc_t(1));
   }
@@ -211,7 +206,7 @@ void spgemm_rows(const index_t* rowptr, const index_t* col, const acc_type<scala
     acc_t* __restrict row = buffer.data();
     for (int64_t i = begin; i < end; ++i) {
       std::fill(row, row + width, acc_t(0));
-      for_each_in_edge(rowptr, col, value, i, values, indices, k, 0, [&](int64_t j, acc_t w) {
+      for_each_in_edge<false>(rowptr, col, value, i, values, indices, k, [&](int64_t j, acc_t w) {
         scatter_add<kFixed>(row, values + j * k, indices + j * k, w, k);
       });
       scalar_t* o = out + i * width;
@@ -311,7 +306,7 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
     const int64_t end = thread + 1 == team ? rows_dst : first_row_at(edges * (thread + 1) / team);
     for (int64_t i = begin; i < end; ++i) {
       const scalar_t* __restrict dy = grad_out + i * width;
-      for_each_in_edge(rowptr, col, value, i, acc, indices, k, 1, [&](int64_t j, acc_t w) {
+      for_each_in_edge<true>(rowptr, col, value, i, acc, indices, k, [&](int64_t j, acc_t w) {
         gather_add<kFixed>(acc + j * k, dy, indices + j * k, w, k);
       });
     }

@@ -38,7 +38,6 @@ struct Lanes {
 };
 
 constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its use
-constexpr int kFloatsPerLine = 16;
 
 // float32 features with int32 sources, the common case: features [f0, f0 + W * kVecs) of one
 // row over edges [begin, end), the running values and sources held in vector registers.
@@ -57,10 +56,8 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
   for (int32_t e = begin; e < end; ++e) {
     const int32_t j = col[e];
     const float* xj = x + int64_t(j) * width + f0;
-    if (e + kPrefetchAhead < end) {  // the tile of a later edge's row, a line at a time
-      const float* ahead = x + int64_t(col[e + kPrefetchAhead]) * width + f0;
-      for (int k = 0; k < W * kVecs; k += kFloatsPerLine) __builtin_prefetch(ahead + k);
-    }
+    if (e + kPrefetchAhead < end)  // the tile of a later edge's row
+      prefetch_row(x + int64_t(col[e + kPrefetchAhead]) * width + f0, W * kVecs);
     const typename L::i32 jv = typename L::i32{} + j;
     for (int k = 0; k < kVecs; ++k) {
       const typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);

@@ -5,6 +5,7 @@ current step runs.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import math
 import queue
 import threading
@@ -61,10 +62,16 @@ class MiniBatch:
         # batch transfer rebuilds the dataclass) registers its own.
         memo = self.__dict__.get("_edge_index_of")
         if memo is None or memo[0] is not self.graph:
-            from fastgnn.pyg.sampler import registered_edge_index
-            memo = (self.graph, registered_edge_index(self.graph))
+            memo = (self.graph, _edge_index_for_layers(self.graph))
             self.__dict__["_edge_index_of"] = memo
         return memo[1]
+
+
+def _edge_index_for_layers(graph: Graph) -> torch.Tensor:
+    if importlib.util.find_spec("torch_geometric") is None:
+        return graph.edge_index()  # no PyG layer could read a registration
+    from fastgnn.pyg.sampler import registered_edge_index
+    return registered_edge_index(graph)
 
 
 def gather(storage: Optional[torch.Tensor], index: torch.Tensor, device: torch.device,
