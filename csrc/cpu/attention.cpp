@@ -30,7 +30,7 @@ namespace {
 // 1 when v > 0, else 0, as integer arithmetic that vectorises: the bits of a positive float
 // read as a positive integer; +0 and negatives (sign bit set) do not.
 template <typename T>
-T positive(T v) {
+FASTGNN_ALWAYS_INLINE T positive(T v) {
   using bits_t = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
   bits_t bits;
   std::memcpy(&bits, &v, sizeof bits);
@@ -46,10 +46,10 @@ struct EdgeTerm {
   const index_t* perm;   // null: CSR order is input order
   int64_t heads, dim;
 
-  int64_t at(int64_t e, int64_t h) const {
+  FASTGNN_ALWAYS_INLINE int64_t at(int64_t e, int64_t h) const {
     return ((perm ? int64_t(perm[e]) : e) * heads + h) * dim;
   }
-  const acc_t* row(int64_t e, int64_t h) const { return data ? data + at(e, h) : nullptr; }
+  FASTGNN_ALWAYS_INLINE const acc_t* row(int64_t e, int64_t h) const { return data ? data + at(e, h) : nullptr; }
 };
 
 // GATv2: logit = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge)); the value is x_src[j].
@@ -63,8 +63,10 @@ struct Gatv2 {
   acc_t slope;
   int64_t heads, dim;
 
-  void prefetch_source(int64_t j) const { prefetch_row(x_src + j * heads * dim, heads * dim); }
-  void prefetch_destination(int64_t i) const {
+  FASTGNN_ALWAYS_INLINE void prefetch_source(int64_t j) const {
+    prefetch_row(x_src + j * heads * dim, heads * dim);
+  }
+  FASTGNN_ALWAYS_INLINE void prefetch_destination(int64_t i) const {
     prefetch_row(x_dst + i * heads * dim, heads * dim);
   }
 
@@ -72,11 +74,11 @@ struct Gatv2 {
   // may trap). The derivative is PyTorch's: slope at z = 0 of either sign. A float32 sum
   // x_dst + x_src rounds to +0 where the exact one is a tiny value of either sign; taking 1
   // there (as the sign bit would) put GATv2's x gradients 5x further from float64 than stock's.
-  acc_t leaky(acc_t v) const { return std::max(v, acc_t(0)) + slope * std::min(v, acc_t(0)); }
-  acc_t leaky_slope(acc_t v) const { return slope + (acc_t(1) - slope) * positive(v); }
+  FASTGNN_ALWAYS_INLINE acc_t leaky(acc_t v) const { return std::max(v, acc_t(0)) + slope * std::min(v, acc_t(0)); }
+  FASTGNN_ALWAYS_INLINE acc_t leaky_slope(acc_t v) const { return slope + (acc_t(1) - slope) * positive(v); }
 
   // Leaves the pre-activation z in `z` for the gradient.
-  acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
+  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
     const acc_t* FASTGNN_RESTRICT xd = x_dst + (i * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
@@ -100,12 +102,12 @@ struct Gatv2 {
     return s;
   }
 
-  const acc_t* value(int64_t j, int64_t /*e*/, int64_t h, acc_t* /*scratch*/) const {
+  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t /*e*/, int64_t h, acc_t* /*scratch*/) const {
     return x_src + (j * heads + h) * dim;
   }
 
   // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z).
-  void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
                 double* FASTGNN_RESTRICT grad_dst, double* FASTGNN_RESTRICT grad_att,
                 acc_t* FASTGNN_RESTRICT grad_edge) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
@@ -121,7 +123,7 @@ struct Gatv2 {
   }
 
   // Source side: x_src gets dz (its value gradient is added by the caller).
-  void src_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
+  FASTGNN_ALWAYS_INLINE void src_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
                 double* FASTGNN_RESTRICT grad_key) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
 #pragma omp simd
@@ -140,14 +142,16 @@ struct DotProduct {
   acc_t scale;
   int64_t heads, dim;
 
-  void prefetch_source(int64_t j) const {
+  FASTGNN_ALWAYS_INLINE void prefetch_source(int64_t j) const {
     prefetch_row(k + j * heads * dim, heads * dim);
     prefetch_row(v + j * heads * dim, heads * dim);
   }
-  void prefetch_destination(int64_t i) const { prefetch_row(q + i * heads * dim, heads * dim); }
+  FASTGNN_ALWAYS_INLINE void prefetch_destination(int64_t i) const {
+    prefetch_row(q + i * heads * dim, heads * dim);
+  }
 
   // Leaves the key (k[j] + edge) in `z`.
-  acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
+  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
     const acc_t* FASTGNN_RESTRICT qi = q + (i * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
@@ -168,7 +172,7 @@ struct DotProduct {
     return s * scale;
   }
 
-  const acc_t* value(int64_t j, int64_t e, int64_t h, acc_t* scratch) const {
+  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h, acc_t* scratch) const {
     const acc_t* vj = v + (j * heads + h) * dim;
     const acc_t* ed = edge.row(e, h);
     if (!ed) return vj;
@@ -177,7 +181,7 @@ struct DotProduct {
     return scratch;
   }
 
-  void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g, double* grad_q, double* /*att*/,
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g, double* grad_q, double* /*att*/,
                 acc_t* grad_edge) const {
     const acc_t gs = g * scale;
 #pragma omp simd
@@ -189,7 +193,7 @@ struct DotProduct {
     }
   }
 
-  void src_grad(int64_t i, int64_t h, const acc_t* /*z*/, acc_t g, double* grad_k) const {
+  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const acc_t* /*z*/, acc_t g, double* grad_k) const {
     const acc_t gs = g * scale;
     const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
@@ -198,56 +202,84 @@ struct DotProduct {
 };
 
 template <typename acc_t>
-acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b, int64_t n) {
+FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b, int64_t n) {
   acc_t s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
   return s;
 }
 
+// One thread's buffers for the forward pass.
+template <typename acc_t>
+struct ForwardScratch {
+  std::vector<acc_t> acc, z, value, peak, total;
+  ForwardScratch(int64_t heads, int64_t dim)
+      : acc(heads * dim), z(dim), value(dim), peak(heads), total(heads) {}
+};
+
+template <typename acc_t, typename index_t, typename Policy>
+FASTGNN_ALWAYS_INLINE void forward_rows(const Policy* policy, const index_t* rowptr,
+                                        const index_t* col, const DropoutSpec* dropout,
+                                        acc_t* out, acc_t* lse, ForwardScratch<acc_t>* scratch,
+                                        int64_t begin, int64_t end) {
+  const Policy& p = *policy;
+  const DropoutSpec& drop = *dropout;
+  const int64_t heads = p.heads, dim = p.dim;
+  const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
+  acc_t* FASTGNN_RESTRICT acc = scratch->acc.data();
+  acc_t* peak = scratch->peak.data();
+  acc_t* total = scratch->total.data();
+  for (int64_t i = begin; i < end; ++i) {
+    std::fill(acc, acc + heads * dim, acc_t(0));
+    std::fill(peak, peak + heads, neg_inf);
+    std::fill(total, total + heads, acc_t(0));
+    for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+      const int64_t j = col[e];
+      if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
+      for (int64_t h = 0; h < heads; ++h) {
+        const acc_t logit = p.logit(i, j, e, h, scratch->z.data());
+        acc_t* FASTGNN_RESTRICT a = acc + h * dim;
+        if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
+          const acc_t corr = std::exp(peak[h] - logit);
+          total[h] *= corr;
+#pragma omp simd
+          for (int64_t d = 0; d < dim; ++d) a[d] *= corr;
+          peak[h] = logit;
+        }
+        const acc_t w = std::exp(logit - peak[h]);
+        total[h] += w;
+        const acc_t wc = w * drop.factor<acc_t>(e, h);
+        if (wc != 0) {
+          const acc_t* FASTGNN_RESTRICT val = p.value(j, e, h, scratch->value.data());
+#pragma omp simd
+          for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
+        }
+      }
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      acc_t* o = out + (i * heads + h) * dim;
+      const acc_t* a = acc + h * dim;
+      const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
+      for (int64_t d = 0; d < dim; ++d) o[d] = a[d] * inv;
+      lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
+    }
+  }
+}
+
+constexpr int64_t kForwardChunk = 16;  // destinations a thread takes at a time
+
 template <typename acc_t, typename index_t, typename Policy>
 void attention_forward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
                        const DropoutSpec& drop, acc_t* out, acc_t* lse) {
-  const int64_t heads = p.heads, dim = p.dim;
-  const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
+  const int64_t chunks = (rows + kForwardChunk - 1) / kForwardChunk;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> acc(heads * dim), z(dim), scratch(dim), peak(heads), total(heads);
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t i = 0; i < rows; ++i) {
-      std::fill(acc.begin(), acc.end(), acc_t(0));
-      std::fill(peak.begin(), peak.end(), neg_inf);
-      std::fill(total.begin(), total.end(), acc_t(0));
-      for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
-        const int64_t j = col[e];
-        if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
-        for (int64_t h = 0; h < heads; ++h) {
-          const acc_t logit = p.logit(i, j, e, h, z.data());
-          acc_t* a = acc.data() + h * dim;
-          if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
-            const acc_t corr = std::exp(peak[h] - logit);
-            total[h] *= corr;
-#pragma omp simd
-            for (int64_t d = 0; d < dim; ++d) a[d] *= corr;
-            peak[h] = logit;
-          }
-          const acc_t w = std::exp(logit - peak[h]);
-          total[h] += w;
-          const acc_t wc = w * drop.factor<acc_t>(e, h);
-          if (wc != 0) {
-            const acc_t* FASTGNN_RESTRICT val = p.value(j, e, h, scratch.data());
-#pragma omp simd
-            for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
-          }
-        }
-      }
-      for (int64_t h = 0; h < heads; ++h) {
-        acc_t* o = out + (i * heads + h) * dim;
-        const acc_t* a = acc.data() + h * dim;
-        const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
-        for (int64_t d = 0; d < dim; ++d) o[d] = a[d] * inv;
-        lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
-      }
+    ForwardScratch<acc_t> scratch(p.heads, p.dim);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      on_best_isa<forward_rows<acc_t, index_t, Policy>>(
+          &p, rowptr, col, &drop, out, lse, &scratch, c * kForwardChunk,
+          std::min(rows, (c + 1) * kForwardChunk));
     }
   }
 }
@@ -269,86 +301,117 @@ struct BackwardBuffers {
 // edge q (source col[q]) gives the destination-side gradients; with do_src, row n is a source
 // of edge src_perm[q] into destination col[q] (a transposed CSR, or the CSR itself when the
 // graph is symmetric) and gives the source-side gradients. Each row is written by one thread.
+// One thread's buffers for a backward pass. A row's gradients sum in double, then round once:
+// their terms nearly cancel (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float partial
+// sums lose accuracy.
+template <typename acc_t>
+struct BackwardScratch {
+  std::vector<acc_t> z, value;
+  std::vector<double> row_dst, row_key, row_value, no_att;
+  BackwardScratch(int64_t heads, int64_t dim)
+      : z(dim), value(dim), row_dst(heads * dim), row_key(heads * dim),
+        row_value(heads * dim), no_att(dim) {}
+};
+
+// The rows [begin, end) of one backward pass (see attention_backward_pass); att_part receives
+// this chunk's share of the attention-vector gradient, or is null.
+template <typename acc_t, typename index_t, typename Policy>
+FASTGNN_ALWAYS_INLINE void backward_rows(const Policy* policy, const index_t* rowptr,
+                                         const index_t* col, const index_t* src_perm,
+                                         bool do_dst, bool do_src, const DropoutSpec* dropout,
+                                         const BackwardBuffers<acc_t>* buffers,
+                                         BackwardScratch<acc_t>* scratch, double* att_part,
+                                         int64_t begin, int64_t end) {
+  const Policy& p = *policy;
+  const DropoutSpec& drop = *dropout;
+  const BackwardBuffers<acc_t>& b = *buffers;
+  BackwardScratch<acc_t>& s = *scratch;
+  const int64_t heads = p.heads, dim = p.dim;
+  // Recomputes edge (j -> i, CSR position e) at head h: alpha c and dLogit.
+  auto edge_grad = [&](int64_t i, int64_t j, int64_t e, int64_t h, acc_t& wc, acc_t& g)
+                       __attribute__((always_inline)) {
+    const acc_t logit = p.logit(i, j, e, h, s.z.data());
+    const acc_t alpha = std::exp(logit - b.lse[i * heads + h]);
+    wc = alpha * drop.factor<acc_t>(e, h);
+    const acc_t* dout = b.grad_out + (i * heads + h) * dim;
+    const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, s.value.data()), dim) : acc_t(0);
+    // In double, rounded once: the two terms nearly cancel.
+    g = acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
+  };
+  // Adds a row's double sums into a gradient buffer.
+  auto flush = [&](std::vector<double>& sums, acc_t* out, int64_t n) __attribute__((always_inline)) {
+    acc_t* FASTGNN_RESTRICT row = out + n * heads * dim;
+#pragma omp simd
+    for (int64_t k = 0; k < heads * dim; ++k) row[k] += acc_t(sums[k]);
+    std::fill(sums.begin(), sums.end(), 0.0);
+  };
+  for (int64_t n = begin; n < end; ++n) {
+    for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
+      const int64_t m = col[q];
+      if (q + kPrefetchAhead < rowptr[n + 1]) {
+        const int64_t next = col[q + kPrefetchAhead];
+        if (do_dst) p.prefetch_source(next);
+        if (do_src) {
+          p.prefetch_destination(next);
+          prefetch_row(b.grad_out + next * heads * dim, heads * dim);
+        }
+      }
+      for (int64_t h = 0; h < heads && do_dst; ++h) {  // edge m -> n at CSR position q
+        acc_t wc, g;
+        edge_grad(n, m, q, h, wc, g);
+        acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(q, h) : nullptr;
+        p.dst_grad(n, h, s.z.data(), g, s.row_dst.data() + h * dim,
+                   att_part ? att_part + h * dim : s.no_att.data(), ged);
+        if (Policy::kEdgeInValues && ged) {
+          const acc_t* dout = b.grad_out + (n * heads + h) * dim;
+#pragma omp simd
+          for (int64_t d = 0; d < dim; ++d) ged[d] += wc * dout[d];
+        }
+      }
+      for (int64_t h = 0; h < heads && do_src; ++h) {  // edge n -> m at src_perm[q]
+        acc_t wc, g;
+        const int64_t e = src_perm[q];
+        edge_grad(m, n, e, h, wc, g);
+        p.src_grad(m, h, s.z.data(), g, s.row_key.data() + h * dim);
+        if (wc != 0) {
+          const acc_t* dout = b.grad_out + (m * heads + h) * dim;
+          double* FASTGNN_RESTRICT gv = s.row_value.data() + h * dim;
+#pragma omp simd
+          for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
+        }
+      }
+    }
+    if (do_dst) flush(s.row_dst, b.grad_dst, n);
+    if (do_src && b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
+      for (int64_t k = 0; k < heads * dim; ++k) s.row_key[k] += s.row_value[k];
+      std::fill(s.row_value.begin(), s.row_value.end(), 0.0);
+      flush(s.row_key, b.grad_key, n);
+    } else if (do_src) {
+      flush(s.row_key, b.grad_key, n);
+      flush(s.row_value, b.grad_value, n);
+    }
+  }
+}
+
+// One backward pass over the rows of (rowptr, col). With do_dst, row n is a destination and
+// edge q (source col[q]) gives the destination-side gradients; with do_src, row n is a source
+// of edge src_perm[q] into destination col[q] (a transposed CSR, or the CSR itself when the
+// graph is symmetric) and gives the source-side gradients. Each row is written by one thread.
 template <typename acc_t, typename index_t, typename Policy>
 void attention_backward_pass(const Policy& p, const index_t* rowptr, const index_t* col,
                              const index_t* src_perm, int64_t rows, bool do_dst, bool do_src,
                              int64_t chunk_rows, const DropoutSpec& drop,
                              const BackwardBuffers<acc_t>& b) {
-  const int64_t heads = p.heads, dim = p.dim;
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> z(dim), scratch(dim);
-    // A row's gradients sum in double, then round once: their terms nearly cancel
-    // (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float partial sums lose accuracy.
-    std::vector<double> row_dst(heads * dim), row_key(heads * dim), row_value(heads * dim),
-        no_att(dim);
-    // Recomputes edge (j -> i, CSR position e) at head h: alpha c and dLogit.
-    auto edge_grad = [&](int64_t i, int64_t j, int64_t e, int64_t h, acc_t& wc, acc_t& g) {
-      const acc_t logit = p.logit(i, j, e, h, z.data());
-      const acc_t alpha = std::exp(logit - b.lse[i * heads + h]);
-      wc = alpha * drop.factor<acc_t>(e, h);
-      const acc_t* dout = b.grad_out + (i * heads + h) * dim;
-      const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, scratch.data()), dim) : acc_t(0);
-      // In double, rounded once: the two terms nearly cancel.
-      g = acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
-    };
-    // Adds a row's double sums into a gradient buffer.
-    auto flush = [&](std::vector<double>& sums, acc_t* out, int64_t n) {
-      acc_t* FASTGNN_RESTRICT row = out + n * heads * dim;
-#pragma omp simd
-      for (int64_t k = 0; k < heads * dim; ++k) row[k] += acc_t(sums[k]);
-      std::fill(sums.begin(), sums.end(), 0.0);
-    };
+    BackwardScratch<acc_t> scratch(p.heads, p.dim);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
-      double* att_part = b.grad_att && do_dst ? b.grad_att + c * heads * dim : nullptr;
-      for (int64_t n = c * chunk_rows; n < std::min(rows, (c + 1) * chunk_rows); ++n) {
-        for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
-          const int64_t m = col[q];
-          if (q + kPrefetchAhead < rowptr[n + 1]) {
-            const int64_t next = col[q + kPrefetchAhead];
-            if (do_dst) p.prefetch_source(next);
-            if (do_src) {
-              p.prefetch_destination(next);
-              prefetch_row(b.grad_out + next * heads * dim, heads * dim);
-            }
-          }
-          for (int64_t h = 0; h < heads && do_dst; ++h) {  // edge m -> n at CSR position q
-            acc_t wc, g;
-            edge_grad(n, m, q, h, wc, g);
-            acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(q, h) : nullptr;
-            p.dst_grad(n, h, z.data(), g, row_dst.data() + h * dim,
-                       att_part ? att_part + h * dim : no_att.data(), ged);
-            if (Policy::kEdgeInValues && ged) {
-              const acc_t* dout = b.grad_out + (n * heads + h) * dim;
-#pragma omp simd
-              for (int64_t d = 0; d < dim; ++d) ged[d] += wc * dout[d];
-            }
-          }
-          for (int64_t h = 0; h < heads && do_src; ++h) {  // edge n -> m at src_perm[q]
-            acc_t wc, g;
-            const int64_t e = src_perm[q];
-            edge_grad(m, n, e, h, wc, g);
-            p.src_grad(m, h, z.data(), g, row_key.data() + h * dim);
-            if (wc != 0) {
-              const acc_t* dout = b.grad_out + (m * heads + h) * dim;
-              double* FASTGNN_RESTRICT gv = row_value.data() + h * dim;
-#pragma omp simd
-              for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
-            }
-          }
-        }
-        if (do_dst) flush(row_dst, b.grad_dst, n);
-        if (do_src && b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
-          for (int64_t k = 0; k < heads * dim; ++k) row_key[k] += row_value[k];
-          std::fill(row_value.begin(), row_value.end(), 0.0);
-          flush(row_key, b.grad_key, n);
-        } else if (do_src) {
-          flush(row_key, b.grad_key, n);
-          flush(row_value, b.grad_value, n);
-        }
-      }
+      double* att_part = b.grad_att && do_dst ? b.grad_att + c * p.heads * p.dim : nullptr;
+      on_best_isa<backward_rows<acc_t, index_t, Policy>>(
+          &p, rowptr, col, src_perm, do_dst, do_src, &drop, &b, &scratch, att_part,
+          c * chunk_rows, std::min(rows, (c + 1) * chunk_rows));
     }
   }
 }

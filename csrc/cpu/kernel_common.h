@@ -86,5 +86,28 @@ inline bool cpu_has_avx2() {
 inline bool cpu_has_avx2() { return false; }
 #endif
 
+// Calls Body(args...) compiled for AVX2+FMA when the CPU has it, else for the baseline ISA.
+// Body must be FASTGNN_ALWAYS_INLINE (and so must what it calls in its hot loops), so that each
+// clone inlines its own copy; OpenMP regions stay outside (GCC outlines them before inlining).
+template <auto Body, typename... Args>
+void on_baseline_isa(Args... args) {
+  Body(args...);
+}
+
+#if FASTGNN_HAVE_AVX2_CLONE
+template <auto Body, typename... Args>
+FASTGNN_TARGET_AVX2 void on_avx2(Args... args) {
+  Body(args...);
+}
+#endif
+
+template <auto Body, typename... Args>
+void on_best_isa(Args... args) {
+#if FASTGNN_HAVE_AVX2_CLONE
+  if (cpu_has_avx2()) return on_avx2<Body>(args...);
+#endif
+  on_baseline_isa<Body>(args...);
+}
+
 }  // namespace cpu
 }  // namespace fastgnn
