@@ -1,9 +1,10 @@
 // CPU fused graph attention (GATv2 and dot-product). OpenMP over destinations; each
 // destination streams its in-edges once with an online softmax (running max, running sum,
 // rescaled accumulator) and saves only its log-sum-exp. The backward recomputes each logit
-// from that statistic: destination-side gradients in a pass over the CSR, source-side ones in
-// a pass over the transposed CSR that pulls from the destinations (no atomics), or both in
-// one pass when the graph is symmetric. Everything is deterministic for any thread count.
+// from that statistic in a pass over the CSR that gives the destination-side gradients and
+// saves each edge's dLogit (and for GATv2 the signs of its pre-activation, a bit per
+// feature); a pass over the transposed CSR then pulls the source-side gradients from those
+// (no atomics, no second logit). Everything is deterministic for any thread count.
 //
 // Inputs are converted once to the accumulation type (float, double for double), so the
 // kernels see float or double only; half/bfloat16 cost one node-sized (and, for edge_term,
@@ -49,7 +50,9 @@ struct EdgeTerm {
   FASTGNN_ALWAYS_INLINE int64_t at(int64_t e, int64_t h) const {
     return ((perm ? int64_t(perm[e]) : e) * heads + h) * dim;
   }
-  FASTGNN_ALWAYS_INLINE const acc_t* row(int64_t e, int64_t h) const { return data ? data + at(e, h) : nullptr; }
+  FASTGNN_ALWAYS_INLINE const acc_t* row(int64_t e, int64_t h) const {
+    return data ? data + at(e, h) : nullptr;
+  }
 };
 
 // GATv2: logit = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge)); the value is x_src[j].
@@ -66,19 +69,21 @@ struct Gatv2 {
   FASTGNN_ALWAYS_INLINE void prefetch_source(int64_t j) const {
     prefetch_row(x_src + j * heads * dim, heads * dim);
   }
-  FASTGNN_ALWAYS_INLINE void prefetch_destination(int64_t i) const {
-    prefetch_row(x_dst + i * heads * dim, heads * dim);
-  }
 
   // LeakyReLU and its derivative without float compares, which GCC will not vectorise (they
   // may trap). The derivative is PyTorch's: slope at z = 0 of either sign. A float32 sum
   // x_dst + x_src rounds to +0 where the exact one is a tiny value of either sign; taking 1
   // there (as the sign bit would) put GATv2's x gradients 5x further from float64 than stock's.
-  FASTGNN_ALWAYS_INLINE acc_t leaky(acc_t v) const { return std::max(v, acc_t(0)) + slope * std::min(v, acc_t(0)); }
-  FASTGNN_ALWAYS_INLINE acc_t leaky_slope(acc_t v) const { return slope + (acc_t(1) - slope) * positive(v); }
+  FASTGNN_ALWAYS_INLINE acc_t leaky(acc_t v) const {
+    return std::max(v, acc_t(0)) + slope * std::min(v, acc_t(0));
+  }
+  FASTGNN_ALWAYS_INLINE acc_t leaky_slope(acc_t v) const {
+    return slope + (acc_t(1) - slope) * positive(v);
+  }
 
   // Leaves the pre-activation z in `z` for the gradient.
-  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
+  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h,
+                                    acc_t* FASTGNN_RESTRICT z) const {
     const acc_t* FASTGNN_RESTRICT xd = x_dst + (i * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
@@ -102,14 +107,16 @@ struct Gatv2 {
     return s;
   }
 
-  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t /*e*/, int64_t h, acc_t* /*scratch*/) const {
+  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t /*e*/, int64_t h,
+                                           acc_t* /*scratch*/) const {
     return x_src + (j * heads + h) * dim;
   }
 
   // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z).
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
-                double* FASTGNN_RESTRICT grad_dst, double* FASTGNN_RESTRICT grad_att,
-                acc_t* FASTGNN_RESTRICT grad_edge) const {
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z,
+                                      acc_t g, double* FASTGNN_RESTRICT grad_dst,
+                                      double* FASTGNN_RESTRICT grad_att,
+                                      acc_t* FASTGNN_RESTRICT grad_edge) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) {
@@ -122,13 +129,37 @@ struct Gatv2 {
     }
   }
 
-  // Source side: x_src gets dz (its value gradient is added by the caller).
-  FASTGNN_ALWAYS_INLINE void src_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z, acc_t g,
-                double* FASTGNN_RESTRICT grad_key) const {
-    const acc_t* FASTGNN_RESTRICT a = att + h * dim;
-#pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) grad_key[d] += g * a[d] * leaky_slope(z[d]);
+  // All the source side needs of z is which entries are positive: bit d % 32 of word d / 32.
+  static constexpr bool kSavesSigns = true;
+  FASTGNN_ALWAYS_INLINE void save_signs(const acc_t* FASTGNN_RESTRICT z,
+                                        uint32_t* FASTGNN_RESTRICT signs) const {
+    for (int64_t w = 0; w * 32 < dim; ++w) {
+      const acc_t* FASTGNN_RESTRICT zw = z + w * 32;
+      const int64_t n = std::min<int64_t>(32, dim - w * 32);
+      uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+      for (int64_t d = 0; d < n; ++d) bits |= uint32_t(positive(zw[d])) << d;
+      signs[w] = bits;
+    }
   }
+
+  // Source side: x_src gets dz (its value gradient is added by the caller).
+  FASTGNN_ALWAYS_INLINE void src_grad(int64_t /*i*/, int64_t h,
+                                      const uint32_t* FASTGNN_RESTRICT signs, acc_t g,
+                                      double* FASTGNN_RESTRICT grad_key) const {
+    const acc_t* FASTGNN_RESTRICT a = att + h * dim;
+    for (int64_t w = 0; w * 32 < dim; ++w) {
+      const uint32_t bits = signs[w];
+      const int64_t n = std::min<int64_t>(32, dim - w * 32);
+      const acc_t* FASTGNN_RESTRICT aw = a + w * 32;
+      double* FASTGNN_RESTRICT gw = grad_key + w * 32;
+#pragma omp simd
+      for (int64_t d = 0; d < n; ++d)
+        gw[d] += g * aw[d] * (slope + (acc_t(1) - slope) * acc_t(int32_t((bits >> d) & 1u)));
+    }
+  }
+  // The source side reads no destination features, only grad_out.
+  FASTGNN_ALWAYS_INLINE void prefetch_destination(int64_t /*i*/) const {}
 };
 
 // Dot product: logit = scale * <q[i], k[j] (+ edge)>; the value is v[j] (+ edge).
@@ -151,7 +182,8 @@ struct DotProduct {
   }
 
   // Leaves the key (k[j] + edge) in `z`.
-  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h, acc_t* FASTGNN_RESTRICT z) const {
+  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h,
+                                    acc_t* FASTGNN_RESTRICT z) const {
     const acc_t* FASTGNN_RESTRICT qi = q + (i * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
@@ -181,8 +213,8 @@ struct DotProduct {
     return scratch;
   }
 
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g, double* grad_q, double* /*att*/,
-                acc_t* grad_edge) const {
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g,
+                                      double* grad_q, double* /*att*/, acc_t* grad_edge) const {
     const acc_t gs = g * scale;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_q[d] += gs * z[d];
@@ -193,7 +225,11 @@ struct DotProduct {
     }
   }
 
-  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const acc_t* /*z*/, acc_t g, double* grad_k) const {
+  static constexpr bool kSavesSigns = false;
+  FASTGNN_ALWAYS_INLINE void save_signs(const acc_t* /*z*/, uint32_t* /*signs*/) const {}
+
+  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const uint32_t* /*signs*/, acc_t g,
+                                      double* grad_k) const {
     const acc_t gs = g * scale;
     const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
@@ -202,7 +238,8 @@ struct DotProduct {
 };
 
 template <typename acc_t>
-FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b, int64_t n) {
+FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b,
+                                int64_t n) {
   acc_t s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
@@ -266,25 +303,26 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy* policy, const index_t* row
   }
 }
 
-constexpr int64_t kForwardChunk = 16;  // destinations a thread takes at a time
+constexpr int64_t kRowChunk = 16;  // rows a thread takes at a time
 
 template <typename acc_t, typename index_t, typename Policy>
 void attention_forward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
                        const DropoutSpec& drop, acc_t* out, acc_t* lse) {
-  const int64_t chunks = (rows + kForwardChunk - 1) / kForwardChunk;
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel num_threads(num_threads())
   {
     ForwardScratch<acc_t> scratch(p.heads, p.dim);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       on_best_isa<forward_rows<acc_t, index_t, Policy>>(
-          &p, rowptr, col, &drop, out, lse, &scratch, c * kForwardChunk,
-          std::min(rows, (c + 1) * kForwardChunk));
+          &p, rowptr, col, &drop, out, lse, &scratch, c * kRowChunk,
+          std::min(rows, (c + 1) * kRowChunk));
     }
   }
 }
 
-// Per-destination statistics and gradient outputs of a backward pass.
+// Per-destination statistics, gradient outputs, and what the destination pass leaves per
+// (CSR position, head) for the source pass.
 template <typename acc_t>
 struct BackwardBuffers {
   const acc_t* grad_out;  // [T, H, D]
@@ -295,15 +333,14 @@ struct BackwardBuffers {
   acc_t* grad_value;      // x_src or v, [S, H, D]
   double* grad_att;       // [chunks, H, D] per-chunk partials (GATv2), or null
   acc_t* grad_edge;       // [E, H, D] input edge order, or null
+  acc_t* edge_grads;      // [E, H, 2]: dLogit and alpha c
+  uint32_t* signs;        // [E, H, sign_words]: z > 0 (GATv2), or null
+  int64_t sign_words;
 };
 
-// One backward pass over the rows of (rowptr, col). With do_dst, row n is a destination and
-// edge q (source col[q]) gives the destination-side gradients; with do_src, row n is a source
-// of edge src_perm[q] into destination col[q] (a transposed CSR, or the CSR itself when the
-// graph is symmetric) and gives the source-side gradients. Each row is written by one thread.
-// One thread's buffers for a backward pass. A row's gradients sum in double, then round once:
-// their terms nearly cancel (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float partial
-// sums lose accuracy.
+// One thread's buffers. A row's gradients sum in double, then round once: a destination's
+// terms nearly cancel (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float partial sums
+// lose accuracy.
 template <typename acc_t>
 struct BackwardScratch {
   std::vector<acc_t> z, value;
@@ -313,105 +350,136 @@ struct BackwardScratch {
         row_value(heads * dim), no_att(dim) {}
 };
 
-// The rows [begin, end) of one backward pass (see attention_backward_pass); att_part receives
-// this chunk's share of the attention-vector gradient, or is null.
+// Adds a row's double sums into a gradient buffer and clears them.
+FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, float* out) {
+#pragma omp simd
+  for (size_t k = 0; k < sums.size(); ++k) out[k] += float(sums[k]);
+  std::fill(sums.begin(), sums.end(), 0.0);
+}
+FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, double* out) {
+#pragma omp simd
+  for (size_t k = 0; k < sums.size(); ++k) out[k] += sums[k];
+  std::fill(sums.begin(), sums.end(), 0.0);
+}
+
+// Destination pass over CSR rows [begin, end): recomputes each in-edge's logit from the saved
+// log-sum-exp, gives the destination-side gradients, and saves dLogit, alpha c and the signs
+// for the source pass. att_part receives this chunk's share of the att gradient, or is null.
 template <typename acc_t, typename index_t, typename Policy>
-FASTGNN_ALWAYS_INLINE void backward_rows(const Policy* policy, const index_t* rowptr,
-                                         const index_t* col, const index_t* src_perm,
-                                         bool do_dst, bool do_src, const DropoutSpec* dropout,
-                                         const BackwardBuffers<acc_t>* buffers,
-                                         BackwardScratch<acc_t>* scratch, double* att_part,
-                                         int64_t begin, int64_t end) {
+FASTGNN_ALWAYS_INLINE void destination_rows(const Policy* policy, const index_t* rowptr,
+                                            const index_t* col, const DropoutSpec* dropout,
+                                            const BackwardBuffers<acc_t>* buffers,
+                                            BackwardScratch<acc_t>* scratch, double* att_part,
+                                            int64_t begin, int64_t end) {
   const Policy& p = *policy;
   const DropoutSpec& drop = *dropout;
   const BackwardBuffers<acc_t>& b = *buffers;
   BackwardScratch<acc_t>& s = *scratch;
   const int64_t heads = p.heads, dim = p.dim;
-  // Recomputes edge (j -> i, CSR position e) at head h: alpha c and dLogit.
-  auto edge_grad = [&](int64_t i, int64_t j, int64_t e, int64_t h, acc_t& wc, acc_t& g)
-                       __attribute__((always_inline)) {
-    const acc_t logit = p.logit(i, j, e, h, s.z.data());
-    const acc_t alpha = std::exp(logit - b.lse[i * heads + h]);
-    wc = alpha * drop.factor<acc_t>(e, h);
-    const acc_t* dout = b.grad_out + (i * heads + h) * dim;
-    const acc_t dval = wc != 0 ? dot(dout, p.value(j, e, h, s.value.data()), dim) : acc_t(0);
-    // In double, rounded once: the two terms nearly cancel.
-    g = acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
-  };
-  // Adds a row's double sums into a gradient buffer.
-  auto flush = [&](std::vector<double>& sums, acc_t* out, int64_t n) __attribute__((always_inline)) {
-    acc_t* FASTGNN_RESTRICT row = out + n * heads * dim;
-#pragma omp simd
-    for (int64_t k = 0; k < heads * dim; ++k) row[k] += acc_t(sums[k]);
-    std::fill(sums.begin(), sums.end(), 0.0);
-  };
-  for (int64_t n = begin; n < end; ++n) {
-    for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
-      const int64_t m = col[q];
-      if (q + kPrefetchAhead < rowptr[n + 1]) {
-        const int64_t next = col[q + kPrefetchAhead];
-        if (do_dst) p.prefetch_source(next);
-        if (do_src) {
-          p.prefetch_destination(next);
-          prefetch_row(b.grad_out + next * heads * dim, heads * dim);
-        }
-      }
-      for (int64_t h = 0; h < heads && do_dst; ++h) {  // edge m -> n at CSR position q
-        acc_t wc, g;
-        edge_grad(n, m, q, h, wc, g);
-        acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(q, h) : nullptr;
-        p.dst_grad(n, h, s.z.data(), g, s.row_dst.data() + h * dim,
+  for (int64_t i = begin; i < end; ++i) {
+    for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+      const int64_t j = col[e];
+      if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
+      for (int64_t h = 0; h < heads; ++h) {
+        const acc_t logit = p.logit(i, j, e, h, s.z.data());
+        const acc_t alpha = std::exp(logit - b.lse[i * heads + h]);
+        const acc_t wc = alpha * drop.factor<acc_t>(e, h);
+        const acc_t* dout = b.grad_out + (i * heads + h) * dim;
+        const acc_t dval =
+            wc != 0 ? dot(dout, p.value(j, e, h, s.value.data()), dim) : acc_t(0);
+        // In double, rounded once: the two terms nearly cancel.
+        const acc_t g =
+            acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
+        acc_t* saved = b.edge_grads + (int64_t(e) * heads + h) * 2;
+        saved[0] = g;
+        saved[1] = wc;
+        if (Policy::kSavesSigns)
+          p.save_signs(s.z.data(), b.signs + (int64_t(e) * heads + h) * b.sign_words);
+        acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(e, h) : nullptr;
+        p.dst_grad(i, h, s.z.data(), g, s.row_dst.data() + h * dim,
                    att_part ? att_part + h * dim : s.no_att.data(), ged);
         if (Policy::kEdgeInValues && ged) {
-          const acc_t* dout = b.grad_out + (n * heads + h) * dim;
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) ged[d] += wc * dout[d];
         }
       }
-      for (int64_t h = 0; h < heads && do_src; ++h) {  // edge n -> m at src_perm[q]
-        acc_t wc, g;
-        const int64_t e = src_perm[q];
-        edge_grad(m, n, e, h, wc, g);
-        p.src_grad(m, h, s.z.data(), g, s.row_key.data() + h * dim);
+    }
+    flush_row(s.row_dst, b.grad_dst + i * heads * dim);
+  }
+}
+
+// Source pass over the rows [begin, end) of the transposed CSR (t_rowptr, t_col; the CSR
+// itself for a symmetric graph): row j's out-edge j -> i sits at CSR position t_perm[q], and
+// its saved dLogit and alpha c give the key and value gradients of j, pulled from the
+// destinations (no atomics).
+template <typename acc_t, typename index_t, typename Policy>
+FASTGNN_ALWAYS_INLINE void source_rows(const Policy* policy, const index_t* t_rowptr,
+                                       const index_t* t_col, const index_t* t_perm,
+                                       const BackwardBuffers<acc_t>* buffers,
+                                       BackwardScratch<acc_t>* scratch, int64_t begin,
+                                       int64_t end) {
+  const Policy& p = *policy;
+  const BackwardBuffers<acc_t>& b = *buffers;
+  BackwardScratch<acc_t>& s = *scratch;
+  const int64_t heads = p.heads, dim = p.dim;
+  for (int64_t j = begin; j < end; ++j) {
+    for (index_t q = t_rowptr[j]; q < t_rowptr[j + 1]; ++q) {
+      if (q + kPrefetchAhead < t_rowptr[j + 1]) {
+        const int64_t next = t_col[q + kPrefetchAhead];
+        p.prefetch_destination(next);
+        prefetch_row(b.grad_out + next * heads * dim, heads * dim);
+        prefetch_row(b.edge_grads + int64_t(t_perm[q + kPrefetchAhead]) * heads * 2, heads * 2);
+      }
+      const int64_t i = t_col[q], e = t_perm[q];
+      for (int64_t h = 0; h < heads; ++h) {
+        const acc_t* saved = b.edge_grads + (e * heads + h) * 2;
+        const uint32_t* signs =
+            Policy::kSavesSigns ? b.signs + (e * heads + h) * b.sign_words : nullptr;
+        p.src_grad(i, h, signs, saved[0], s.row_key.data() + h * dim);
+        const acc_t wc = saved[1];
         if (wc != 0) {
-          const acc_t* dout = b.grad_out + (m * heads + h) * dim;
+          const acc_t* dout = b.grad_out + (i * heads + h) * dim;
           double* FASTGNN_RESTRICT gv = s.row_value.data() + h * dim;
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
         }
       }
     }
-    if (do_dst) flush(s.row_dst, b.grad_dst, n);
-    if (do_src && b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
+    if (b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
       for (int64_t k = 0; k < heads * dim; ++k) s.row_key[k] += s.row_value[k];
       std::fill(s.row_value.begin(), s.row_value.end(), 0.0);
-      flush(s.row_key, b.grad_key, n);
-    } else if (do_src) {
-      flush(s.row_key, b.grad_key, n);
-      flush(s.row_value, b.grad_value, n);
+      flush_row(s.row_key, b.grad_key + j * heads * dim);
+    } else {
+      flush_row(s.row_key, b.grad_key + j * heads * dim);
+      flush_row(s.row_value, b.grad_value + j * heads * dim);
     }
   }
 }
 
-// One backward pass over the rows of (rowptr, col). With do_dst, row n is a destination and
-// edge q (source col[q]) gives the destination-side gradients; with do_src, row n is a source
-// of edge src_perm[q] into destination col[q] (a transposed CSR, or the CSR itself when the
-// graph is symmetric) and gives the source-side gradients. Each row is written by one thread.
+// The backward: the destination pass over the CSR, then the source pass over its transpose.
+// Each row is written by one thread, so the result is the same for any thread count.
 template <typename acc_t, typename index_t, typename Policy>
-void attention_backward_pass(const Policy& p, const index_t* rowptr, const index_t* col,
-                             const index_t* src_perm, int64_t rows, bool do_dst, bool do_src,
-                             int64_t chunk_rows, const DropoutSpec& drop,
-                             const BackwardBuffers<acc_t>& b) {
+void attention_backward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
+                        const index_t* t_rowptr, const index_t* t_col, const index_t* t_perm,
+                        int64_t sources, int64_t chunk_rows, const DropoutSpec& drop,
+                        const BackwardBuffers<acc_t>& b) {
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const int64_t source_chunks = (sources + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel num_threads(num_threads())
   {
     BackwardScratch<acc_t> scratch(p.heads, p.dim);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
-      double* att_part = b.grad_att && do_dst ? b.grad_att + c * p.heads * p.dim : nullptr;
-      on_best_isa<backward_rows<acc_t, index_t, Policy>>(
-          &p, rowptr, col, src_perm, do_dst, do_src, &drop, &b, &scratch, att_part,
-          c * chunk_rows, std::min(rows, (c + 1) * chunk_rows));
+      double* att_part = b.grad_att ? b.grad_att + c * p.heads * p.dim : nullptr;
+      on_best_isa<destination_rows<acc_t, index_t, Policy>>(
+          &p, rowptr, col, &drop, &b, &scratch, att_part, c * chunk_rows,
+          std::min(rows, (c + 1) * chunk_rows));
+    }  // the implicit barrier: every edge's dLogit is saved before the source pass reads it
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < source_chunks; ++c) {
+      on_best_isa<source_rows<acc_t, index_t, Policy>>(
+          &p, t_rowptr, t_col, t_perm, &b, &scratch, c * kRowChunk,
+          std::min(sources, (c + 1) * kRowChunk));
     }
   }
 }
@@ -519,28 +587,33 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   auto t_perm_c = t_perm.contiguous();
   const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
+  // What the destination pass leaves per (edge, head) for the source pass: dLogit and alpha c,
+  // and for policies that need it the signs of z, one bit per feature.
+  const int64_t sign_words = (in.dim + 31) / 32;
+  auto edge_grads = at::empty({in.col.numel(), in.heads, 2}, at::TensorOptions().dtype(in.acc));
+  at::Tensor signs;
   dispatch(in, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
     const auto policy = make_policy(acc_t{}, index_t{});
+    using Policy = std::decay_t<decltype(policy)>;
+    if (Policy::kSavesSigns)
+      signs = at::empty({in.col.numel(), in.heads, sign_words},
+                        at::TensorOptions().dtype(at::kInt));
     auto ptr = [](at::Tensor& t) { return t.defined() ? t.data_ptr<acc_t>() : nullptr; };
     double* att = grads.att_partial.defined() ? grads.att_partial.data_ptr<double>() : nullptr;
+    uint32_t* sign_ptr =
+        signs.defined() ? reinterpret_cast<uint32_t*>(signs.data_ptr<int32_t>()) : nullptr;
     const BackwardBuffers<acc_t> bufs{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
                                       delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
-                                      ptr(grads.value), att, ptr(grads.edge)};
+                                      ptr(grads.value), att, ptr(grads.edge),
+                                      edge_grads.data_ptr<acc_t>(), sign_ptr, sign_words};
     const index_t* rowptr = in.rowptr.data_ptr<index_t>();
     const index_t* col = in.col.data_ptr<index_t>();
-    const index_t* perm = t_perm_c.data_ptr<index_t>();
-    if (symmetric) {
-      attention_backward_pass<acc_t, index_t>(policy, rowptr, col, perm, in.rows, true, true,
-                                              chunk_rows, drop, bufs);
-      return;
-    }
-    attention_backward_pass<acc_t, index_t>(policy, rowptr, col, perm, in.rows, true, false,
-                                            chunk_rows, drop, bufs);
-    attention_backward_pass<acc_t, index_t>(policy, t_rowptr->data_ptr<index_t>(),
-                                            t_col->data_ptr<index_t>(), perm, num_src, false,
-                                            true, chunk_rows, drop, bufs);
+    attention_backward<acc_t, index_t>(
+        policy, rowptr, col, in.rows, symmetric ? rowptr : t_rowptr->data_ptr<index_t>(),
+        symmetric ? col : t_col->data_ptr<index_t>(), t_perm_c.data_ptr<index_t>(), num_src,
+        chunk_rows, drop, bufs);
   });
 }
 
