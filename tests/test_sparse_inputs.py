@@ -68,6 +68,21 @@ def test_sparse_product_matches_dense(device, density):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("block", [1, 37, 120 * 300])  # entries per conversion block
+def test_csr_conversion_by_blocks(device, block, monkeypatch):
+    monkeypatch.setattr(sparse_input, "CONVERSION_BLOCK", block)
+    x = sparse_features(300, 120, 0.05, device=device)
+    x[7] = 0  # an empty row, and one that is all non-zero
+    x[11] = torch.rand(120, device=device) + 1
+    features = SparseFeatures.from_dense(x)
+    want = x.to_sparse_csr()
+    assert torch.equal(features.graph.rowptr.long(), want.crow_indices())
+    assert torch.equal(features.graph.col.long(), want.col_indices())
+    assert torch.equal(features.values, want.values())
+    assert features.graph.num_src_nodes == 120
+
+
+@pytest.mark.parametrize("device", devices())
 def test_input_gradient_is_the_dense_one(device):
     x = sparse_features(80, 40, 0.05, device=device).requires_grad_()
     layer = torch.nn.Linear(40, 8).to(device)

@@ -27,6 +27,7 @@ from fastgnn.graph import Graph
 from fastgnn.ops.spmm import spmm
 
 MAX_DENSITY = 0.5  # above it the layer stays dense without measuring
+CONVERSION_BLOCK = 1 << 24  # feature entries converted to CSR at a time
 
 
 def feature_density(x: torch.Tensor) -> float:
@@ -53,15 +54,23 @@ class SparseFeatures:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
             raise ValueError("x must be a 2-D floating-point tensor [num_nodes, num_features]")
         x = x.detach()
-        nonzero = x != 0
-        index = nonzero.nonzero()  # row-major: already in CSR order
+        # A block of rows at a time: a whole-matrix mask and nonzero() would hold transients
+        # of several times the features' own size (Coauthor-CS: 476 MiB of features).
+        rows = max(1, CONVERSION_BLOCK // max(1, x.shape[1]))
+        counts, columns, values = [], [], []
+        for block in x.split(rows):
+            index = (block != 0).nonzero()  # row-major: already in CSR order
+            counts.append(torch.bincount(index[:, 0], minlength=block.shape[0]))
+            columns.append(index[:, 1])
+            values.append(block[index[:, 0], index[:, 1]])
         rowptr = torch.zeros(x.shape[0] + 1, dtype=torch.int64, device=x.device)
-        torch.cumsum(nonzero.sum(1), 0, out=rowptr[1:])
-        index_dtype = torch.int32 if max(index.shape[0], x.shape[0], x.shape[1]) < 2**31 \
+        if counts:
+            torch.cumsum(torch.cat(counts), 0, out=rowptr[1:])
+        col = torch.cat(columns) if columns else rowptr.new_empty(0)
+        index_dtype = torch.int32 if max(col.numel(), x.shape[0], x.shape[1]) < 2**31 \
             else torch.int64
-        graph = Graph(rowptr.to(index_dtype), index[:, 1].to(index_dtype), x.shape[1],
-                      _trusted=True)
-        return cls(graph, x[nonzero])
+        graph = Graph(rowptr.to(index_dtype), col.to(index_dtype), x.shape[1], _trusted=True)
+        return cls(graph, torch.cat(values) if values else x.new_empty(0))
 
     @property
     def density(self) -> float:
