@@ -255,17 +255,15 @@ struct ForwardScratch {
 };
 
 template <typename acc_t, typename index_t, typename Policy>
-FASTGNN_ALWAYS_INLINE void forward_rows(const Policy* policy, const index_t* rowptr,
-                                        const index_t* col, const DropoutSpec* dropout,
-                                        acc_t* out, acc_t* lse, ForwardScratch<acc_t>* scratch,
+FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
+                                        const index_t* col, const DropoutSpec& drop, acc_t* out,
+                                        acc_t* lse, ForwardScratch<acc_t>& scratch,
                                         int64_t begin, int64_t end) {
-  const Policy& p = *policy;
-  const DropoutSpec& drop = *dropout;
   const int64_t heads = p.heads, dim = p.dim;
   const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
-  acc_t* FASTGNN_RESTRICT acc = scratch->acc.data();
-  acc_t* peak = scratch->peak.data();
-  acc_t* total = scratch->total.data();
+  acc_t* FASTGNN_RESTRICT acc = scratch.acc.data();
+  acc_t* peak = scratch.peak.data();
+  acc_t* total = scratch.total.data();
   for (int64_t i = begin; i < end; ++i) {
     std::fill(acc, acc + heads * dim, acc_t(0));
     std::fill(peak, peak + heads, neg_inf);
@@ -274,7 +272,7 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy* policy, const index_t* row
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t logit = p.logit(i, j, e, h, scratch->z.data());
+        const acc_t logit = p.logit(i, j, e, h, scratch.z.data());
         acc_t* FASTGNN_RESTRICT a = acc + h * dim;
         if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
           const acc_t corr = std::exp(peak[h] - logit);
@@ -287,7 +285,7 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy* policy, const index_t* row
         total[h] += w;
         const acc_t wc = w * drop.factor<acc_t>(e, h);
         if (wc != 0) {
-          const acc_t* FASTGNN_RESTRICT val = p.value(j, e, h, scratch->value.data());
+          const acc_t* FASTGNN_RESTRICT val = p.value(j, e, h, scratch.value.data());
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
         }
@@ -315,7 +313,7 @@ void attention_forward(const Policy& p, const index_t* rowptr, const index_t* co
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       on_best_isa<forward_rows<acc_t, index_t, Policy>>(
-          &p, rowptr, col, &drop, out, lse, &scratch, c * kRowChunk,
+          p, rowptr, col, drop, out, lse, scratch, c * kRowChunk,
           std::min(rows, (c + 1) * kRowChunk));
     }
   }
@@ -366,15 +364,11 @@ FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, double* out) {
 // log-sum-exp, gives the destination-side gradients, and saves dLogit, alpha c and the signs
 // for the source pass. att_part receives this chunk's share of the att gradient, or is null.
 template <typename acc_t, typename index_t, typename Policy>
-FASTGNN_ALWAYS_INLINE void destination_rows(const Policy* policy, const index_t* rowptr,
-                                            const index_t* col, const DropoutSpec* dropout,
-                                            const BackwardBuffers<acc_t>* buffers,
-                                            BackwardScratch<acc_t>* scratch, double* att_part,
+FASTGNN_ALWAYS_INLINE void destination_rows(const Policy& p, const index_t* rowptr,
+                                            const index_t* col, const DropoutSpec& drop,
+                                            const BackwardBuffers<acc_t>& b,
+                                            BackwardScratch<acc_t>& s, double* att_part,
                                             int64_t begin, int64_t end) {
-  const Policy& p = *policy;
-  const DropoutSpec& drop = *dropout;
-  const BackwardBuffers<acc_t>& b = *buffers;
-  BackwardScratch<acc_t>& s = *scratch;
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t i = begin; i < end; ++i) {
     for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
@@ -413,14 +407,10 @@ FASTGNN_ALWAYS_INLINE void destination_rows(const Policy* policy, const index_t*
 // its saved dLogit and alpha c give the key and value gradients of j, pulled from the
 // destinations (no atomics).
 template <typename acc_t, typename index_t, typename Policy>
-FASTGNN_ALWAYS_INLINE void source_rows(const Policy* policy, const index_t* t_rowptr,
+FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
                                        const index_t* t_col, const index_t* t_perm,
-                                       const BackwardBuffers<acc_t>* buffers,
-                                       BackwardScratch<acc_t>* scratch, int64_t begin,
-                                       int64_t end) {
-  const Policy& p = *policy;
-  const BackwardBuffers<acc_t>& b = *buffers;
-  BackwardScratch<acc_t>& s = *scratch;
+                                       const BackwardBuffers<acc_t>& b, BackwardScratch<acc_t>& s,
+                                       int64_t begin, int64_t end) {
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t j = begin; j < end; ++j) {
     for (index_t q = t_rowptr[j]; q < t_rowptr[j + 1]; ++q) {
@@ -472,13 +462,13 @@ void attention_backward(const Policy& p, const index_t* rowptr, const index_t* c
     for (int64_t c = 0; c < chunks; ++c) {
       double* att_part = b.grad_att ? b.grad_att + c * p.heads * p.dim : nullptr;
       on_best_isa<destination_rows<acc_t, index_t, Policy>>(
-          &p, rowptr, col, &drop, &b, &scratch, att_part, c * chunk_rows,
+          p, rowptr, col, drop, b, scratch, att_part, c * chunk_rows,
           std::min(rows, (c + 1) * chunk_rows));
     }  // the implicit barrier: every edge's dLogit is saved before the source pass reads it
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < source_chunks; ++c) {
       on_best_isa<source_rows<acc_t, index_t, Policy>>(
-          &p, t_rowptr, t_col, t_perm, &b, &scratch, c * kRowChunk,
+          p, t_rowptr, t_col, t_perm, b, scratch, c * kRowChunk,
           std::min(sources, (c + 1) * kRowChunk));
     }
   }

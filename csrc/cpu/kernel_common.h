@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 namespace fastgnn {
 namespace cpu {
@@ -90,23 +91,23 @@ inline bool cpu_has_avx2() { return false; }
 // Body must be FASTGNN_ALWAYS_INLINE (and so must what it calls in its hot loops), so that each
 // clone inlines its own copy; OpenMP regions stay outside (GCC outlines them before inlining).
 template <auto Body, typename... Args>
-void on_baseline_isa(Args... args) {
-  Body(args...);
+void on_baseline_isa(Args&&... args) {
+  Body(std::forward<Args>(args)...);
 }
 
 #if FASTGNN_HAVE_AVX2_CLONE
 template <auto Body, typename... Args>
-FASTGNN_TARGET_AVX2 void on_avx2(Args... args) {
-  Body(args...);
+FASTGNN_TARGET_AVX2 void on_avx2(Args&&... args) {
+  Body(std::forward<Args>(args)...);
 }
 #endif
 
 template <auto Body, typename... Args>
-void on_best_isa(Args... args) {
+void on_best_isa(Args&&... args) {
 #if FASTGNN_HAVE_AVX2_CLONE
-  if (cpu_has_avx2()) return on_avx2<Body>(args...);
+  if (cpu_has_avx2()) return on_avx2<Body>(std::forward<Args>(args)...);
 #endif
-  on_baseline_isa<Body>(args...);
+  on_baseline_isa<Body>(std::forward<Args>(args)...);
 }
 
 }  // namespace cpu
