@@ -160,6 +160,11 @@ def test_compare_output(tmp_path, capsys, device):
     assert table[-4].startswith("| backend | test_acc | time / epoch (ms) |")
     assert table[-2].startswith("| pyg | ") and table[-1].startswith("| fastgnn | ")
     assert "| backend | test_acc" in capsys.readouterr().out
+    # the same --out again: the runs are replaced, not refused
+    again = compare(["--config", str(config), "--backends", "pyg", "--seeds", "0",
+                     "--out", str(out)])
+    first = next(r for r in saved["runs"] if r["backend"] == "pyg" and r["seed"] == 0)
+    assert again["runs"][0]["metrics"] == first["metrics"]
 
 
 def test_compare_bad_arguments(capsys):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import threading
 import time
@@ -111,6 +112,8 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
     """Fits and tests ``config`` under ``backend`` and ``seed`` (on split ``seed`` with
     ``split_per_seed``); returns the run's record."""
     run_dir = os.path.join(out_dir, "runs", f"{backend}-seed{seed}")
+    shutil.rmtree(run_dir, ignore_errors=True)  # a re-run replaces the run (Lightning refuses
+    # to write its config over an earlier one, and old checkpoints would sit beside the new)
     with warnings.catch_warnings():
         # LightningCLI warns when it gets args while sys.argv has some: here, on purpose.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
