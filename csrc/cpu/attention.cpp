@@ -114,7 +114,7 @@ struct Gatv2 {
 
   // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z).
   FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z,
-                                      acc_t g, double* FASTGNN_RESTRICT grad_dst,
+                                      double g, double* FASTGNN_RESTRICT grad_dst,
                                       double* FASTGNN_RESTRICT grad_att,
                                       acc_t* FASTGNN_RESTRICT grad_edge) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
@@ -125,7 +125,7 @@ struct Gatv2 {
     }
     if (grad_edge) {
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = g * a[d] * leaky_slope(z[d]);
+      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = acc_t(g * a[d] * leaky_slope(z[d]));
     }
   }
 
@@ -145,7 +145,7 @@ struct Gatv2 {
 
   // Source side: x_src gets dz (its value gradient is added by the caller).
   FASTGNN_ALWAYS_INLINE void src_grad(int64_t /*i*/, int64_t h,
-                                      const uint32_t* FASTGNN_RESTRICT signs, acc_t g,
+                                      const uint32_t* FASTGNN_RESTRICT signs, double g,
                                       double* FASTGNN_RESTRICT grad_key) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
     for (int64_t w = 0; w * 32 < dim; ++w) {
@@ -213,24 +213,24 @@ struct DotProduct {
     return scratch;
   }
 
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g,
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, double g,
                                       double* grad_q, double* /*att*/, acc_t* grad_edge) const {
-    const acc_t gs = g * scale;
+    const double gs = g * scale;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_q[d] += gs * z[d];
     if (grad_edge) {
       const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = gs * qi[d];
+      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = acc_t(gs * qi[d]);
     }
   }
 
   static constexpr bool kSavesSigns = false;
   FASTGNN_ALWAYS_INLINE void save_signs(const acc_t* /*z*/, uint32_t* /*signs*/) const {}
 
-  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const uint32_t* /*signs*/, acc_t g,
+  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const uint32_t* /*signs*/, double g,
                                       double* grad_k) const {
-    const acc_t gs = g * scale;
+    const double gs = g * scale;
     const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_k[d] += gs * qi[d];
@@ -331,7 +331,7 @@ struct BackwardBuffers {
   acc_t* grad_value;      // x_src or v, [S, H, D]
   double* grad_att;       // [chunks, H, D] per-chunk partials (GATv2), or null
   acc_t* grad_edge;       // [E, H, D] input edge order, or null
-  acc_t* edge_grads;      // [E, H, 2]: dLogit and alpha c
+  double* edge_grads;     // [E, H, 2]: dLogit and alpha c
   uint32_t* signs;        // [E, H, sign_words]: z > 0 (GATv2), or null
   int64_t sign_words;
 };
@@ -342,10 +342,10 @@ struct BackwardBuffers {
 template <typename acc_t>
 struct BackwardScratch {
   std::vector<acc_t> z, value;
-  std::vector<double> row_dst, row_key, row_value, no_att;
+  std::vector<double> row_dst, row_att, row_key, row_value, alpha_sum;
   BackwardScratch(int64_t heads, int64_t dim)
-      : z(dim), value(dim), row_dst(heads * dim), row_key(heads * dim),
-        row_value(heads * dim), no_att(dim) {}
+      : z(dim), value(dim), row_dst(heads * dim), row_att(heads * dim), row_key(heads * dim),
+        row_value(heads * dim), alpha_sum(heads) {}
 };
 
 // Adds a row's double sums into a gradient buffer and clears them.
@@ -360,6 +360,42 @@ FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, double* out) {
   std::fill(sums.begin(), sums.end(), 0.0);
 }
 
+// The saved lse is rounded to acc_t, so a row's recomputed alphas sum to 1 + O(|lse| eps)
+// rather than 1, an error that dominated the x_src bias gradient. Everything the row gave is
+// linear in its alphas, so dividing it by their sum (in double) removes that error: the row's
+// x_dst and att sums, its saved dLogits and alpha c, and its edge-term gradients.
+template <typename acc_t, typename index_t, typename Policy>
+FASTGNN_ALWAYS_INLINE void normalize_row(const Policy& p, const index_t* rowptr, int64_t i,
+                                         const BackwardBuffers<acc_t>& b,
+                                         BackwardScratch<acc_t>& s, double* att_part) {
+  const int64_t heads = p.heads, dim = p.dim;
+  for (int64_t h = 0; h < heads; ++h) {
+    const double inv = s.alpha_sum[h] > 0 ? 1.0 / s.alpha_sum[h] : 0.0;
+    s.alpha_sum[h] = inv;
+    double* dst = s.row_dst.data() + h * dim;
+    double* att = s.row_att.data() + h * dim;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) dst[d] *= inv;
+    if (att_part) {
+#pragma omp simd
+      for (int64_t d = 0; d < dim; ++d) att_part[h * dim + d] += att[d] * inv;
+    }
+    std::fill(att, att + dim, 0.0);
+  }
+  for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const double inv = s.alpha_sum[h];
+      double* saved = b.edge_grads + (int64_t(e) * heads + h) * 2;
+      saved[0] *= inv;
+      saved[1] *= inv;
+      if (b.grad_edge) {
+        acc_t* ged = b.grad_edge + p.edge.at(e, h);
+        for (int64_t d = 0; d < dim; ++d) ged[d] = acc_t(ged[d] * inv);
+      }
+    }
+  }
+}
+
 // Destination pass over CSR rows [begin, end): recomputes each in-edge's logit from the saved
 // log-sum-exp, gives the destination-side gradients, and saves dLogit, alpha c and the signs
 // for the source pass. att_part receives this chunk's share of the att gradient, or is null.
@@ -371,33 +407,36 @@ FASTGNN_ALWAYS_INLINE void destination_rows(const Policy& p, const index_t* rowp
                                             int64_t begin, int64_t end) {
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t i = begin; i < end; ++i) {
+    std::fill(s.alpha_sum.begin(), s.alpha_sum.end(), 0.0);
     for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
       for (int64_t h = 0; h < heads; ++h) {
         const acc_t logit = p.logit(i, j, e, h, s.z.data());
-        const acc_t alpha = std::exp(logit - b.lse[i * heads + h]);
-        const acc_t wc = alpha * drop.factor<acc_t>(e, h);
+        // alpha, alpha c and dLogit in double, kept so for both passes: dLogit's two terms
+        // nearly cancel, and so do a destination's dLogits (their sum is 0 without dropout).
+        const double alpha = std::exp(double(logit) - double(b.lse[i * heads + h]));
+        s.alpha_sum[h] += alpha;
+        const double wc = alpha * drop.factor<double>(e, h);
         const acc_t* dout = b.grad_out + (i * heads + h) * dim;
         const acc_t dval =
             wc != 0 ? dot(dout, p.value(j, e, h, s.value.data()), dim) : acc_t(0);
-        // In double, rounded once: the two terms nearly cancel.
-        const acc_t g =
-            acc_t(double(wc) * double(dval) - double(alpha) * double(b.delta[i * heads + h]));
-        acc_t* saved = b.edge_grads + (int64_t(e) * heads + h) * 2;
+        const double g = wc * double(dval) - alpha * double(b.delta[i * heads + h]);
+        double* saved = b.edge_grads + (int64_t(e) * heads + h) * 2;
         saved[0] = g;
         saved[1] = wc;
         if (Policy::kSavesSigns)
           p.save_signs(s.z.data(), b.signs + (int64_t(e) * heads + h) * b.sign_words);
         acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(e, h) : nullptr;
-        p.dst_grad(i, h, s.z.data(), g, s.row_dst.data() + h * dim,
-                   att_part ? att_part + h * dim : s.no_att.data(), ged);
+        p.dst_grad(i, h, s.z.data(), g, s.row_dst.data() + h * dim, s.row_att.data() + h * dim,
+                   ged);
         if (Policy::kEdgeInValues && ged) {
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) ged[d] += wc * dout[d];
         }
       }
     }
+    normalize_row(p, rowptr, i, b, s, att_part);
     flush_row(s.row_dst, b.grad_dst + i * heads * dim);
   }
 }
@@ -422,11 +461,11 @@ FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
       }
       const int64_t i = t_col[q], e = t_perm[q];
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t* saved = b.edge_grads + (e * heads + h) * 2;
+        const double* saved = b.edge_grads + (e * heads + h) * 2;
         const uint32_t* signs =
             Policy::kSavesSigns ? b.signs + (e * heads + h) * b.sign_words : nullptr;
         p.src_grad(i, h, signs, saved[0], s.row_key.data() + h * dim);
-        const acc_t wc = saved[1];
+        const acc_t wc = acc_t(saved[1]);
         if (wc != 0) {
           const acc_t* dout = b.grad_out + (i * heads + h) * dim;
           double* FASTGNN_RESTRICT gv = s.row_value.data() + h * dim;
@@ -580,7 +619,8 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   // What the destination pass leaves per (edge, head) for the source pass: dLogit and alpha c,
   // and for policies that need it the signs of z, one bit per feature.
   const int64_t sign_words = (in.dim + 31) / 32;
-  auto edge_grads = at::empty({in.col.numel(), in.heads, 2}, at::TensorOptions().dtype(in.acc));
+  auto edge_grads =
+      at::empty({in.col.numel(), in.heads, 2}, at::TensorOptions().dtype(at::kDouble));
   at::Tensor signs;
   dispatch(in, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
@@ -597,7 +637,7 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
     const BackwardBuffers<acc_t> bufs{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
                                       delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
                                       ptr(grads.value), att, ptr(grads.edge),
-                                      edge_grads.data_ptr<acc_t>(), sign_ptr, sign_words};
+                                      edge_grads.data_ptr<double>(), sign_ptr, sign_words};
     const index_t* rowptr = in.rowptr.data_ptr<index_t>();
     const index_t* col = in.col.data_ptr<index_t>();
     attention_backward<acc_t, index_t>(
