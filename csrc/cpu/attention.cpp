@@ -371,7 +371,7 @@ FASTGNN_ALWAYS_INLINE void normalize_row(const Policy& p, const index_t* rowptr,
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t h = 0; h < heads; ++h) {
     const double inv = s.alpha_sum[h] > 0 ? 1.0 / s.alpha_sum[h] : 0.0;
-    s.alpha_sum[h] = inv;
+    s.alpha_sum[h] = inv;  // from here on, the factor the row's edges get
     double* dst = s.row_dst.data() + h * dim;
     double* att = s.row_att.data() + h * dim;
 #pragma omp simd
