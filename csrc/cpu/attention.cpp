@@ -349,14 +349,10 @@ struct BackwardScratch {
 };
 
 // Adds a row's double sums into a gradient buffer and clears them.
-FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, float* out) {
+template <typename acc_t>
+FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, acc_t* out) {
 #pragma omp simd
-  for (size_t k = 0; k < sums.size(); ++k) out[k] += float(sums[k]);
-  std::fill(sums.begin(), sums.end(), 0.0);
-}
-FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, double* out) {
-#pragma omp simd
-  for (size_t k = 0; k < sums.size(); ++k) out[k] += sums[k];
+  for (size_t k = 0; k < sums.size(); ++k) out[k] += acc_t(sums[k]);
   std::fill(sums.begin(), sums.end(), 0.0);
 }
 

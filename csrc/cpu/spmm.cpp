@@ -127,23 +127,6 @@ FASTGNN_ALWAYS_INLINE void dot_rows(const index_t* rowptr, const index_t* col, c
   }
 }
 
-template <typename scalar_t, typename index_t>
-void dot_rows_baseline(const index_t* rowptr, const index_t* col, const scalar_t* a,
-                       const scalar_t* b, acc_type<scalar_t>* out, int64_t width, int64_t rb,
-                       int64_t re) {
-  dot_rows(rowptr, col, a, b, out, width, rb, re);
-}
-
-#if FASTGNN_HAVE_AVX2_CLONE
-template <typename scalar_t, typename index_t>
-FASTGNN_TARGET_AVX2 void dot_rows_avx2(const index_t* rowptr, const index_t* col,
-                                       const scalar_t* a, const scalar_t* b,
-                                       acc_type<scalar_t>* out, int64_t width, int64_t rb,
-                                       int64_t re) {
-  dot_rows(rowptr, col, a, b, out, width, rb, re);
-}
-#endif
-
 at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& a,
                      const at::Tensor& b) {
   check_csr(rowptr, col, "sddmm");
@@ -158,10 +141,6 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
   if (col.numel() == 0) return out;
   FASTGNN_DISPATCH_INDEX(rowptr.scalar_type(), "sddmm", [&] {
     FASTGNN_DISPATCH_FLOAT(a.scalar_type(), "sddmm", [&] {
-      auto rows_fn = &dot_rows_baseline<scalar_t, index_t>;
-#if FASTGNN_HAVE_AVX2_CLONE
-      if (cpu_has_avx2()) rows_fn = &dot_rows_avx2<scalar_t, index_t>;
-#endif
       const index_t* rp = rowptr.data_ptr<index_t>();
       const index_t* cp = col.data_ptr<index_t>();
       const scalar_t* ap = ac.data_ptr<scalar_t>();
@@ -169,7 +148,7 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
       auto* op = out.data_ptr<acc_type<scalar_t>>();
       const int64_t width = a.size(1);
       parallel_chunks(rows, rows_per_chunk(rows, col.numel()), [&](int64_t rb, int64_t re) {
-        rows_fn(rp, cp, ap, bp, op, width, rb, re);
+        on_best_isa<dot_rows<scalar_t, index_t>>(rp, cp, ap, bp, op, width, rb, re);
       });
     });
   });

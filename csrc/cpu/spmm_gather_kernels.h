@@ -94,30 +94,13 @@ FASTGNN_ALWAYS_INLINE void gather_rows_any(const Gather<scalar_t, index_t>& g, i
   }
 }
 
-// The same loops compiled for the baseline ISA and for AVX2+FMA (see cpu_common.h).
-template <typename scalar_t, typename index_t>
-void gather_rows_baseline(const Gather<scalar_t, index_t>& g, int64_t b, int64_t e) {
-  gather_rows_any(g, b, e);
-}
-
-#if FASTGNN_HAVE_AVX2_CLONE
-template <typename scalar_t, typename index_t>
-FASTGNN_TARGET_AVX2 void gather_rows_avx2(const Gather<scalar_t, index_t>& g, int64_t b,
-                                          int64_t e) {
-  gather_rows_any(g, b, e);
-}
-#endif
-
 }  // namespace gather_detail
 
 template <typename scalar_t, typename index_t>
 void run_gather(const Gather<scalar_t, index_t>& g, int64_t rows) {
-  auto rows_fn = &gather_detail::gather_rows_baseline<scalar_t, index_t>;
-#if FASTGNN_HAVE_AVX2_CLONE
-  if (cpu_has_avx2()) rows_fn = &gather_detail::gather_rows_avx2<scalar_t, index_t>;
-#endif
-  parallel_chunks(rows, rows_per_chunk(rows, int64_t(g.rowptr[rows])),
-                  [&](int64_t b, int64_t e) { rows_fn(g, b, e); });
+  parallel_chunks(rows, rows_per_chunk(rows, int64_t(g.rowptr[rows])), [&](int64_t b, int64_t e) {
+    on_best_isa<gather_detail::gather_rows_any<scalar_t, index_t>>(g, b, e);
+  });
 }
 
 // Explicit instances of run_gather for one feature dtype (both index dtypes).

@@ -89,21 +89,6 @@ FASTGNN_ALWAYS_INLINE void snapshot_rows_body(const SnapshotArgs<scalar_t, index
   }
 }
 
-template <typename scalar_t, typename index_t>
-void snapshot_rows(const SnapshotArgs<scalar_t, index_t>& a, int64_t begin, int64_t end,
-                   int64_t t_begin, int64_t t_end) {
-  snapshot_rows_body(a, begin, end, t_begin, t_end);
-}
-
-#if FASTGNN_HAVE_AVX2_CLONE
-template <typename scalar_t, typename index_t>
-FASTGNN_TARGET_AVX2 void snapshot_rows_avx2(const SnapshotArgs<scalar_t, index_t>& a,
-                                            int64_t begin, int64_t end, int64_t t_begin,
-                                            int64_t t_end) {
-  snapshot_rows_body(a, begin, end, t_begin, t_end);
-}
-#endif
-
 // Features shared by every snapshot: one pass over the rows, all snapshots of a row in turn,
 // so a source's features are read from memory once for all of them. Features of their own per
 // snapshot: a pass per snapshot, which gathers from one [N, F] slice at a time (the cache
@@ -114,10 +99,7 @@ void run_snapshots(const SnapshotArgs<scalar_t, index_t>& a, int64_t nnz) {
   const int64_t chunk = std::clamp<int64_t>(2048 / avg_degree, 1, 256);
   auto pass = [&](int64_t t_begin, int64_t t_end) {
     parallel_chunks(a.num_out, chunk, [&](int64_t begin, int64_t end) {
-#if FASTGNN_HAVE_AVX2_CLONE
-      if (cpu_has_avx2()) return snapshot_rows_avx2(a, begin, end, t_begin, t_end);
-#endif
-      snapshot_rows(a, begin, end, t_begin, t_end);
+      on_best_isa<snapshot_rows_body<scalar_t, index_t>>(a, begin, end, t_begin, t_end);
     });
   };
   if (a.x_tstride == 0) {

@@ -67,8 +67,11 @@ class MiniBatch:
         return memo[1]
 
 
+_HAS_PYG = importlib.util.find_spec("torch_geometric") is not None
+
+
 def _edge_index_for_layers(graph: Graph) -> torch.Tensor:
-    if importlib.util.find_spec("torch_geometric") is None:
+    if not _HAS_PYG:
         return graph.edge_index()  # no PyG layer could read a registration
     from fastgnn.pyg.sampler import registered_edge_index
     return registered_edge_index(graph)
