@@ -166,6 +166,16 @@ def test_no_weight_grad_in_eval(fresh_cache, monkeypatch):
         "sparse_input_linear_fwd/4/float32": "sparse"}
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("block", [1, 37, 120 * 300])  # entries counted at a time
+def test_feature_density_by_blocks(device, block, monkeypatch):
+    monkeypatch.setattr(sparse_input, "CONVERSION_BLOCK", block)
+    x = sparse_features(300, 120, 0.05, device=device)
+    assert feature_density(x) == pytest.approx(float((x != 0).double().mean()), abs=0)
+    assert feature_density(x[:, 0]) == float((x[:, 0] != 0).double().mean())
+    assert feature_density(x[3, 5]) == float(x[3, 5] != 0)
+
+
 def test_feature_density_and_bad_inputs():
     assert feature_density(torch.tensor([[0.0, 1.0], [0.0, 0.0]])) == 0.25
     assert feature_density(torch.zeros(0, 3)) == 0.0
