@@ -228,10 +228,15 @@ def within(mean: float, published: Optional[Tuple[float, Optional[float]]]) -> s
 
 
 def summarise(rows: List[Row], records: List[dict]) -> List[dict]:
-    """One summary per row: our mean ± std (sample std, percent) over its completed runs."""
+    """One summary per row: our mean ± std (sample std, percent) over its completed runs,
+    each seed's first one (records combined from several runs may repeat a seed)."""
     summaries = {}
     for row in rows:
-        done = [r for r in records if r["row"] == row.key and r["status"] == "done"]
+        first_runs = {}
+        for r in records:
+            if r["row"] == row.key and r["status"] == "done":
+                first_runs.setdefault(r["seed"], r)
+        done = list(first_runs.values())
         values = [primary_value(r["metrics"]) for r in done]
         summary = {"row": row.key, "model": row.model, "dataset": row.dataset,
                    "config": row.config, "overrides": list(row.overrides),
@@ -304,8 +309,8 @@ def parse(argv: Optional[List[str]]):
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds after which no new run starts")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
-    parser.add_argument("--summarise", metavar="JSONL", default=None,
-                        help="write the tables from an earlier run's reproduction.jsonl "
+    parser.add_argument("--summarise", metavar="JSONL", nargs="+", default=None,
+                        help="write the tables from earlier runs' reproduction.jsonl files "
                              "instead of running")
     args, extra = parser.parse_known_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -329,8 +334,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{row.key:45s} {row.config:30s} {row.published} {row.source}")
         return 0
     if args.summarise:
-        with open(args.summarise) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+        records = []
+        for path in args.summarise:
+            with open(path) as f:
+                records += [json.loads(line) for line in f if line.strip()]
         write_results(args.out, rows, records, {"from": args.summarise})
         return 0
     overrides = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",

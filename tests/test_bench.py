@@ -237,6 +237,10 @@ def test_training_steps_run_checked_and_reported(tmp_path):
     assert len(steps) == 4 and all(c["speedup"] > 0 for c in steps)
     table = open(out / jsonl[0].replace(".jsonl", ".md")).read()
     assert "## Training steps" in table and "train-sage-max" in table
+    assert f"| {TINY} | train-gcn | fp32 | pyg+fastgnn.enable |" in table
+    if importlib.util.find_spec("matplotlib"):  # one bar per model and precision
+        assert sorted(p for p in os.listdir(out) if p.endswith(".png")) == [
+            jsonl[0].replace(".jsonl", f"-{name}.png") for name in ("memory", "speedup")]
 
 
 @pytest.mark.gpu
@@ -251,6 +255,9 @@ def test_training_steps_on_cuda_measure_kernel_time_and_cuda_graphs(tmp_path):
         assert 0 < row["busy_ms"] and row["busy_kind"] == "cuda_kernel_time"
     graphed = [r for r in rows if r["implementation"].endswith("cuda-graph")]
     assert len(graphed) == 4 and all(r["check"].startswith("logits match") for r in graphed)
+    assert all(r["peak_mb"] is None for r in graphed)  # the graph's pool is out of sight
+    assert all(c["memory_ratio"] is None for c in report.step_comparisons(rows)
+               if c["implementation"].endswith("cuda-graph"))
 
 
 @pytest.mark.gpu

@@ -86,6 +86,7 @@ def test_summarise_and_markdown():
     unrun = repro.Row("GT", "actor", "gt-heterophilous.yaml")
     records = [_done(gcn.key, 0, test_roc_auc=0.80, test_ap=0.3),
                _done(gcn.key, 1, test_roc_auc=0.84, test_ap=0.3),
+               _done(gcn.key, 0, test_roc_auc=0.99, test_ap=0.3),  # a repeat: not counted
                {"row": gcn.key, "seed": 2, "status": "failed", "error": "boom"},
                {"row": gcn.key, "seed": 3, "status": "skipped"},
                _done(relu.key, 0, test_acc=0.90), _done(relu.key, 1, test_acc=0.92),

@@ -152,12 +152,15 @@ def step_comparisons(rows: Iterable[Dict]) -> List[Dict]:
         if row.get("level") != "step" or row["kind"] != "fastgnn" or row["status"] != "ok":
             continue
         base = stock.get((row["graph"], row["workload"], row["precision"]))
+        # (older records show a CUDA-graph replay's unmeasured peak as 0)
+        peak = row["peak_mb"] if not row["implementation"].endswith("cuda-graph") else None
         found.append({
             "graph": row["graph"], "workload": row["workload"], "precision": row["precision"],
+            "implementation": row["implementation"],
             "stock_ms": base and base["wall_ms"], "wall_ms": row["wall_ms"],
             "busy_ms": row["busy_ms"], "speedup": _ratio(base and base["wall_ms"], row["wall_ms"]),
             "wall_over_busy": _ratio(row["wall_ms"], row["busy_ms"]),
-            "memory_ratio": _ratio(row["peak_mb"], base and base["peak_mb"]),
+            "memory_ratio": _ratio(peak, base and base["peak_mb"]),
         })
     return found
 
@@ -190,13 +193,14 @@ def speedup_table(rows: List[Dict]) -> str:
 
 def step_table(rows: List[Dict]) -> str:
     """Training steps: fastgnn.enable against stock PyG, wall time per step."""
-    lines = [[c["graph"], c["workload"], c["precision"], c["stock_ms"], c["wall_ms"], c["busy_ms"],
-              c["speedup"], c["wall_over_busy"], c["memory_ratio"]]
+    lines = [[c["graph"], c["workload"], c["precision"], c["implementation"], c["stock_ms"],
+              c["wall_ms"], c["busy_ms"], c["speedup"], c["wall_over_busy"], c["memory_ratio"]]
              for c in step_comparisons(rows)]
     if not lines:
         return "_No training-step rows._"
-    return _markdown(["graph", "model", "precision", "stock ms/step", "fastgnn ms/step",
-                      "fastgnn busy ms/step", "speedup", "wall / busy", "memory ratio"], lines)
+    return _markdown(["graph", "model", "precision", "implementation", "stock ms/step",
+                      "fastgnn ms/step", "fastgnn busy ms/step", "speedup", "wall / busy",
+                      "memory ratio"], lines)
 
 
 def results_table(rows: List[Dict]) -> str:
@@ -257,7 +261,8 @@ def table_markdown(rows: List[Dict]) -> str:
 # ---- plots -------------------------------------------------------------------------------------
 def plot(rows: List[Dict], prefix: str) -> List[str]:
     """``<prefix>-speedup.png`` and ``<prefix>-memory.png``: per graph, one bar per workload
-    (best fastgnn row vs the best baseline). Returns the written paths: none without
+    (best fastgnn row vs the best baseline; a run of training steps only: one bar per model
+    and precision, best fastgnn step vs stock). Returns the written paths: none without
     matplotlib (the DGL environment has none; ``bench.py report`` draws them elsewhere)."""
     try:
         import matplotlib
@@ -268,15 +273,22 @@ def plot(rows: List[Dict], prefix: str) -> List[str]:
     from matplotlib import ticker
 
     best: Dict[Tuple[str, str], Dict] = {}
-    for c in comparisons(rows):
-        key = (c["graph"], f"{c['workload']} w{c['width']}")
+    layers = comparisons(rows)
+    for c in layers or step_comparisons(rows):
+        key = (c["graph"], f"{c['workload']} " + (f"w{c['width']}" if layers else c["precision"]))
         if c["speedup"] is not None and (key not in best or c["speedup"] > best[key]["speedup"]):
             best[key] = c
+    if not layers:  # the fastest step may be an unmeasured CUDA-graph replay
+        memory = {(c["graph"], f"{c['workload']} {c['precision']}"): c["memory_ratio"]
+                  for c in step_comparisons(rows) if c["memory_ratio"] is not None}
+        best = {key: {**c, "memory_ratio": memory.get(key)} for key, c in best.items()}
     graphs = list(dict.fromkeys(g for g, _ in best))
     series = list(dict.fromkeys(s for _, s in best))
     paths = []
-    for metric, label, name in (("speedup", "fwd+bwd speedup vs best baseline", "speedup"),
-                                ("memory_ratio", "peak memory / best baseline's", "memory")):
+    versus = "best baseline" if layers else "stock PyG"
+    for metric, label, name in (("speedup", f"{'fwd+bwd' if layers else 'training-step'} "
+                                 f"speedup vs {versus}", "speedup"),
+                                ("memory_ratio", f"peak memory / {versus}'s", "memory")):
         fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(graphs) + 2), 4.5))
         width = 0.8 / max(1, len(series))
         for i, s in enumerate(series):
