@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -48,33 +47,55 @@ auto key_of(scalar_t v) {
   return maxk_order_key(acc_type<scalar_t>(v));
 }
 
-// The k-th largest key by selection on a copy of the row's keys, then one pass in column
-// order keeps the larger keys and the first of the equal ones (ties to the smallest column):
-// O(F) per row, and the kept columns come out ascending without a sort.
+// The k-th largest of a row's keys, bit by bit from the top: a bit stays set when at least k
+// keys reach the candidate (one compare-and-count pass over the row per bit, which the
+// compiler vectorises). A candidate that exactly k keys reach ends the search early: keeping
+// the keys at or above it then keeps exactly those k.
+template <typename key_t>
+FASTGNN_ALWAYS_INLINE key_t kth_largest_key(const key_t* keys, int64_t width, int64_t k) {
+  key_t threshold = 0;
+  for (int bit = 8 * int(sizeof(key_t)) - 1; bit >= 0; --bit) {
+    const key_t candidate = threshold | (key_t(1) << bit);
+    int32_t count = 0;  // width fits in int32 (checked by maxk_cpu)
+    for (int64_t f = 0; f < width; ++f) count += keys[f] >= candidate;
+    if (count >= k) threshold = candidate;
+    if (count == k) break;
+  }
+  return threshold;
+}
+
+// Rows [begin, end): the row's keys, their k-th largest, then one pass in column order keeps
+// the larger keys and the first of the equal ones (ties to the smallest column), so the kept
+// columns come out ascending without a sort. `keys` is a buffer of `width` entries.
+template <typename scalar_t, typename cidx_t, typename key_t>
+FASTGNN_ALWAYS_INLINE void select_row_range(const scalar_t* x, scalar_t* values,
+                                            cidx_t* indices, int64_t width, int64_t k,
+                                            int64_t begin, int64_t end, key_t* keys) {
+  for (int64_t i = begin; i < end; ++i) {
+    const scalar_t* xi = x + i * width;
+    for (int64_t f = 0; f < width; ++f) keys[f] = key_of(xi[f]);
+    const key_t kth = kth_largest_key(keys, width, k);
+    int64_t ties = k;  // how many entries equal to the k-th key are kept
+    for (int64_t f = 0; f < width; ++f) ties -= keys[f] > kth;
+    scalar_t* vi = values + i * k;
+    cidx_t* ci = indices + i * k;
+    for (int64_t f = 0, m = 0; m < k; ++f) {
+      if (keys[f] > kth || (keys[f] == kth && ties-- > 0)) {
+        vi[m] = xi[f];
+        ci[m++] = cidx_t(f);
+      }
+    }
+  }
+}
+
 template <typename scalar_t, typename cidx_t>
 void select_rows(const scalar_t* x, scalar_t* values, cidx_t* indices, int64_t rows,
                  int64_t width, int64_t k) {
   using key_t = decltype(key_of(scalar_t{}));
   parallel_chunks(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
-    std::vector<key_t> keys(width), scratch(width);
-    for (int64_t i = begin; i < end; ++i) {
-      const scalar_t* xi = x + i * width;
-      for (int64_t f = 0; f < width; ++f) keys[f] = key_of(xi[f]);
-      std::copy(keys.begin(), keys.end(), scratch.begin());
-      std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(),
-                       std::greater<key_t>());
-      const key_t kth = scratch[k - 1];
-      int64_t ties = k;  // how many entries equal to the k-th key are kept
-      for (int64_t f = 0; f < width; ++f) ties -= keys[f] > kth;
-      scalar_t* vi = values + i * k;
-      cidx_t* ci = indices + i * k;
-      for (int64_t f = 0, m = 0; m < k; ++f) {
-        if (keys[f] > kth || (keys[f] == kth && ties-- > 0)) {
-          vi[m] = xi[f];
-          ci[m++] = cidx_t(f);
-        }
-      }
-    }
+    std::vector<key_t> keys(width);
+    on_best_isa<select_row_range<scalar_t, cidx_t, key_t>>(x, values, indices, width, k, begin,
+                                                            end, keys.data());
   });
 }
 
