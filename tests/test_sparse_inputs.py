@@ -179,6 +179,8 @@ def test_feature_density_by_blocks(device, block, monkeypatch):
 def test_feature_density_and_bad_inputs():
     assert feature_density(torch.tensor([[0.0, 1.0], [0.0, 0.0]])) == 0.25
     assert feature_density(torch.zeros(0, 3)) == 0.0
+    empty = SparseFeatures.from_dense(torch.zeros(0, 3))  # no rows: an empty CSR
+    assert (empty.graph.num_dst_nodes, empty.graph.num_src_nodes, empty.values.numel()) == (0, 3, 0)
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         feature_density([[0.0]])
     with pytest.raises(TypeError, match="dense"):

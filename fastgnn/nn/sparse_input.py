@@ -16,6 +16,7 @@ them every call would cost as much as it saves.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Optional
 
@@ -41,13 +42,14 @@ def feature_density(x: torch.Tensor) -> float:
     # By row blocks: on CUDA count_nonzero holds about two features' sizes of transients
     # (Coauthor-CS: 1 GiB on top of its 476 MiB of features).
     blocks = x.split(_block_rows(x)) if x.dim() else (x,)
-    return sum(int(torch.count_nonzero(block)) for block in blocks) / x.numel()
+    nonzeros = sum(torch.count_nonzero(block) for block in blocks)  # one host sync, below
+    return int(nonzeros) / x.numel()
 
 
 def _block_rows(x: torch.Tensor) -> int:
     """Rows (along dim 0) of ``x`` per block of at most ``CONVERSION_BLOCK`` entries, at
     least one."""
-    return max(1, CONVERSION_BLOCK // max(1, x[0].numel()))
+    return max(1, CONVERSION_BLOCK // max(1, math.prod(x.shape[1:])))
 
 
 class SparseFeatures:
