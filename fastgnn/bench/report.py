@@ -272,16 +272,19 @@ def plot(rows: List[Dict], prefix: str) -> List[str]:
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
-    best: Dict[Tuple[str, str], Dict] = {}
+    # Per (graph, series): the fastest row's speedup, and the memory ratio of the fastest row
+    # that has one (a training step's fastest row may be a CUDA-graph replay, not measured).
+    ranked: Dict[Tuple[str, str], List[Dict]] = defaultdict(list)
     layers = comparisons(rows)
     for c in layers or step_comparisons(rows):
         key = (c["graph"], f"{c['workload']} " + (f"w{c['width']}" if layers else c["precision"]))
-        if c["speedup"] is not None and (key not in best or c["speedup"] > best[key]["speedup"]):
-            best[key] = c
-    if not layers:  # the fastest step may be an unmeasured CUDA-graph replay
-        memory = {(c["graph"], f"{c['workload']} {c['precision']}"): c["memory_ratio"]
-                  for c in step_comparisons(rows) if c["memory_ratio"] is not None}
-        best = {key: {**c, "memory_ratio": memory.get(key)} for key, c in best.items()}
+        if c["speedup"] is not None:
+            ranked[key].append(c)
+    best = {}
+    for key, found in ranked.items():
+        found.sort(key=lambda c: -c["speedup"])
+        memory = [c["memory_ratio"] for c in found if c["memory_ratio"] is not None]
+        best[key] = {"speedup": found[0]["speedup"], "memory_ratio": memory[0] if memory else None}
     graphs = list(dict.fromkeys(g for g, _ in best))
     series = list(dict.fromkeys(s for _, s in best))
     paths = []
