@@ -30,8 +30,10 @@ ARCH_OPTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def data():
+    # A fresh graph per test: a GPU fit moves the data module's graph to the GPU in place
+    # (PyG's Data.to), and the next test must not inherit that.
     return tiny_csbm()
 
 
@@ -91,13 +93,12 @@ def test_maxk_activation_is_the_reference():
 
 
 @pytest.mark.parametrize("arch", ["maxk-sage", "maxk-gcn", "maxk-gin"])
-def test_maxk_models_run_on_the_fused_layers(arch):
+def test_maxk_models_run_on_the_fused_layers(data, arch):
     """fastgnn swaps every conv fed by MaxK for the fused layer (not the first one without an
     input MLP); a pyg checkpoint loads into it and gives the same outputs; disable undoes it."""
     import fastgnn
     from fastgnn.zoo.models.maxk import FusedGCNConv, FusedGINConv, FusedSAGEConv
-    # Its own data: a GPU fit of the shared fixture leaves that graph on the GPU.
-    graph = tiny_csbm().data
+    graph = data.data
     fused = (FusedSAGEConv, FusedGCNConv, FusedGINConv)
     options = dict(k=4, hidden_channels=16, num_layers=3, dropout=0.3)
     for input_mlp, first_fused in ((True, True), (False, False)):
