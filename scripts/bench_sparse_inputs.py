@@ -4,11 +4,12 @@ training epoch of the zoo's GCN (fastgnn backend) on Coauthor-CS with ``sparse_i
 and on.
 
     python3 scripts/bench_sparse_inputs.py [--device cpu|cuda] [--width 64] [--rounds 5]
-        [--datasets coauthor-cs coauthor-physics amazon-computers cora] [--no-epoch]
+        [--calls N] [--datasets coauthor-cs coauthor-physics amazon-computers cora] [--no-epoch]
 
 Reads ``$FASTGNN_DATA/shchur/*.zip`` (the npz of "Pitfalls of GNN evaluation") and
 ``$FASTGNN_DATA/planetoid/Cora/raw``. Prints a markdown table (first line: device, torch,
-commit); times are medians over rounds in which the variants take turns.
+commit); times are medians over rounds in which the variants take turns, each round timing
+``--calls`` calls of a variant (a sub-millisecond GPU call timed alone is mostly noise).
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def load(name: str):
     raise ValueError(f"unknown dataset {name!r}")
 
 
-def first_layer(name, device, width, rounds):
+def first_layer(name, device, width, rounds, calls):
     x, _, _ = load(name)
     x = x.to(device)
     torch.manual_seed(0)
@@ -84,6 +85,12 @@ def first_layer(name, device, width, rounds):
         w = dense.weight.detach().requires_grad_()
         sparse_linear(features, x, w, dense.bias).sum().backward()
 
+    def repeated(fn):
+        def run():
+            for _ in range(calls):
+                fn()
+        return run
+
     start = time.perf_counter()
     step(swapped)()
     step(swapped)()  # second sight of x: converted, measured, decided
@@ -91,11 +98,13 @@ def first_layer(name, device, width, rounds):
     chosen = swapped.__dict__["_fastgnn_seen"].features
     choice = {k: v for k, v in tuning.choices(chosen.graph).items()
               if k.startswith("sparse_input_linear")} if chosen else {"-": "dense (cut-off)"}
-    times = measure.alternating_medians({"dense": step(dense), "sparse": forced_sparse, "chosen": step(swapped)},
-                    device, rounds)
+    variants = {"dense": step(dense), "sparse": forced_sparse, "chosen": step(swapped)}
+    times = measure.alternating_medians({k: repeated(v) for k, v in variants.items()}, device,
+                                        rounds)
     return {"dataset": name, "nodes": x.shape[0], "features": x.shape[1],
             "density": feature_density(x), "choice": next(iter(choice.values())),
-            "convert_ms": convert_ms, "decide_ms": decide_ms, **times}
+            "convert_ms": convert_ms, "decide_ms": decide_ms,
+            **{k: v / calls for k, v in times.items()}}
 
 
 def gcn_epoch(device, width, rounds, epochs):
@@ -139,16 +148,18 @@ def main():
                         default=["coauthor-cs", "coauthor-physics", "amazon-computers", "cora"])
     parser.add_argument("--no-epoch", action="store_true")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per timed sample")
+    parser.add_argument("--calls", type=int, default=1,
+                        help="first-layer calls per timed sample (10 or more on a GPU)")
     args = parser.parse_args()
     device = torch.device(args.device)
     print(describe_run(device) + f", {torch.get_num_threads()} threads, width {args.width}, "
-          f"{args.rounds} rounds")
+          f"{args.rounds} rounds of {args.calls} calls")
     print()
     print("| dataset | nodes | features | non-zero | switch picks | dense ms | sparse ms | "
           "chosen ms | speedup (chosen vs dense) | CSR build ms | first calls ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.datasets:
-        r = first_layer(name, device, args.width, args.rounds)
+        r = first_layer(name, device, args.width, args.rounds, args.calls)
         print(f"| {r['dataset']} | {r['nodes']} | {r['features']} | {100 * r['density']:.2f}% "
               f"| {r['choice']} | {r['dense']:.2f} | {r['sparse']:.2f} | {r['chosen']:.2f} | "
               f"{r['dense'] / r['chosen']:.2f}x | {r['convert_ms']:.1f} | {r['decide_ms']:.0f} |",
