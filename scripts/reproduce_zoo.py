@@ -10,7 +10,8 @@ Runs go through ``fastgnn.zoo.compare.run_one`` (fit, keeping the best validatio
 test of that checkpoint), one backend (``fastgnn`` by default), in ``--workers`` processes
 that share the machine (on a GPU, they share it too). Jobs are ordered so that the cheap rows
 finish all their seeds first; ``--time-budget`` stops starting new runs after that many
-seconds, and each row reports how many runs it completed. Writes ``reproduction.jsonl`` (one
+seconds, and each row reports how many runs it completed. ``--resume`` leaves out the runs
+that earlier files completed; ``--summarise`` combines the files into one table. Writes ``reproduction.jsonl`` (one
 line per run, as they finish), ``reproduction.json`` and ``reproduction.md`` under ``--out``.
 
 A row is "within" when its mean is at least the published mean minus one published std
@@ -200,10 +201,26 @@ def prepare_data(rows: List[Row], overrides: List[str]) -> None:
                    run=False)
 
 
-def order_jobs(rows: List[Row], seeds: List[int]) -> List[Tuple[Row, int]]:
-    """Cheap rows seed by seed, then the heavy rows seed by seed."""
+def order_jobs(rows: List[Row], seeds: List[int],
+               done: frozenset = frozenset()) -> List[Tuple[Row, int]]:
+    """Cheap rows seed by seed, then the heavy rows seed by seed; (row key, seed) pairs in
+    ``done`` are left out."""
     return [(row, seed) for heavy in (False, True) for seed in seeds
-            for row in rows if row.heavy == heavy]
+            for row in rows if row.heavy == heavy and (row.key, seed) not in done]
+
+
+def completed(records: List[dict]) -> frozenset:
+    """The (row key, seed) pairs of the runs that finished."""
+    return frozenset((r["row"], r["seed"]) for r in records if r["status"] == "done")
+
+
+def read_records(paths: List[str]) -> List[dict]:
+    """The run records of earlier ``reproduction.jsonl`` files, in order."""
+    records = []
+    for path in paths:
+        with open(path) as f:
+            records += [json.loads(line) for line in f if line.strip()]
+    return records
 
 
 # -- aggregation --------------------------------------------------------------------------
@@ -308,6 +325,9 @@ def parse(argv: Optional[List[str]]):
                         help="where the runs keep their checkpoints (default: a temp folder)")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds after which no new run starts")
+    parser.add_argument("--resume", metavar="JSONL", nargs="+", default=(),
+                        help="earlier runs' reproduction.jsonl files: the (row, seed) pairs "
+                             "they completed are not run again")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
     parser.add_argument("--summarise", metavar="JSONL", nargs="+", default=None,
                         help="write the tables from earlier runs' reproduction.jsonl files "
@@ -334,11 +354,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{row.key:45s} {row.config:30s} {row.published} {row.source}")
         return 0
     if args.summarise:
-        records = []
-        for path in args.summarise:
-            with open(path) as f:
-                records += [json.loads(line) for line in f if line.strip()]
-        write_results(args.out, rows, records, {"from": args.summarise})
+        write_results(args.out, rows, read_records(args.summarise), {"from": args.summarise})
         return 0
     overrides = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
                  *args.extra]
@@ -350,8 +366,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     prepare_data(rows, overrides)
     deadline = time.time() + args.time_budget if args.time_budget else float("inf")
+    done = completed(read_records(args.resume))
     jobs = [Job(row, seed, overrides, args.backend, args.work_dir, deadline)
-            for row, seed in order_jobs(rows, args.seeds)]
+            for row, seed in order_jobs(rows, args.seeds, done)]
     print(f"{len(rows)} rows, {len(jobs)} runs, {args.workers} workers", flush=True)
     records, start = [], time.time()
     with open(os.path.join(args.out, "reproduction.jsonl"), "w") as log, \

@@ -3,6 +3,7 @@ and table, on made-up run records (no training)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 
@@ -64,6 +65,19 @@ def test_heavy_rows_run_after_every_cheap_seed():
     heavy = repro.Row("GCN", "tolokers", "gcn-heterophilous.yaml", heavy=True)
     order = repro.order_jobs([heavy, light], [0, 1])
     assert order == [(light, 0), (light, 1), (heavy, 0), (heavy, 1)]
+
+
+def test_resume_leaves_out_completed_runs(tmp_path):
+    light = repro.Row("GCN", "Cora", "gcn-planetoid.yaml")
+    heavy = repro.Row("GCN", "tolokers", "gcn-heterophilous.yaml", heavy=True)
+    earlier = tmp_path / "reproduction.jsonl"
+    earlier.write_text("\n".join(json.dumps(r) for r in [
+        _done(light.key, 0, test_acc=0.8),
+        {"row": heavy.key, "seed": 0, "status": "skipped"},  # not completed: runs again
+        {"row": heavy.key, "seed": 1, "status": "failed", "error": "boom"},
+        _done(heavy.key, 1, test_roc_auc=0.8)]) + "\n")
+    done = repro.completed(repro.read_records([str(earlier)]))
+    assert repro.order_jobs([heavy, light], [0, 1], done) == [(light, 1), (heavy, 0)]
 
 
 @pytest.mark.parametrize("mean, published, verdict", [
