@@ -115,7 +115,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   auto lse_c = lse.to(r.acc).contiguous();
   auto out_c = out.to(r.b.scalar_type()).contiguous();
   // E x H pairs of scalars (the destination pass's dLogit and weight of each edge), so the
-  // source pass recomputes no logits: at most 8 bytes per (edge, head), no E x D tensor.
+  // source pass recomputes no logits: 8 bytes per (edge, head), no E x D tensor. GATv2's fast
+  // path adds z's signs, D bits per (edge, head), so that pass reads no x_dst row either.
   auto scores = at::empty({r.p.heads, r.p.csr.nnz, 2}, r.b.options().dtype(r.acc));
   auto t_perm_c = t_perm.contiguous();
   auto grad_a = at::empty_like(r.a);
@@ -138,6 +139,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   r.p.src_perm = t_perm_c.data_ptr();
   r.p.aligned = r.p.aligned && aligned16(gout) && aligned16(out_c) && aligned16(grad_a) &&
                 aligned16(grad_b) && aligned16(grad_c);
+  const int sign_words = attention_sign_words(r.p);
+  auto sign_bits = at::empty({sign_words ? r.p.heads * r.p.csr.nnz * sign_words : 0},
+                             r.b.options().dtype(at::kInt));
+  r.p.sign_bits = sign_words ? sign_bits.data_ptr() : nullptr;
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || r.b.size(0) == r.p.csr.rows, op, ": a symmetric graph is square");
   int64_t offset = 0;

@@ -9,6 +9,12 @@ int64_t attention_partial_rows(const RowSet& rows) {
   return ceil_div(rows.num_rows, attention::groups_per_block(rows.warps_per_row));
 }
 
+int attention_sign_words(const AttentionParams& p) {
+  if (p.kind != AttentionKind::kGatv2) return 0;
+  const attention::DimPlan plan = attention::plan_dim(p.dim, attention::fast_path_ok(p));
+  return plan.fast_dim == 0 ? 0 : int(ceil_div(plan.fast_dim, kWarp));
+}
+
 void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_t stream) {
   if (p.kind == AttentionKind::kGatv2)
     attention::launch<AttentionKind::kGatv2, false>(p, rows, false, 0, stream);

@@ -58,6 +58,7 @@ struct Args {
   acc_t* att_partial;
   int64_t partial_offset;
   acc_t* scores;
+  uint32_t* sign_bits;
   int64_t num_edges;
 };
 
@@ -477,6 +478,43 @@ __device__ __forceinline__ Packet<acc_t, 2>* score_at(acc_t* scores, int64_t edg
   return reinterpret_cast<Packet<acc_t, 2>*>(scores + 2 * (h * edges + e));
 }
 
+// The GATv2 fast path keeps one bit per feature of each (edge, head): z > 0. Bit
+// k * kLanes + flane (lane flane's k-th feature) of the edge's kD / 32 words (one at D = 16).
+template <int K, int kLanes>
+constexpr int sign_words() { return K * kLanes / 32 > 0 ? K * kLanes / 32 : 1; }
+
+template <int K, int kLanes, typename T, typename I, typename acc_t>
+__device__ __forceinline__ void store_signs(const Args<T, I>& a, int64_t h, int64_t e,
+                                            const acc_t (&z)[K], int sub, int flane) {
+  constexpr int kWords = sign_words<K, kLanes>();
+  constexpr uint32_t kLaneMask = kLanes == 32 ? 0xffffffffu : (1u << kLanes) - 1;
+  Pack<uint32_t, kWords> words;
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) words.v[w] = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {  // every lane of the warp votes (warp-uniform call)
+    const uint32_t mine = (__ballot_sync(0xffffffffu, z[k] > 0) >> (sub * kLanes)) & kLaneMask;
+    words.v[k * kLanes / 32] |= mine << (k * kLanes % 32);
+  }
+  if (flane == 0)
+    *reinterpret_cast<Pack<uint32_t, kWords>*>(a.sign_bits + (h * a.num_edges + e) * kWords) =
+        words;
+}
+
+// This lane's signs of edge e (bit k: its k-th feature's z > 0).
+template <int K, int kLanes, typename T, typename I>
+__device__ __forceinline__ uint32_t load_signs(const Args<T, I>& a, int64_t h, int64_t e,
+                                               int flane) {
+  constexpr int kWords = sign_words<K, kLanes>();
+  const Pack<uint32_t, kWords> words = *reinterpret_cast<const Pack<uint32_t, kWords>*>(
+      a.sign_bits + (h * a.num_edges + e) * kWords);
+  uint32_t signs = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    signs |= ((words.v[k * kLanes / 32] >> (k * kLanes % 32 + flane)) & 1u) << k;
+  return signs;
+}
+
 // kHeads heads a warp (fast path only), kWarp / kHeads lanes each, as in the forward.
 template <AttentionKind kKind, int K, int kD, int kHeads, int kEdges, typename T, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm(K))
@@ -559,6 +597,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           if (a.grad_edge)
             store_frag<K>(a.grad_edge + h * a.dim + edge_pos(a, q) * a.row_stride, f0, a.dim,
                           edge_grad);
+          if constexpr (kGat && kD != 0) store_signs<K, kLanes>(a, h, q, z[u], sub, flane);
           if (flane == 0 && chunk == 0) *score_at(a.scores, a.num_edges, h, q) = {g, wc};
         }
       }
@@ -601,6 +640,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
   const acc_t slope = a.coef;
 
   // grad_src: x_src's gradient (GATv2, key and value terms together) or k's; grad_val: v's.
+  // GATv2's fast path reads z's signs from the destination pass's bits; elsewhere z is
+  // rebuilt from x_dst[i] (+ edge term) and the source's own row.
+  constexpr bool kSigns = kGat && kD != 0;
   acc_t grad_src[K], grad_val[K];
   zero<K>(grad_src);
   zero<K>(grad_val);
@@ -608,7 +650,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
     const LaneView<T> v = lane_view(a, h, f0);
     acc_t att[K], own[K];
     load_att<kKind, K, kD>(a, v, att);
-    if (kGat)
+    if (kGat && !kSigns)
       load_frag<K, kD>(at_row(v.b, j, a), f0, a.dim, own);
     else
       zero<K>(own);
@@ -618,20 +660,27 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
       const I col_mine = s.lane < count ? a.col[base + s.lane] : I(0);
       const I perm_mine = s.lane < count ? a.src_perm[base + s.lane] : I(0);
       for (int t = 0; t < count; t += kEdges) {
-        // Edge u runs j -> i at CSR position e; dst[u] holds x_dst[i] (+ edge term) or q[i].
+        // Edge u runs j -> i at CSR position e; dst[u] holds x_dst[i] (+ edge term) or q[i]
+        // (unused with signs: their bits stand for z).
         acc_t dst[kEdges][K], dout[kEdges][K], g[kEdges], w[kEdges];
+        uint32_t signs[kEdges];
 #pragma unroll
         for (int u = 0; u < kEdges; ++u) {
           // Slots past count repeat the last edge with zero scores.
           const int slot = min(t + u, count - 1);
           const int64_t i = window_col(col_mine, slot);
           const int64_t e = window_col(perm_mine, slot);
-          load_dst_side<K, kD>(a, v, i, true, dst[u], dout[u]);
+          if constexpr (kSigns) {
+            load_frag<K, kD>(at_row(v.grad_out, i, a), f0, a.dim, dout[u]);
+            signs[u] = load_signs<K, kLanes>(a, h, e, s.lane % kLanes);
+          } else {
+            load_dst_side<K, kD>(a, v, i, true, dst[u], dout[u]);
+          }
           const Packet<acc_t, 2> score = *score_at(a.scores, a.num_edges, h, e);
           const bool live = t + u < count;
           g[u] = live ? score.v[0] : acc_t(0);
           w[u] = live ? score.v[1] : acc_t(0);
-          if (kGat && a.edge) {
+          if (kGat && !kSigns && a.edge) {
             acc_t ef[K];
             load_frag<K, kD>(at_row(v.edge, edge_pos(a, e), a), f0, a.dim, ef);
 #pragma unroll
@@ -644,7 +693,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
 #pragma unroll
           for (int k = 0; k < K; ++k) {
             if (kGat) {
-              const acc_t gs = dst[u][k] + own[k] > 0 ? g[u] : g_neg;
+              const bool positive = kSigns ? (signs[u] >> k) & 1u : dst[u][k] + own[k] > 0;
+              const acc_t gs = positive ? g[u] : g_neg;
               grad_src[k] += gs * att[k] + w[u] * dout[u][k];
             } else {
               grad_src[k] += g[u] * slope * dst[u][k];
@@ -691,6 +741,11 @@ inline int groups_per_block(int warps_per_row) { return kWarpsPerBlock / warps_p
 struct DimPlan {
   int k, fast_dim, chunks;
 };
+
+// Vector loads need 16-byte aligned rows; double has no fast path.
+inline bool fast_path_ok(const AttentionParams& p) {
+  return p.aligned && p.type != FloatType::kDouble;
+}
 
 inline DimPlan plan_dim(int64_t dim, bool fast_ok) {
   if (fast_ok && (dim == 16 || dim == 32)) return {1, int(dim), 1};
@@ -752,6 +807,7 @@ Args<T, I> make_args(const AttentionParams& p, const RowSet& rows, int chunks) {
   a.att_partial = static_cast<acc_t*>(p.att_partial);
   a.partial_offset = 0;
   a.scores = static_cast<acc_t*>(p.scores);
+  a.sign_bits = static_cast<uint32_t*>(p.sign_bits);
   a.num_edges = p.csr.nnz;
   return a;
 }
@@ -792,8 +848,7 @@ template <AttentionKind kKind, bool kBackward>
 void launch(const AttentionParams& p, const RowSet& rows, bool source_pass,
             int64_t partial_offset, cudaStream_t stream) {
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
-  const bool fast_ok = p.aligned && p.type != FloatType::kDouble;
-  const DimPlan plan = plan_dim(p.dim, fast_ok);
+  const DimPlan plan = plan_dim(p.dim, fast_path_ok(p));
   // The forward serves two heads a warp at D = 64 and 128 (16 lanes of 2K features each), the
   // backward at D = 64 (at 128 its 8 features a lane would need more registers than its cap).
   const bool pair = (plan.fast_dim == 64 || (!kBackward && plan.fast_dim == 128)) &&

@@ -49,7 +49,14 @@ struct AttentionParams {
   void* grad_edge;
   void* att_partial;       // [partial rows, H, D] float/double, GATv2 destination passes
   void* scores;            // [H, E, 2] float/double: each edge's dLogit and weight, CSR order
+  // [H, E, attention_sign_words(p)] uint32 (GATv2 fast path): the sign of each pre-activation
+  // z, written by the destination pass, so the source pass reads no x_dst or edge-term row.
+  void* sign_bits;
 };
+
+// 32-bit words of z signs per (edge, head) the GATv2 backward keeps (0: it keeps none, and
+// its source pass reloads x_dst instead); p.aligned must already cover the backward's tensors.
+int attention_sign_words(const AttentionParams& p);
 
 // Number of att-gradient partial rows a destination pass over `rows` writes.
 int64_t attention_partial_rows(const RowSet& rows);

@@ -143,8 +143,10 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # Degree-aware launch plans (CUDA): "rows" gives every destination one warp per head, in row
 # order (neighbouring rows share sources on graphs such as road networks); q<quantile>w<warps>
 # gives destinations above that in-degree quantile `warps` warps each and the others one, both
-# lists ordered by falling degree. tuning.choose times the forward with each plan once per graph
-# shape. On the H100 "rows" won on roads-ny, q0.5-0.75 on tolokers, q0.9-0.99 on ogbn-arxiv;
+# lists ordered by falling degree. tuning.choose times each plan once per graph shape: the
+# forward alone, or forward and backward when a backward will run (the backward's passes favour
+# other plans, e.g. Flickr GATv2 4x64: q0.9w8 is the faster forward, q0.99w8 the faster pair).
+# On the H100 "rows" won on roads-ny, q0.5-0.75 on tolokers, q0.9-0.99 on ogbn-arxiv;
 # the default, used untuned, is within 10-20% of the best on all three.
 LAUNCH_PLANS = {"rows": None, "q0.5w8": (0.5, 8), "q0.75w8": (0.75, 8), "q0.9w8": (0.9, 8),
                 "q0.99w8": (0.99, 8)}
@@ -181,18 +183,30 @@ def plan_buckets(g: Graph, plan: str):
     return (light, heavy, warps) if heavy.numel() else (None, None, 1)
 
 
-def _launch(op_name: str, g: Graph, features: torch.Tensor, run):
-    """The tuned launch arguments; run(launch) runs the forward once without autograd."""
+def _launch(op_name: str, g: Graph, op, graph: tuple, args: tuple):
+    """The tuned launch arguments of ``op(*graph, *args, *launch)``: its three features are
+    ``args[:3]`` and its width ``args[1]``'s heads x head dim. With the transposed graph in
+    ``graph`` (a backward will run) the plans are timed forward and backward."""
     if g.device.type != "cuda":
         return plan_buckets(g, DEFAULT_PLAN)
+    training = graph[5] is not None  # t_perm
 
     def candidate(plan):
+        launch = plan_buckets(g, plan)
+
         def go():
-            with torch.no_grad():
-                run(plan_buckets(g, plan))
+            if not training:
+                with torch.no_grad():
+                    op(*graph, *args, *launch)
+                return
+            features = [t.detach().requires_grad_() for t in args[:3]]
+            with torch.enable_grad():
+                out = op(*graph, *features, *args[3:], *launch)[0]
+                torch.autograd.grad(out, features, torch.ones_like(out))
         return go
-    width = features.shape[1] * features.shape[2]
-    plan = tuning.choose(op_name, g, width, features.dtype, features.device,
+    width = args[1].shape[1] * args[1].shape[2]
+    name = op_name + ("_fwd_bwd" if training else "")
+    plan = tuning.choose(name, g, width, args[1].dtype, args[1].device,
                          lambda: {name: candidate(name) for name in LAUNCH_PLANS}, DEFAULT_PLAN)
     return plan_buckets(g, plan)
 
@@ -202,7 +216,7 @@ def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: f
     seed, offset = _draw_seed(dropout)
     graph = structure_args(g, wants_grad(x_dst, x_src, att, edge_term))
     args = (x_dst, x_src, att, edge_term, negative_slope, dropout, seed, offset)
-    launch = _launch("gatv2_attention", g, x_src, lambda plan: _gatv2(*graph, *args, *plan))
+    launch = _launch("gatv2_attention", g, _gatv2, graph, args)
     return _gatv2(*graph, *args, *launch)[0]
 
 
@@ -211,7 +225,7 @@ def _native_gat(g: Graph, x_src, alpha_src, alpha_dst, negative_slope: float, dr
     seed, offset = _draw_seed(dropout)
     graph = structure_args(g, wants_grad(x_src, alpha_src, alpha_dst, alpha_edge))
     args = (alpha_dst, x_src, alpha_src, alpha_edge, negative_slope, dropout, seed, offset)
-    launch = _launch("gat_attention", g, x_src, lambda plan: _gat(*graph, *args, *plan))
+    launch = _launch("gat_attention", g, _gat, graph, args)
     return _gat(*graph, *args, *launch)[0]
 
 
@@ -221,7 +235,7 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     graph = structure_args(g, wants_grad(q, k, v, edge_term))
     args = (q, k, v, edge_term, scale, dropout, seed, offset)
-    launch = _launch("graph_attention", g, k, lambda plan: _graph_attention(*graph, *args, *plan))
+    launch = _launch("graph_attention", g, _graph_attention, graph, args)
     return _graph_attention(*graph, *args, *launch)[0]
 
 
