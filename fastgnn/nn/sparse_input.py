@@ -135,41 +135,44 @@ class _Seen:
 
 
 class SparseInputMixin:
-    """The forward shared by both sparse-input classes (``self.weight``, ``self.bias``)."""
+    """The forward shared by both sparse-input classes (``self.weight``, ``self.bias``).
+
+    A repeated input costs an identity and version check and a dictionary lookup: the input's
+    type, shape, dtype and device were checked when it was first seen."""
 
     def forward(self, x):
-        features = self._sparse_features(x)
-        if features is None or self._choice(features, x) == "dense":
-            return super().forward(x)
-        return sparse_linear(features, x, self.weight, self.bias)
-
-    def _choice(self, features: SparseFeatures, x: torch.Tensor) -> str:
-        """The tuner's pick for this input, kept on the input's cache entry: after the first
-        calls a dense pick costs the stock layer only a dictionary lookup more."""
-        training = torch.is_grad_enabled() and self.weight.requires_grad
-        choices = self.__dict__["_fastgnn_seen"].choices
-        choice = choices.get(training)
-        if choice is None:
-            choice = self._measure(features, x, training)
-            if tuning.can_time(x.device):  # a default given while tracing is not kept
-                choices[training] = choice
-        return choice
-
-    def _sparse_features(self, x) -> Optional[SparseFeatures]:
-        if not (isinstance(x, torch.Tensor) and x.dim() == 2 and x.layout == torch.strided
-                and x.is_floating_point() and x.dtype == self.weight.dtype
-                and x.device == self.weight.device and x.shape[1] == self.weight.shape[1]):
-            return None  # the stock path handles (or rejects) everything else
-        if x.is_inference():  # no version counter to tell an unchanged input: stay dense
-            return None
         seen = self.__dict__.get("_fastgnn_seen")
         if seen is None or not seen.matches(x):
-            self.__dict__["_fastgnn_seen"] = _Seen(x)
-            return None
+            # First sight: remembered if eligible; the stock path handles (or rejects) it.
+            self.__dict__["_fastgnn_seen"] = _Seen(x) if self._eligible(x) else None
+            return super().forward(x)
+        if x.dtype is not self.weight.dtype:  # the layer was cast since: stock behaviour
+            return super().forward(x)
         if seen.features is None:
             dense = x.numel() == 0 or feature_density(x) > MAX_DENSITY
             seen.features = False if dense else SparseFeatures.from_dense(x)
-        return seen.features or None
+        if not seen.features or self._choice(seen, x) == "dense":
+            return super().forward(x)
+        return sparse_linear(seen.features, x, self.weight, self.bias)
+
+    def _eligible(self, x) -> bool:
+        """A dense floating-point feature matrix this layer takes, whose version counter tells
+        an unchanged input (inference tensors have none)."""
+        return (isinstance(x, torch.Tensor) and x.dim() == 2 and x.layout == torch.strided
+                and x.is_floating_point() and x.dtype == self.weight.dtype
+                and x.device == self.weight.device and x.shape[1] == self.weight.shape[1]
+                and not x.is_inference())
+
+    def _choice(self, seen: _Seen, x: torch.Tensor) -> str:
+        """The tuner's pick for this input, kept on the input's cache entry: after the first
+        calls a dense pick costs the stock layer only a dictionary lookup more."""
+        training = torch.is_grad_enabled() and self.weight.requires_grad
+        choice = seen.choices.get(training)
+        if choice is None:
+            choice = self._measure(seen.features, x, training)
+            if tuning.can_time(x.device):  # a default given while tracing is not kept
+                seen.choices[training] = choice
+        return choice
 
     def _measure(self, features: SparseFeatures, x: torch.Tensor, training: bool) -> str:
         weight, bias = self.weight, self.bias
