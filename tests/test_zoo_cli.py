@@ -167,6 +167,23 @@ def test_compare_output(tmp_path, capsys, device):
     assert again["runs"][0]["metrics"] == first["metrics"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA peak memory")
+def test_compare_peak_memory_excludes_what_was_held_before(tmp_path):
+    """A run's CUDA peak counts its own allocations only: not tensors something else (an
+    earlier run's leftovers) holds on the GPU when it starts."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text("trainer:\n  accelerator: gpu\n  max_epochs: 2\n"
+                      "model:\n  arch: gcn\n"
+                      "data:\n  class_path: fastgnn.zoo.data.CSBM\n"
+                      "  init_args: {num_nodes: 80, num_classes: 3, num_channels: 8}\n")
+    held = torch.empty(2**30, dtype=torch.uint8, device="cuda")  # 1 GiB
+    result = compare(["--config", str(config), "--backends", "pyg", "--seeds", "0",
+                      "--out", str(tmp_path / "out")])
+    assert 0 < result["runs"][0]["peak_memory_bytes"] < held.numel() // 4
+    del held
+
+
 def test_compare_bad_arguments(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["compare", "--config", "absent.yaml"])

@@ -6,9 +6,11 @@ Each run is ``fit`` (keeping the best validation epoch) then ``test`` of that ch
 this process. Time per epoch is the median over epochs after the first (which builds caches
 and tunes kernels) of the training steps' wall time (forward, backward, optimizer step;
 CUDA synchronised), without validation or data loading. Peak memory is, on CUDA,
-``torch.cuda.max_memory_allocated`` during ``fit``; on CPU the peak resident set size during
-``fit`` above the one at its start, sampled every 5 ms from ``/proc/self/statm``
-(``ru_maxrss`` cannot be reset between runs of one process).
+``torch.cuda.max_memory_allocated`` during ``fit`` above what was allocated at its start; on
+CPU the peak resident set size during ``fit`` above the one at its start, sampled every 5 ms
+from ``/proc/self/statm`` (``ru_maxrss`` cannot be reset between runs of one process). Each run
+first collects the earlier runs' garbage: Lightning's reference cycles would otherwise keep
+their data on the GPU through the next run.
 
 ``--split_per_seed`` runs seed i on the data module's split i (the heterophilous graphs' fixed
 splits, the Pitfalls random splits), so that "10 seeds" means 10 splits as in those papers.
@@ -16,6 +18,7 @@ splits, the Pitfalls random splits), so that "10 seeds" means 10 splits as in th
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -111,6 +114,7 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
             split_per_seed: bool = False) -> dict:
     """Fits and tests ``config`` under ``backend`` and ``seed`` (on split ``seed`` with
     ``split_per_seed``); returns the run's record."""
+    gc.collect()  # the earlier runs' trainers, models and data, held by reference cycles
     run_dir = os.path.join(out_dir, "runs", f"{backend}-seed{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # a re-run replaces the run (Lightning refuses
     # to write its config over an earlier one, and old checkpoints would sit beside the new)
@@ -124,13 +128,14 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
     timer = EpochTimer()
     cli.trainer.callbacks.append(timer)
     cuda = cli.trainer.strategy.root_device.type == "cuda"
+    device = cli.trainer.strategy.root_device
     if cuda:
         torch.cuda.init()  # the allocator's statistics exist only once CUDA is initialised
-        torch.cuda.reset_peak_memory_stats(cli.trainer.strategy.root_device)
+        torch.cuda.reset_peak_memory_stats(device)
+        held_before = torch.cuda.memory_allocated(device)
     with _RssSampler() as rss:
         cli.trainer.fit(cli.model, cli.datamodule)
-    peak = (torch.cuda.max_memory_allocated(cli.trainer.strategy.root_device) if cuda
-            else rss.increase)
+    peak = (torch.cuda.max_memory_allocated(device) - held_before if cuda else rss.increase)
     best = cli.trainer.checkpoint_callback.best_model_path or None
     tested = cli.trainer.test(cli.model, cli.datamodule, ckpt_path=best, verbose=False)[0]
     return {"backend": backend, "seed": seed, "split": seed if split_per_seed else None,
