@@ -169,7 +169,7 @@ def test_no_weight_grad_in_eval(fresh_cache, monkeypatch):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("block", [1, 37, 120 * 300])  # entries counted at a time
 def test_feature_density_by_blocks(device, block, monkeypatch):
-    monkeypatch.setattr(sparse_input, "CONVERSION_BLOCK", block)
+    monkeypatch.setattr(sparse_input, "DENSITY_BLOCK", block)
     x = sparse_features(300, 120, 0.05, device=device)
     assert feature_density(x) == pytest.approx(float((x != 0).double().mean()), abs=0)
     assert feature_density(x[:, 0]) == float((x[:, 0] != 0).double().mean())

@@ -29,6 +29,7 @@ from fastgnn.ops.spmm import spmm
 
 MAX_DENSITY = 0.5  # above it the layer stays dense without measuring
 CONVERSION_BLOCK = 1 << 24  # feature entries converted to CSR at a time
+DENSITY_BLOCK = 1 << 20  # feature entries counted at a time (CUDA: 9 MiB of transients)
 
 
 def feature_density(x: torch.Tensor) -> float:
@@ -39,18 +40,17 @@ def feature_density(x: torch.Tensor) -> float:
         raise TypeError(f"x must be a dense (strided) tensor, got layout {x.layout}")
     if x.numel() == 0:
         return 0.0
-    # By row blocks: on CUDA count_nonzero holds about two features' sizes of transients
-    # (Coauthor-CS: 1 GiB on top of its 476 MiB of features). Each block's count is read before
-    # the next block starts: with one host sync at the end, a memory trace of the zoo's
-    # Coauthor fit found five blocks' transients (144 MiB) live together.
-    blocks = x.split(_block_rows(x)) if x.dim() else (x,)
-    return sum(int(torch.count_nonzero(block)) for block in blocks) / x.numel()
+    # By small row blocks: CUDA's count_nonzero holds 9 bytes per entry of transients (a bool
+    # mask and its int64 copy for the sum): 144 MiB for a conversion block of 2^24 entries in
+    # the zoo's Coauthor-CS fit, 1 GiB for the whole matrix.
+    blocks = x.split(_block_rows(x, DENSITY_BLOCK)) if x.dim() else (x,)
+    nonzeros = sum(torch.count_nonzero(block) for block in blocks)  # one host sync, below
+    return int(nonzeros) / x.numel()
 
 
-def _block_rows(x: torch.Tensor) -> int:
-    """Rows (along dim 0) of ``x`` per block of at most ``CONVERSION_BLOCK`` entries, at
-    least one."""
-    return max(1, CONVERSION_BLOCK // max(1, math.prod(x.shape[1:])))
+def _block_rows(x: torch.Tensor, entries: int) -> int:
+    """Rows (along dim 0) of ``x`` per block of at most ``entries`` entries, at least one."""
+    return max(1, entries // max(1, math.prod(x.shape[1:])))
 
 
 class SparseFeatures:
@@ -69,7 +69,7 @@ class SparseFeatures:
         # A block of rows at a time: a whole-matrix mask and nonzero() would hold transients
         # of several times the features' own size (Coauthor-CS: 476 MiB of features).
         counts, columns, values = [], [], []
-        for block in x.split(_block_rows(x)):
+        for block in x.split(_block_rows(x, CONVERSION_BLOCK)):
             index = (block != 0).nonzero()  # row-major: already in CSR order
             counts.append(torch.bincount(index[:, 0], minlength=block.shape[0]))
             columns.append(index[:, 1])
