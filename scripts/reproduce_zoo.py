@@ -11,8 +11,9 @@ test of that checkpoint), one backend (``fastgnn`` by default), in ``--workers``
 that share the machine (on a GPU, they share it too). Jobs are ordered so that the cheap rows
 finish all their seeds first; ``--time-budget`` stops starting new runs after that many
 seconds, and each row reports how many runs it completed. ``--resume`` leaves out the runs
-that earlier files completed; ``--summarise`` combines the files into one table. Writes ``reproduction.jsonl`` (one
-line per run, as they finish), ``reproduction.json`` and ``reproduction.md`` under ``--out``.
+that earlier files completed; ``--summarise`` combines the files into one table. Writes
+``reproduction.jsonl`` (one line per run, as they finish), ``reproduction.json`` and
+``reproduction.md`` under ``--out``.
 
 A row is "within" when its mean is at least the published mean minus one published std
 ("within one std, or better", the issue's target). The MaxK rows are compared instead with

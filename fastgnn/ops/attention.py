@@ -205,8 +205,8 @@ def _launch(op_name: str, g: Graph, op, graph: tuple, args: tuple):
                 torch.autograd.grad(out, features, torch.ones_like(out))
         return go
     width = args[1].shape[1] * args[1].shape[2]
-    name = op_name + ("_fwd_bwd" if training else "")
-    plan = tuning.choose(name, g, width, args[1].dtype, args[1].device,
+    timed_op = op_name + ("_fwd_bwd" if training else "")
+    plan = tuning.choose(timed_op, g, width, args[1].dtype, args[1].device,
                          lambda: {name: candidate(name) for name in LAUNCH_PLANS}, DEFAULT_PLAN)
     return plan_buckets(g, plan)
 
