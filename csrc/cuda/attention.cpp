@@ -139,10 +139,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   r.p.src_perm = t_perm_c.data_ptr();
   r.p.aligned = r.p.aligned && aligned16(gout) && aligned16(out_c) && aligned16(grad_a) &&
                 aligned16(grad_b) && aligned16(grad_c);
-  const int sign_words = attention_sign_words(r.p);
-  auto sign_bits = at::empty({sign_words ? r.p.heads * r.p.csr.nnz * sign_words : 0},
-                             r.b.options().dtype(at::kInt));
-  r.p.sign_bits = sign_words ? sign_bits.data_ptr() : nullptr;
+  at::Tensor sign_bits;  // GATv2's fast path only (r.p.sign_bits stays null otherwise)
+  if (const int sign_words = attention_sign_words(r.p)) {
+    sign_bits = at::empty({r.p.heads * r.p.csr.nnz * sign_words}, r.b.options().dtype(at::kInt));
+    r.p.sign_bits = sign_bits.data_ptr();
+  }
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || r.b.size(0) == r.p.csr.rows, op, ": a symmetric graph is square");
   int64_t offset = 0;

@@ -12,7 +12,7 @@ int64_t attention_partial_rows(const RowSet& rows) {
 int attention_sign_words(const AttentionParams& p) {
   if (p.kind != AttentionKind::kGatv2) return 0;
   const attention::DimPlan plan = attention::plan_dim(p.dim, attention::fast_path_ok(p));
-  return plan.fast_dim == 0 ? 0 : int(ceil_div(plan.fast_dim, kWarp));
+  return plan.fast_dim == 0 ? 0 : sign_words_for_dim(plan.fast_dim);
 }
 
 void attention_forward(const AttentionParams& p, const RowSet& rows, cudaStream_t stream) {

@@ -479,14 +479,12 @@ __device__ __forceinline__ Packet<acc_t, 2>* score_at(acc_t* scores, int64_t edg
 }
 
 // The GATv2 fast path keeps one bit per feature of each (edge, head): z > 0. Bit
-// k * kLanes + flane (lane flane's k-th feature) of the edge's kD / 32 words (one at D = 16).
-template <int K, int kLanes>
-constexpr int sign_words() { return K * kLanes / 32 > 0 ? K * kLanes / 32 : 1; }
-
-template <int K, int kLanes, typename T, typename I, typename acc_t>
+// k * kLanes + flane (lane flane's k-th feature) of the edge's sign_words_for_dim(kD) words.
+template <int K, int kD, int kLanes, typename T, typename I, typename acc_t>
 __device__ __forceinline__ void store_signs(const Args<T, I>& a, int64_t h, int64_t e,
                                             const acc_t (&z)[K], int sub, int flane) {
-  constexpr int kWords = sign_words<K, kLanes>();
+  constexpr int kWords = sign_words_for_dim(kD);
+  static_assert(K * kLanes <= 32 * kWords, "every lane's features have a bit");
   constexpr uint32_t kLaneMask = kLanes == 32 ? 0xffffffffu : (1u << kLanes) - 1;
   Pack<uint32_t, kWords> words;
 #pragma unroll
@@ -502,10 +500,10 @@ __device__ __forceinline__ void store_signs(const Args<T, I>& a, int64_t h, int6
 }
 
 // This lane's signs of edge e (bit k: its k-th feature's z > 0).
-template <int K, int kLanes, typename T, typename I>
+template <int K, int kD, int kLanes, typename T, typename I>
 __device__ __forceinline__ uint32_t load_signs(const Args<T, I>& a, int64_t h, int64_t e,
                                                int flane) {
-  constexpr int kWords = sign_words<K, kLanes>();
+  constexpr int kWords = sign_words_for_dim(kD);
   const Pack<uint32_t, kWords> words = *reinterpret_cast<const Pack<uint32_t, kWords>*>(
       a.sign_bits + (h * a.num_edges + e) * kWords);
   uint32_t signs = 0;
@@ -597,7 +595,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           if (a.grad_edge)
             store_frag<K>(a.grad_edge + h * a.dim + edge_pos(a, q) * a.row_stride, f0, a.dim,
                           edge_grad);
-          if constexpr (kGat && kD != 0) store_signs<K, kLanes>(a, h, q, z[u], sub, flane);
+          if constexpr (kGat && kD != 0) store_signs<K, kD, kLanes>(a, h, q, z[u], sub, flane);
           if (flane == 0 && chunk == 0) *score_at(a.scores, a.num_edges, h, q) = {g, wc};
         }
       }
@@ -672,7 +670,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           const int64_t e = window_col(perm_mine, slot);
           if constexpr (kSigns) {
             load_frag<K, kD>(at_row(v.grad_out, i, a), f0, a.dim, dout[u]);
-            signs[u] = load_signs<K, kLanes>(a, h, e, s.lane % kLanes);
+            signs[u] = load_signs<K, kD, kLanes>(a, h, e, s.lane % kLanes);
           } else {
             load_dst_side<K, kD>(a, v, i, true, dst[u], dout[u]);
           }

@@ -54,6 +54,11 @@ struct AttentionParams {
   void* sign_bits;
 };
 
+// 32-bit words of z signs per (edge, head) at a fast-path head dimension (16 to 256): one
+// bit per feature, at least one word. The kernels' bit layout and the host's allocation both
+// come from here.
+constexpr int sign_words_for_dim(int64_t dim) { return dim > 32 ? int(dim / 32) : 1; }
+
 // 32-bit words of z signs per (edge, head) the GATv2 backward keeps (0: it keeps none, and
 // its source pass reloads x_dst instead); p.aligned must already cover the backward's tensors.
 int attention_sign_words(const AttentionParams& p);
