@@ -1,5 +1,7 @@
 """Sparse input features: SparseInputLinear against the dense Linear, the measured switch,
 and enable(sparse_inputs=True) on PyG models."""
+import re
+
 import pytest
 import torch
 
@@ -152,6 +154,30 @@ def test_fresh_and_modified_inputs_take_the_stock_path(fresh_cache, monkeypatch)
     dense.load_state_dict(layer.state_dict())
     torch.testing.assert_close(layer(x), dense(x))
     assert len(used) == count
+
+
+def test_layer_cast_or_moved_after_caching_behaves_as_stock(fresh_cache, monkeypatch):
+    """A cached input does not outlive a cast or a move of the layer: the stock layer's
+    result, or its error."""
+    force(monkeypatch, sparse_ms=1.0, dense_ms=2.0)
+    layer = SparseInputLinear(32, 4)
+    x = sparse_features(40, 32, 0.05)
+    layer(x)
+    layer(x)
+    assert layer._fastgnn_seen.choices == {True: "sparse"}  # x cached, sparse chosen
+
+    def stock_error(module):
+        with pytest.raises(RuntimeError) as stock:
+            torch.nn.Linear(32, 4).to(module.weight.dtype).to(module.weight.device)(x)
+        return re.escape(str(stock.value))
+    layer.double()
+    with pytest.raises(RuntimeError, match=stock_error(layer)):
+        layer(x)
+    layer.float()
+    torch.testing.assert_close(layer(x), x @ layer.weight.t() + layer.bias)  # cached again
+    layer.to("meta")
+    with pytest.raises(RuntimeError, match=stock_error(layer)):
+        layer(x)
 
 
 def test_no_weight_grad_in_eval(fresh_cache, monkeypatch):
