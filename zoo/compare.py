@@ -127,8 +127,8 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
                      run=False)
     timer = EpochTimer()
     cli.trainer.callbacks.append(timer)
-    cuda = cli.trainer.strategy.root_device.type == "cuda"
     device = cli.trainer.strategy.root_device
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.init()  # the allocator's statistics exist only once CUDA is initialised
         torch.cuda.reset_peak_memory_stats(device)
