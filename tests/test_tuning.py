@@ -97,3 +97,42 @@ def test_choice_is_remembered_on_the_graph_and_candidates_built_once(fresh_cache
 
 def test_measure_returns_median_ms():
     assert tuning.measure(lambda: time.sleep(0.002), torch.device("cpu"), repeats=3) >= 1.5
+
+
+def scripted_race(monkeypatch, times):
+    """Each candidate's samples come from ``times[name]`` in order (ms), not from a clock."""
+    def timed(fn, calls, device):
+        fn()
+        return times[fn.name].pop(0)
+    monkeypatch.setattr(tuning, "time_calls", timed)
+
+
+def named(name):
+    def fn():
+        pass
+    fn.name = name
+    return fn
+
+
+@pytest.mark.parametrize("second_race_winner", ["new", "stock"])
+def test_leaving_the_default_takes_a_second_win(fresh_cache, graph, monkeypatch,
+                                                second_race_winner):
+    """A race disturbed once (the default's samples slowed by another process) must not leave
+    the default: the winner has to beat it again."""
+    first = {"stock": [2.0] * tuning.REPEATS, "new": [1.0] * tuning.REPEATS}
+    second = ({"stock": [2.0] * tuning.REPEATS, "new": [1.0] * tuning.REPEATS}
+              if second_race_winner == "new"
+              else {"stock": [1.0] * tuning.REPEATS, "new": [1.5] * tuning.REPEATS})
+    times = {name: first[name] + second[name] for name in first}
+    scripted_race(monkeypatch, times)
+    choice = tuning.choose("op", graph, 8, torch.float32, "cpu",
+                           {"stock": named("stock"), "new": named("new")}, "stock")
+    assert choice == second_race_winner
+    assert all(not left for left in times.values())  # both races ran in full
+
+
+def test_default_that_wins_needs_no_second_race(fresh_cache, graph, monkeypatch):
+    times = {"stock": [1.0] * tuning.REPEATS, "new": [2.0] * tuning.REPEATS}
+    scripted_race(monkeypatch, times)
+    assert tuning.choose("op", graph, 8, torch.float32, "cpu",
+                         {"stock": named("stock"), "new": named("new")}, "stock") == "stock"
