@@ -380,14 +380,70 @@ def test_gpu_matches_cpu_on_long_rows(fanout, replace, weighted):
         _check_blocks(g, ei, blocks[1].blocks, seeds, [fanout], replace)
 
 
+def _subgraphs_equal(a, b):
+    return (torch.equal(a.graph.rowptr, b.graph.rowptr) and torch.equal(a.graph.col, b.graph.col)
+            and torch.equal(a.node_ids, b.node_ids) and torch.equal(a.edge_ids, b.edge_ids)
+            and a.num_sampled_nodes == b.num_sampled_nodes
+            and a.num_sampled_edges == b.num_sampled_edges)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts", [[5, 10], [3, -1, 4], [-1, 2], [2, 600, 3]])
+@pytest.mark.parametrize("edge_dir", ["in", "out"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_gpu_layers_match_cpu(fanouts, edge_dir, index_dtype):
+    """Every layer in one GPU call, in runs split at the layers no host bound sizes (-1, rows
+    past the warp sort): the CPU's blocks and hops, from GPU memory and pinned memory."""
+    _, ei = _hub_graph()
+    g = fastgnn.Graph.from_edge_index(ei, num_nodes=2000, index_dtype=index_dtype)
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(2))
+    seeds = torch.cat([torch.arange(5), torch.randperm(1995)[:60] + 5])
+    for w, replace in ((None, False), (None, True), (weight, False)):
+        options = dict(replace=replace, edge_dir=edge_dir)
+        cpu = NeighborSampler(g, fanouts, weight=w, **options)
+        for graph in (g.cuda(), g.pin_memory()):
+            gpu = NeighborSampler(graph, fanouts, weight=None if w is None else w.to(
+                graph.device), **options)
+            want = cpu.sample_blocks(seeds, torch.Generator().manual_seed(6))
+            got = gpu.sample_blocks(seeds.cuda(), torch.Generator().manual_seed(6))
+            assert got.blocks[0].device.type == "cuda"
+            assert _blocks_equal(want, got.to("cpu"))
+            hops = cpu.sample_subgraph(seeds, torch.Generator().manual_seed(7))
+            got_hops = gpu.sample_subgraph(seeds, torch.Generator().manual_seed(7))
+            assert _subgraphs_equal(hops, _subgraph_on_cpu(got_hops))
+
+
+def _subgraph_on_cpu(sub):
+    return type(sub)(sub.graph.to("cpu"), sub.node_ids.cpu(), sub.edge_ids.cpu(),
+                     sub.num_sampled_nodes, sub.num_sampled_edges)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts", [[4, 6, 3], [3, -1, 2]])
+def test_gpu_unordered_layers_sample_valid_blocks(fanouts):
+    g, ei = random_graph(3000, 30000, seed=4)
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:300]
+    fast = NeighborSampler(g.cuda(), fanouts, deterministic=False)
+    blocks = fast.sample_blocks(seeds, torch.Generator().manual_seed(3)).to("cpu")
+    _check_blocks(g, ei, blocks.blocks, seeds, fanouts, False)
+    sub = fast.sample_subgraph(seeds, torch.Generator().manual_seed(3))
+    nodes = sub.node_ids.cpu()
+    assert torch.equal(nodes[:300], seeds) and torch.unique(nodes).numel() == nodes.numel()
+    local = sub.graph.edge_index().cpu()
+    assert torch.equal(torch.stack([nodes[local[0]], nodes[local[1]]]),
+                       ei[:, sub.edge_ids.cpu()])
+
+
 @pytest.mark.gpu
 def test_gpu_bad_seeds_raise():
     g, _ = _graph("cuda")
-    sampler = NeighborSampler(g, [3])
-    with pytest.raises(ValueError, match="seeds"):
-        sampler.sample_blocks(torch.tensor([0, 80], device="cuda"))
-    with pytest.raises(ValueError, match="unique"):
-        sampler.sample_blocks(torch.tensor([1, 1], device="cuda"))
+    for fanouts in ([3], [3, 2], [-1, 2], [2, -1]):
+        sampler = NeighborSampler(g, fanouts)
+        for sample in (sampler.sample_blocks, sampler.sample_subgraph):
+            with pytest.raises(ValueError, match="seeds"):
+                sample(torch.tensor([0, 80], device="cuda"))
+            with pytest.raises(ValueError, match="unique"):
+                sample(torch.tensor([1, 1], device="cuda"))
 
 
 # ---- errors -----------------------------------------------------------------------------------

@@ -175,7 +175,8 @@ class NeighborSampler:
             self._rowptr, self._col = graph.rowptr, graph.col
             position_to_edge = graph.edge_perm
         else:
-            self._rowptr, self._col, transposed_to_csr = graph.transpose()
+            rowptr_t, col_t, transposed_to_csr = graph.transpose()
+            self._rowptr, self._col = self._readable(rowptr_t), self._readable(col_t)
             perm = graph.edge_perm
             position_to_edge = (transposed_to_csr.to(torch.int64) if perm is None
                                 else perm[transposed_to_csr.to(torch.int64)])
