@@ -388,7 +388,7 @@ def _subgraphs_equal(a, b):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fanouts", [[5, 10], [3, -1, 4], [-1, 2], [2, 600, 3]])
+@pytest.mark.parametrize("fanouts", [[5, 10], [3, -1, 4], [-1, 2], [2, -1], [2, 600, 3]])
 @pytest.mark.parametrize("edge_dir", ["in", "out"])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_gpu_layers_match_cpu(fanouts, edge_dir, index_dtype):
