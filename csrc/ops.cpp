@@ -164,17 +164,21 @@ TORCH_LIBRARY(fastgnn, m) {
         "Tensor? t_shared_end, Tensor? t_col, Tensor? t_mask, int graph_key=0, "
         "bool transposed=False) -> Tensor");
   // ---- Neighbour sampling --------------------------------------------------------------------
-  // One layer of neighbour sampling over a destination-major CSR (rows: the nodes whose
-  // neighbours are drawn). nodes [M] (int64, unique) are the layer's known nodes; the seeds
-  // nodes[seeds_begin:] each take `fanout` of their row's edges (-1: all; with or without
+  // Every layer of a mini-batch's neighbour sampling over a destination-major CSR (rows: the
+  // nodes whose neighbours are drawn), in one call. seeds [S] (int64, unique) start the known
+  // nodes; layer l samples fanouts[l] of each row's edges (-1: all; with or without
   // replacement; weight-proportional when weight, float32 in CSR order, is given: zero weights
-  // are never drawn). Draws depend only on (seed, seed position, draw), never on threads.
-  // Returns the block as destination-major CSR over the seeds, rowptr [S+1] and col [E] (local
-  // ids, ascending within a row, int32 when they fit, else int64), edge_pos [E] (the sampled
-  // edges' CSR positions in the input) and nodes_out: nodes, then the new sources in the order
-  // of their first sampled edge. deterministic=false lets the GPU number new nodes in the
-  // order it meets them (faster); the CPU kernel is always deterministic.
-  m.def("sample_layer(Tensor rowptr, Tensor col, Tensor? weight, Tensor nodes, int seeds_begin, "
-        "int fanout, bool replace, int seed, bool deterministic) "
-        "-> (Tensor rowptr_out, Tensor col_out, Tensor edge_pos, Tensor nodes_out)");
+  // are never drawn) for every known node (expand_all: DGL's blocks) or for the nodes layer
+  // l - 1 added (PyG's hops), with draws that depend only on (layer_seeds[l], seed position,
+  // draw), never on threads. Layer l returns destination-major CSR over its seeds, rowptrs[l]
+  // and cols[l] (local ids, ascending within a row; int32 unless its bound on known + sampled
+  // nodes passes int32, csrc/sampling_plan.h), edge_ids[l] (the sampled edges' CSR positions
+  // mapped through edge_map, the user's edge ids, when given) and nodes[l]: the known nodes,
+  // then the new sources in the order of their first sampled edge (each layer's list extends
+  // the previous one). deterministic=false lets the GPU number new nodes in the order it
+  // meets them (faster); the CPU kernel always is deterministic.
+  m.def("sample_neighbors(Tensor rowptr, Tensor col, Tensor? weight, Tensor? edge_map, "
+        "Tensor seeds, int[] fanouts, int[] layer_seeds, bool expand_all, bool replace, "
+        "bool deterministic) -> (Tensor[] rowptrs, Tensor[] cols, Tensor[] edge_ids, "
+        "Tensor[] nodes)");
 }

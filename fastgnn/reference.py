@@ -267,8 +267,9 @@ def _choose(seed: int, position: int, degree: int, k: int, replace: bool, w) -> 
 def sample_layer(rowptr: torch.Tensor, col: torch.Tensor, weight: Optional[torch.Tensor],
                  nodes: torch.Tensor, seeds_begin: int, fanout: int, replace: bool,
                  seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``torch.ops.fastgnn.sample_layer`` (deterministic numbering): the same draws, new nodes
-    numbered by first sampled edge, rows sorted by local id. Returns int64 tensors."""
+    """One layer of ``torch.ops.fastgnn.sample_neighbors`` (deterministic numbering), its seeds
+    ``nodes[seeds_begin:]``: the same draws, new nodes numbered by first sampled edge, rows
+    sorted by local id, CSR positions for edge ids. Returns int64 tensors."""
     rowptr, col = rowptr.tolist(), col.tolist()
     w = None if weight is None else weight.to(torch.float64).tolist()
     known = nodes.tolist()

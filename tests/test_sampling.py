@@ -38,24 +38,94 @@ def _edge_set(ei):
 
 
 # ---- the kernel against the reference ---------------------------------------------------------
+def _reference_layers(g, weight, edge_map, seeds, fanouts, layer_seeds, expand_all, replace):
+    """sample_neighbors replayed layer by layer with reference.sample_layer."""
+    outputs, nodes, begin = ([], [], [], []), seeds, 0
+    for fanout, seed in zip(fanouts, layer_seeds):
+        rowptr, col, pos, grown = reference.sample_layer(g.rowptr, g.col, weight, nodes, begin,
+                                                         fanout, replace, seed)
+        edge_ids = pos if edge_map is None else edge_map[pos]
+        for out, value in zip(outputs, (rowptr, col, edge_ids, grown)):
+            out.append(value)
+        begin, nodes = (0 if expand_all else nodes.numel()), grown
+    return outputs
+
+
+def _sample_neighbors(g, weight, edge_map, seeds, fanouts, layer_seeds, expand_all, replace,
+                      device, deterministic=True):
+    move = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return torch.ops.fastgnn.sample_neighbors(
+        move(g.rowptr), move(g.col), move(weight), move(edge_map), move(seeds), fanouts,
+        layer_seeds, expand_all, replace, deterministic)
+
+
+def _assert_layers_equal(want, got):
+    for want_part, got_part in zip(want, got):
+        assert len(want_part) == len(got_part)
+        for w, t in zip(want_part, got_part):
+            assert torch.equal(w, t.cpu().to(torch.int64))
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fanout", [0, 3, 7, -1])
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_sample_layer_matches_reference(device, fanout, replace, weighted):
+def test_sample_neighbors_matches_reference(device, fanout, replace, weighted):
+    """Every layer as the per-layer replay gives it, in both modes: all known nodes expanded
+    (blocks) and only the previous layer's new nodes (subgraph hops, seeds_begin > 0)."""
     g, _ = _graph()
     weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(1))
     weight[::4] = 0  # zero weights are never drawn
     weight = weight if weighted else None
-    nodes = torch.tensor([5, 0, 77, 12, 40, 3, 9], dtype=torch.int64)
-    for begin in (0, 3):
-        want = reference.sample_layer(g.rowptr, g.col, weight, nodes, begin, fanout, replace,
-                                      1234)
-        got = torch.ops.fastgnn.sample_layer(
-            g.rowptr.to(device), g.col.to(device), None if weight is None else weight.to(device),
-            nodes.to(device), begin, fanout, replace, 1234, True)
-        for w, t in zip(want, got):
-            assert torch.equal(w, t.cpu().to(torch.int64))
+    edge_map = torch.randperm(g.num_edges, generator=torch.Generator().manual_seed(2))
+    seeds = torch.tensor([5, 0, 77, 12, 40, 3, 9], dtype=torch.int64)
+    for fanouts in ([fanout], [2, fanout, 3], [fanout, 2]):
+        layer_seeds = [1234 + 7 * k for k in range(len(fanouts))]
+        for expand_all in (True, False):
+            for emap in (None, edge_map):
+                want = _reference_layers(g, weight, emap, seeds, fanouts, layer_seeds,
+                                         expand_all, replace)
+                got = _sample_neighbors(g, weight, emap, seeds, fanouts, layer_seeds, expand_all,
+                                        replace, device)
+                _assert_layers_equal(want, got)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_sample_neighbors_index_dtypes(device, index_dtype):
+    _, ei = _graph()
+    g = fastgnn.Graph.from_edge_index(ei, num_nodes=80, index_dtype=index_dtype)
+    seeds = torch.tensor([5, 0, 77, 12], dtype=torch.int64)
+    for expand_all in (True, False):
+        want = _reference_layers(g, None, None, seeds, [4, -1, 2], [3, 4, 5], expand_all, False)
+        got = _sample_neighbors(g, None, None, seeds, [4, -1, 2], [3, 4, 5], expand_all, False,
+                                device)
+        assert all(c.dtype == torch.int32 for c in got[1])  # local ids fit int32
+        _assert_layers_equal(want, got)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_sample_neighbors_bad_arguments(device):
+    g, _ = _graph(device)
+    seeds = torch.tensor([1, 2], device=device)
+    op = torch.ops.fastgnn.sample_neighbors
+    with pytest.raises(ValueError, match="fanouts"):
+        op(g.rowptr, g.col, None, None, seeds, [2, -2], [1, 2], True, False, True)
+    with pytest.raises(ValueError, match="layer_seeds"):
+        op(g.rowptr, g.col, None, None, seeds, [2, 2], [1], True, False, True)
+    with pytest.raises(ValueError, match="layer_seeds"):
+        op(g.rowptr, g.col, None, None, seeds, [], [], True, False, True)
+    with pytest.raises(RuntimeError, match="edge_map"):
+        op(g.rowptr, g.col, None, torch.arange(3, device=device), seeds, [2], [1], True, False,
+           True)
+    with pytest.raises(RuntimeError, match="seeds"):
+        op(g.rowptr, g.col, None, None, seeds.int(), [2], [1], True, False, True)
+    for bad, match in (([0, 80], "seeds must be node ids"), ([-1, 2], "seeds must be node ids"),
+                       ([3, 4, 3], "unique")):
+        for fanouts in ([2, 3], [-1, 2]):
+            with pytest.raises(ValueError, match=match):
+                op(g.rowptr, g.col, None, None, torch.tensor(bad, device=device), fanouts,
+                   [1, 2], True, False, True)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -63,11 +133,15 @@ def test_opcheck(device):
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
     g, _ = _graph(device)
-    nodes = torch.tensor([5, 0, 77, 12], device=device)
+    seeds = torch.tensor([5, 0, 77, 12], device=device)
     weight = torch.rand(g.num_edges, device=device)
-    for w, fanout, replace in ((None, 3, False), (None, -1, False), (weight, 2, True)):
-        torch.library.opcheck(torch.ops.fastgnn.sample_layer,
-                              (g.rowptr, g.col, w, nodes, 1, fanout, replace, 7, True),
+    edge_map = torch.randperm(g.num_edges, device=device)
+    for w, emap, fanouts, replace, expand_all in (
+            (None, None, [3, 2], False, True), (None, edge_map, [-1, 2], False, False),
+            (weight, None, [2], True, True)):
+        torch.library.opcheck(torch.ops.fastgnn.sample_neighbors,
+                              (g.rowptr, g.col, w, emap, seeds, fanouts, [7] * len(fanouts),
+                               expand_all, replace, True),
                               test_utils=("test_schema", "test_faketensor"))
 
 
@@ -306,14 +380,70 @@ def test_gpu_matches_cpu_on_long_rows(fanout, replace, weighted):
         _check_blocks(g, ei, blocks[1].blocks, seeds, [fanout], replace)
 
 
+def _subgraphs_equal(a, b):
+    return (torch.equal(a.graph.rowptr, b.graph.rowptr) and torch.equal(a.graph.col, b.graph.col)
+            and torch.equal(a.node_ids, b.node_ids) and torch.equal(a.edge_ids, b.edge_ids)
+            and a.num_sampled_nodes == b.num_sampled_nodes
+            and a.num_sampled_edges == b.num_sampled_edges)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts", [[5, 10], [3, -1, 4], [-1, 2], [2, -1], [2, 600, 3]])
+@pytest.mark.parametrize("edge_dir", ["in", "out"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_gpu_layers_match_cpu(fanouts, edge_dir, index_dtype):
+    """Every layer in one GPU call, in runs split at the layers no host bound sizes (-1, rows
+    past the warp sort): the CPU's blocks and hops, from GPU memory and pinned memory."""
+    _, ei = _hub_graph()
+    g = fastgnn.Graph.from_edge_index(ei, num_nodes=2000, index_dtype=index_dtype)
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(2))
+    seeds = torch.cat([torch.arange(5), torch.randperm(1995)[:60] + 5])
+    for w, replace in ((None, False), (None, True), (weight, False)):
+        options = dict(replace=replace, edge_dir=edge_dir)
+        cpu = NeighborSampler(g, fanouts, weight=w, **options)
+        for graph in (g.cuda(), g.pin_memory()):
+            gpu = NeighborSampler(graph, fanouts, weight=None if w is None else w.to(
+                graph.device), **options)
+            want = cpu.sample_blocks(seeds, torch.Generator().manual_seed(6))
+            got = gpu.sample_blocks(seeds.cuda(), torch.Generator().manual_seed(6))
+            assert got.blocks[0].device.type == "cuda"
+            assert _blocks_equal(want, got.to("cpu"))
+            hops = cpu.sample_subgraph(seeds, torch.Generator().manual_seed(7))
+            got_hops = gpu.sample_subgraph(seeds, torch.Generator().manual_seed(7))
+            assert _subgraphs_equal(hops, _subgraph_on_cpu(got_hops))
+
+
+def _subgraph_on_cpu(sub):
+    return type(sub)(sub.graph.to("cpu"), sub.node_ids.cpu(), sub.edge_ids.cpu(),
+                     sub.num_sampled_nodes, sub.num_sampled_edges)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts", [[4, 6, 3], [3, -1, 2]])
+def test_gpu_unordered_layers_sample_valid_blocks(fanouts):
+    g, ei = random_graph(3000, 30000, seed=4)
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:300]
+    fast = NeighborSampler(g.cuda(), fanouts, deterministic=False)
+    blocks = fast.sample_blocks(seeds, torch.Generator().manual_seed(3)).to("cpu")
+    _check_blocks(g, ei, blocks.blocks, seeds, fanouts, False)
+    sub = fast.sample_subgraph(seeds, torch.Generator().manual_seed(3))
+    nodes = sub.node_ids.cpu()
+    assert torch.equal(nodes[:300], seeds) and torch.unique(nodes).numel() == nodes.numel()
+    local = sub.graph.edge_index().cpu()
+    assert torch.equal(torch.stack([nodes[local[0]], nodes[local[1]]]),
+                       ei[:, sub.edge_ids.cpu()])
+
+
 @pytest.mark.gpu
 def test_gpu_bad_seeds_raise():
     g, _ = _graph("cuda")
-    sampler = NeighborSampler(g, [3])
-    with pytest.raises(ValueError, match="seeds"):
-        sampler.sample_blocks(torch.tensor([0, 80], device="cuda"))
-    with pytest.raises(ValueError, match="unique"):
-        sampler.sample_blocks(torch.tensor([1, 1], device="cuda"))
+    for fanouts in ([3], [3, 2], [-1, 2], [2, -1]):
+        sampler = NeighborSampler(g, fanouts)
+        for sample in (sampler.sample_blocks, sampler.sample_subgraph):
+            with pytest.raises(ValueError, match="seeds"):
+                sample(torch.tensor([0, 80], device="cuda"))
+            with pytest.raises(ValueError, match="unique"):
+                sample(torch.tensor([1, 1], device="cuda"))
 
 
 # ---- errors -----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-// CPU neighbour sampling of one layer: OpenMP over seeds for the choice of edges, then a
-// parallel relabel of the sampled sources through a shared open-addressing hash table. New
-// nodes get ids in the order of their first occurrence among the sampled edges (a minimum
-// over edge positions kept per hash slot), so the block is the same for any thread count.
+// CPU neighbour sampling, layer after layer in one call: per layer, OpenMP over seeds for the
+// choice of edges, then a parallel relabel of the sampled sources through a shared
+// open-addressing hash table. New nodes get ids in the order of their first occurrence among
+// the sampled edges (a minimum over edge positions kept per hash slot), so the blocks are the
+// same for any thread count.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -14,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "sampling_checks.h"
 #include "sampling_common.h"
+#include "sampling_plan.h"
 
 namespace fastgnn {
 namespace cpu {
@@ -103,8 +106,9 @@ int64_t find_value(const int64_t* keys, const int64_t* values, uint64_t mask, in
   return values[slot];
 }
 
+// One layer: (rowptr, col, sampled CSR positions, nodes_out).
 template <typename index_t, typename out_t>
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer(
     const at::Tensor& rowptr_t, const at::Tensor& col_t, const float* weight,
     const at::Tensor& nodes_t, int64_t seeds_begin, int64_t fanout, bool replace,
     uint64_t seed) {
@@ -128,7 +132,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
     const int64_t avail = fanout >= 0 ? available(rowptr, weight, v) : degree;
     ptr[i + 1] = sample_count(degree, avail, fanout, replace);
   });
-  TORCH_CHECK_VALUE(in_range.load(), "sample_layer: seeds must be node ids in [0, ", num_rows, ")");
+  TORCH_CHECK_VALUE(in_range.load(), "sample_neighbors: seeds must be node ids in [0, ", num_rows, ")");
   for (int64_t i = 0; i < num_seeds; ++i) ptr[i + 1] += ptr[i];
   const int64_t num_edges = ptr[num_seeds];
   auto edge_pos = at::empty({num_edges}, nodes_t.options());
@@ -163,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
       unique.store(false, std::memory_order_relaxed);
     }
   });
-  TORCH_CHECK_VALUE(unique.load(), "sample_layer: seeds must be unique node ids");
+  TORCH_CHECK_VALUE(unique.load(), "sample_neighbors: seeds must be unique node ids");
   parallel_for(num_edges, kEdgeGrain, [&](int64_t e) {
     insert_min(keys, values, mask, col[pos[e]], num_known + e, false);
   });
@@ -211,36 +215,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_impl(
   return {block_rowptr, block_col, edge_pos, nodes_out};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_layer_cpu(
+// CSR positions to the user's edge ids, in place.
+void map_positions(at::Tensor& pos, const int64_t* edge_map) {
+  int64_t* p = pos.data_ptr<int64_t>();
+  parallel_for(pos.numel(), kEdgeGrain, [&](int64_t e) { p[e] = edge_map[p[e]]; });
+}
+
+using TensorList = std::vector<at::Tensor>;
+
+std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cpu(
     const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
-    const at::Tensor& nodes, int64_t seeds_begin, int64_t fanout, bool replace, int64_t seed,
+    const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds, at::IntArrayRef fanouts,
+    at::IntArrayRef layer_seeds, bool expand_all, bool replace,
     bool /*deterministic: the CPU kernel always is*/) {
-  check_csr(rowptr, col, "sample_layer");
-  TORCH_CHECK(nodes.dim() == 1 && nodes.scalar_type() == at::kLong && nodes.is_contiguous(),
-              "sample_layer: nodes must be a contiguous 1-D int64 tensor");
-  TORCH_CHECK(seeds_begin >= 0 && seeds_begin <= nodes.numel(),
-              "sample_layer: seeds_begin out of range");
-  const float* w = nullptr;
-  if (weight.has_value()) {
-    TORCH_CHECK(weight->scalar_type() == at::kFloat && weight->is_contiguous() &&
-                    weight->numel() == col.numel(),
-                "sample_layer: weight must be a contiguous float32 tensor with one entry per edge");
-    w = weight->data_ptr<float>();
+  const std::vector<int64_t> fanout_list = fanouts.vec();
+  sampling::check_sample_args(rowptr, col, weight, edge_map, seeds, fanout_list,
+                              layer_seeds.vec());
+  const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
+  const auto bounds = sampling::layer_bounds(seeds.numel(), fanout_list, expand_all, col.numel());
+  TensorList rowptrs, cols, edge_ids, nodes_out;
+  at::Tensor nodes = seeds;
+  int64_t begin = 0;
+  for (size_t l = 0; l < fanout_list.size(); ++l) {
+    auto layer = FASTGNN_DISPATCH_INDEX(col.scalar_type(), "sample_neighbors", [&] {
+      const uint64_t seed = uint64_t(layer_seeds[l]);
+      return bounds[l].local64
+                 ? sample_layer<index_t, int64_t>(rowptr, col, w, nodes, begin, fanout_list[l],
+                                                  replace, seed)
+                 : sample_layer<index_t, int32_t>(rowptr, col, w, nodes, begin, fanout_list[l],
+                                                  replace, seed);
+    });
+    at::Tensor pos = std::get<2>(layer);
+    if (edge_map.has_value()) map_positions(pos, edge_map->data_ptr<int64_t>());
+    rowptrs.push_back(std::get<0>(layer));
+    cols.push_back(std::get<1>(layer));
+    edge_ids.push_back(pos);
+    nodes_out.push_back(std::get<3>(layer));
+    begin = expand_all ? 0 : nodes.numel();
+    nodes = nodes_out.back();
   }
-  const int64_t most = nodes.numel() + (fanout < 0 ? col.numel()
-                                                   : (nodes.numel() - seeds_begin) * fanout);
-  const bool narrow = most < std::numeric_limits<int32_t>::max();
-  return FASTGNN_DISPATCH_INDEX(col.scalar_type(), "sample_layer", [&] {
-    return narrow ? sample_layer_impl<index_t, int32_t>(rowptr, col, w, nodes, seeds_begin,
-                                                        fanout, replace, uint64_t(seed))
-                  : sample_layer_impl<index_t, int64_t>(rowptr, col, w, nodes, seeds_begin,
-                                                        fanout, replace, uint64_t(seed));
-  });
+  return {rowptrs, cols, edge_ids, nodes_out};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fastgnn, CPU, m) { m.impl("sample_layer", &sample_layer_cpu); }
+TORCH_LIBRARY_IMPL(fastgnn, CPU, m) { m.impl("sample_neighbors", &sample_neighbors_cpu); }
 
 }  // namespace cpu
 }  // namespace fastgnn

@@ -2,9 +2,10 @@
 // kernel (csrc/sampling_common.h), so both devices pick the same edges: Floyd's algorithm
 // runs its draws in parallel across the lanes and resolves collisions with a ballot per
 // draw. Sources are relabelled through a global open-addressing hash table (atomicCAS on
-// keys, atomicMin on first edge positions), and each block row is sorted by local id by one
-// warp. Every pass past the row pointers runs over a host-known bound of the edge count and
-// reads the true count on the device, so a layer needs one sync, at its end.
+// keys, atomicMin on first edge positions) that a run of layers shares: after a layer its
+// new nodes hold their ids, so the next layer starts from them without re-inserting. Each
+// block row is sorted by local id by one warp. Every pass runs over host-known bounds and
+// reads the true counts on the device, so a mini-batch needs no sync between its layers.
 #include <algorithm>
 
 #include <cub/device/device_scan.cuh>
@@ -40,13 +41,23 @@ __device__ int64_t warp_index() {
 }
 __device__ int lane() { return threadIdx.x % kWarp; }
 
+__device__ int64_t thread_index() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
+__device__ int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
+
+__device__ int64_t known_count(const SampleLayer& in) {
+  return in.known_host >= 0 ? in.known_host : *in.known;
+}
+__device__ int64_t seeds_begin(const SampleLayer& in) {
+  return in.begin_host >= 0 ? in.begin_host : *in.begin;
+}
+
 template <typename index_t>
-__device__ int64_t row_begin(const SampleInput& in, int64_t v) {
+__device__ int64_t row_begin(const SampleLayer& in, int64_t v) {
   return int64_t(static_cast<const index_t*>(in.rowptr)[v]);
 }
 
 template <typename index_t>
-__device__ int64_t source_of(const SampleInput& in, int64_t position) {
+__device__ int64_t source_of(const SampleLayer& in, int64_t position) {
   return int64_t(static_cast<const index_t*>(in.col)[position]);
 }
 
@@ -55,20 +66,71 @@ __device__ int64_t warp_sum(int64_t x) {
   return x;
 }
 
+
+// ---- the hash table --------------------------------------------------------------------------
+// The slot holding `key`, inserting it when absent; *inserted says whether this call did.
+__device__ uint64_t claim_slot(const SampleTable& t, int64_t key, bool* inserted) {
+  const uint64_t mask = t.capacity - 1;
+  for (uint64_t slot = hash_slot(key, mask);; slot = (slot + 1) & mask) {
+    const long long held = atomicCAS(reinterpret_cast<unsigned long long*>(&t.keys[slot]),
+                                     (unsigned long long)kEmpty, (unsigned long long)key);
+    if (held == kEmpty || held == key) {
+      *inserted = held == kEmpty;
+      return slot;
+    }
+  }
+}
+
+__device__ uint64_t find_slot(const SampleTable& t, int64_t key) {
+  const uint64_t mask = t.capacity - 1;
+  uint64_t slot = hash_slot(key, mask);
+  while (t.keys[slot] != key) slot = (slot + 1) & mask;
+  return slot;
+}
+
+__device__ void raise_flag(int64_t* flag) {
+  atomicExch(reinterpret_cast<unsigned long long*>(flag), 1ull);
+}
+
+// A run's start: its known nodes keep their positions as ids (and are checked: the first
+// run's are the user's seeds).
+__device__ void start_nodes(const SampleLayer& in, const RunStart& start, const SampleTable& t) {
+  for (int64_t k = thread_index(); k < start.count; k += thread_count()) {
+    const int64_t v = start.nodes[k];
+    in.nodes_out[k] = v;
+    if (v < 0 || v >= in.num_rows) raise_flag(in.out_of_range);
+    bool inserted;
+    const uint64_t slot = claim_slot(t, v, &inserted);
+    if (!inserted) raise_flag(in.duplicate);
+    t.values[slot] = (unsigned long long)k;
+  }
+}
+
+__global__ void start_kernel(SampleLayer in, RunStart start, SampleTable t) {
+  start_nodes(in, start, t);
+}
+
 // ---- row pointers ----------------------------------------------------------------------------
-// Warp i counts seed i's edges; every thread also clears one word of the hash table (keys
-// -1, values UINT64_MAX: all bits set), which saves the layer a memset.
+// Warp i counts seed i's edges (0 past the true seed count, so the scan can run over the
+// bound). Thread 0 also resets the layer's counters.
 template <typename index_t>
-__global__ void counts_kernel(SampleInput in, int64_t* ptr, int64_t* counts,
-                              unsigned long long* table, uint64_t table_words) {
-  const uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
-  if (t < table_words) table[t] = ~0ull;
+__global__ void counts_kernel(SampleLayer in, RunStart start, SampleTable t, int64_t* ptr,
+                              int64_t* counts) {
+  start_nodes(in, start, t);
+  if (thread_index() == 0) {
+    ptr[0] = 0;
+    *in.fresh = 0;
+    if (in.known_host >= 0) *in.known = in.known_host;
+  }
   const int64_t i = warp_index();
-  if (i == 0 && lane() < kCounters) ptr[in.num_seeds + lane()] = 0;
-  if (i == 0 && lane() == kCounters) ptr[0] = 0;
-  if (i >= in.num_seeds) return;
-  const int64_t v = in.nodes[in.seeds_begin + i];
-  if (v < 0 || v >= in.num_rows) {  // flagged by insert_known_kernel
+  if (i >= in.seeds_bound) return;
+  const int64_t first = seeds_begin(in);
+  if (i >= known_count(in) - first) {
+    if (lane() == 0) counts[i] = 0;
+    return;
+  }
+  const int64_t v = in.nodes[first + i];
+  if (v < 0 || v >= in.num_rows) {  // flagged by the run's start
     if (lane() == 0) counts[i] = 0;
     return;
   }
@@ -163,13 +225,17 @@ __device__ void choose_weighted(uint64_t seed, uint64_t position, const float* w
   }
 }
 
+// Seed i's edges, then their sources into the table: deterministic numbering keeps each
+// source's first edge (num_known + its position; known nodes hold smaller ids), the unordered
+// one gives a source its id as it lands.
 template <typename index_t>
-__global__ void positions_kernel(SampleInput in, const int64_t* ptr, int64_t* pos) {
+__global__ void positions_kernel(SampleLayer in, bool deterministic, SampleTable t,
+                                 const int64_t* ptr, int64_t* pos) {
   const int64_t i = warp_index();
-  if (i >= in.num_seeds) return;
+  if (i >= in.seeds_bound) return;
   const int64_t k = ptr[i + 1] - ptr[i];
-  if (k == 0) return;  // also every out-of-range node
-  const int64_t v = in.nodes[in.seeds_begin + i];
+  if (k == 0) return;  // also every seed past the true count, and every out-of-range node
+  const int64_t v = in.nodes[seeds_begin(in) + i];
   const int64_t begin = row_begin<index_t>(in, v), degree = row_begin<index_t>(in, v + 1) - begin;
   int64_t* out = pos + ptr[i];
   const bool replace = in.replace && in.fanout >= 0;  // -1: every edge once
@@ -183,131 +249,97 @@ __global__ void positions_kernel(SampleInput in, const int64_t* ptr, int64_t* po
     choose_floyd(in.seed, i, degree, k, out);
   }
   __syncwarp();
-  for (int64_t j = lane(); j < k; j += kWarp) out[j] += begin;
-}
-
-// ---- relabelling -----------------------------------------------------------------------------
-struct Table {
-  int64_t* keys;
-  unsigned long long* values;
-  uint64_t mask;
-};
-
-// The slot holding `key`, inserting it when absent; *inserted says whether this call did.
-__device__ uint64_t claim_slot(Table t, int64_t key, bool* inserted) {
-  for (uint64_t slot = hash_slot(key, t.mask);; slot = (slot + 1) & t.mask) {
-    const long long held = atomicCAS(reinterpret_cast<unsigned long long*>(&t.keys[slot]),
-                                     (unsigned long long)kEmpty, (unsigned long long)key);
-    if (held == kEmpty || held == key) {
-      *inserted = held == kEmpty;
-      return slot;
+  const int64_t known = known_count(in);
+  for (int64_t j = lane(); j < k; j += kWarp) {
+    const int64_t p = out[j] + begin;
+    out[j] = p;
+    const int64_t key = source_of<index_t>(in, p);
+    bool inserted;
+    const uint64_t slot = claim_slot(t, key, &inserted);
+    if (deterministic) {
+      atomicMin(&t.values[slot], (unsigned long long)(known + ptr[i] + j));
+    } else if (inserted) {
+      const int64_t id = known + int64_t(atomicAdd(
+                                     reinterpret_cast<unsigned long long*>(in.fresh), 1ull));
+      t.values[slot] = (unsigned long long)id;
+      in.nodes_out[id] = key;
     }
   }
 }
 
-__device__ uint64_t find_slot(Table t, int64_t key) {
-  uint64_t slot = hash_slot(key, t.mask);
-  while (t.keys[slot] != key) slot = (slot + 1) & t.mask;
-  return slot;
-}
-
-__global__ void insert_known_kernel(const int64_t* nodes, int64_t num_known, int64_t num_rows,
-                                    Table t, int64_t* counters) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= num_known) return;
-  if (nodes[i] < 0 || nodes[i] >= num_rows) {
-    atomicExch(reinterpret_cast<unsigned long long*>(&counters[kNodeOutOfRange]), 1ull);
-  }
-  bool inserted;
-  const uint64_t slot = claim_slot(t, nodes[i], &inserted);
-  if (!inserted) {
-    atomicExch(reinterpret_cast<unsigned long long*>(&counters[kDuplicateSeed]), 1ull);
-  }
-  t.values[slot] = (unsigned long long)i;
-}
-
-// Deterministic numbering, pass 1: each source's slot keeps num_known + its first edge.
+// ---- relabelling -----------------------------------------------------------------------------
+// Deterministic numbering, pass 1: value_of[e] = the slot value of edge e's source, first[e]
+// = whether e is its first edge (0 past the edge count, so the scan of first can run over the
+// bound).
 template <typename index_t>
-__global__ void insert_edges_kernel(SampleInput in, const int64_t* pos, const int64_t* counters,
-                                    int64_t max_edges, int64_t num_known, Table t) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (e >= max_edges || e >= counters[kNumEdges]) return;
-  bool inserted;
-  const uint64_t slot = claim_slot(t, source_of<index_t>(in, pos[e]), &inserted);
-  atomicMin(&t.values[slot], (unsigned long long)(num_known + e));
-}
-
-// Pass 2: value_of[e] = the slot value of edge e's source, first[e] = whether e is its
-// first edge (0 past the edge count, so the scan of first can run over max_edges).
-template <typename index_t>
-__global__ void first_edges_kernel(SampleInput in, const int64_t* pos, const int64_t* counters,
-                                   int64_t max_edges, int64_t num_known, Table t,
-                                   int64_t* value_of, int64_t* first) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (e >= max_edges) return;
-  if (e >= counters[kNumEdges]) {
+__global__ void first_edges_kernel(SampleLayer in, SampleTable t, const int64_t* pos,
+                                   const int64_t* num_edges, int64_t* value_of, int64_t* first) {
+  const int64_t e = thread_index();
+  if (e >= in.edges_bound) return;
+  if (e >= *num_edges) {
     first[e] = 0;
     return;
   }
   const int64_t value = int64_t(t.values[find_slot(t, source_of<index_t>(in, pos[e]))]);
   value_of[e] = value;
-  first[e] = value == num_known + e;
+  first[e] = value == known_count(in) + e;
 }
 
-// Pass 3 (rank: inclusive scan of first): local ids, the new nodes' global ids and count.
+// Pass 2 (rank: inclusive scan of first): local ids, the new nodes' global ids, their ids in
+// the table for the next layer, and the layer's counts.
 template <typename index_t, typename out_t>
-__global__ void assign_kernel(SampleInput in, const int64_t* pos, int64_t* counters,
-                              int64_t max_edges, int64_t num_known, const int64_t* value_of,
-                              const int64_t* rank, out_t* local, int64_t* nodes_out) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  const int64_t num_edges = counters[kNumEdges];
-  if (e >= max_edges || e >= num_edges) return;
-  if (e == num_edges - 1) counters[kNumNew] = rank[e];
+__global__ void assign_kernel(SampleLayer in, SampleTable t, const int64_t* pos,
+                              const int64_t* num_edges_in, const int64_t* value_of,
+                              const int64_t* rank, out_t* local) {
+  const int64_t e = thread_index();
+  const int64_t num_edges = *num_edges_in, known = known_count(in);
+  if (e == 0) {
+    *in.known_next = known + (num_edges > 0 ? rank[num_edges - 1] : 0);
+    *in.num_edges = num_edges;
+  }
+  if (e >= in.edges_bound || e >= num_edges) return;
   const int64_t value = value_of[e];
-  if (value < num_known) {
+  if (value < known) {
     local[e] = out_t(value);
     return;
   }
-  const int64_t first = value - num_known;
-  const int64_t id = num_known + rank[first] - 1;  // rank is an inclusive scan
+  const int64_t first = value - known;
+  const int64_t id = known + rank[first] - 1;  // rank is an inclusive scan
   local[e] = out_t(id);
-  if (first == e) nodes_out[id] = source_of<index_t>(in, pos[e]);
+  if (first == e) {
+    const int64_t key = source_of<index_t>(in, pos[e]);
+    in.nodes_out[id] = key;
+    t.values[find_slot(t, key)] = (unsigned long long)id;
+  }
 }
 
-// Fast numbering (not reproducible): ids from the kNumNew counter as new keys land.
-template <typename index_t>
-__global__ void insert_unordered_kernel(SampleInput in, const int64_t* pos, int64_t* counters,
-                                        int64_t max_edges, int64_t num_known, Table t,
-                                        int64_t* nodes_out) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (e >= max_edges || e >= counters[kNumEdges]) return;
-  const int64_t key = source_of<index_t>(in, pos[e]);
-  bool inserted;
-  const uint64_t slot = claim_slot(t, key, &inserted);
-  if (!inserted) return;
-  const int64_t id =
-      num_known + int64_t(atomicAdd(reinterpret_cast<unsigned long long*>(&counters[kNumNew]), 1ull));
-  t.values[slot] = (unsigned long long)id;
-  nodes_out[id] = key;
-}
-
+// Unordered numbering's lookup of the ids positions_kernel gave.
 template <typename index_t, typename out_t>
-__global__ void lookup_kernel(SampleInput in, const int64_t* pos, const int64_t* counters,
-                              int64_t max_edges, Table t, out_t* local) {
-  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (e >= max_edges || e >= counters[kNumEdges]) return;
+__global__ void lookup_kernel(SampleLayer in, SampleTable t, const int64_t* pos,
+                              const int64_t* num_edges_in, out_t* local) {
+  const int64_t e = thread_index();
+  const int64_t num_edges = *num_edges_in;
+  if (e == 0) {
+    *in.known_next = known_count(in) + *in.fresh;
+    *in.num_edges = num_edges;
+  }
+  if (e >= in.edges_bound || e >= num_edges) return;
   local[e] = out_t(t.values[find_slot(t, source_of<index_t>(in, pos[e]))]);
 }
 
 // ---- row sort --------------------------------------------------------------------------------
+__device__ int64_t edge_id(const SampleLayer& in, int64_t position) {
+  return in.edge_map == nullptr ? position : in.edge_map[position];
+}
+
 // Row i's pairs land at their rank: the number of pairs with a smaller local id, or an equal
 // one earlier in the row (stable, as the CPU's insertion sort). Warp num_seeds writes the
 // last row pointer.
 template <typename out_t>
-__global__ void sort_rows_kernel(const int64_t* ptr, int64_t num_seeds, const out_t* local,
+__global__ void sort_rows_kernel(SampleLayer in, const int64_t* ptr, const out_t* local,
                                  const int64_t* pos, out_t* rowptr_out, out_t* local_out,
-                                 int64_t* pos_out) {
-  const int64_t i = warp_index();
+                                 int64_t* edge_ids) {
+  const int64_t i = warp_index(), num_seeds = known_count(in) - seeds_begin(in);
   if (i > num_seeds) return;
   if (lane() == 0) rowptr_out[i] = out_t(ptr[i]);
   if (i == num_seeds) return;
@@ -326,8 +358,22 @@ __global__ void sort_rows_kernel(const int64_t* ptr, int64_t num_seeds, const ou
     }
     if (a < length) {
       local_out[begin + rank] = key;
-      pos_out[begin + rank] = pos[begin + a];
+      edge_ids[begin + rank] = edge_id(in, pos[begin + a]);
     }
+  }
+}
+
+// After the segmented sort: the row pointers in the local id type, positions to edge ids.
+template <typename out_t>
+__global__ void finish_rows_kernel(SampleLayer in, const int64_t* ptr, int64_t num_edges,
+                                   out_t* rowptr_out, int64_t* edge_ids) {
+  const int64_t num_seeds = known_count(in) - seeds_begin(in);
+  for (int64_t i = thread_index(); i <= num_seeds; i += thread_count()) {
+    rowptr_out[i] = out_t(ptr[i]);
+  }
+  if (in.edge_map == nullptr) return;
+  for (int64_t e = thread_index(); e < num_edges; e += thread_count()) {
+    edge_ids[e] = in.edge_map[edge_ids[e]];
   }
 }
 
@@ -350,6 +396,24 @@ void by_local(bool local64, const Launch& launch) {
   }
 }
 
+void inclusive_scan(const LayerScratch& scratch, const int64_t* in, int64_t* out, int64_t n,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  size_t bytes = scratch.temp_bytes;
+  cub::DeviceScan::InclusiveSum(scratch.temp, bytes, in, out, n, stream);
+}
+
+// Blocks of kThreads for n threads (at least one: thread 0 writes counters).
+unsigned grid_for(int64_t n) { return std::max(1u, blocks_for(n)); }
+
+}  // namespace
+
+uint64_t table_capacity(int64_t max_nodes) {
+  uint64_t capacity = 32;
+  while (capacity < uint64_t(2 * max_nodes + 1)) capacity <<= 1;
+  return capacity;
+}
+
 size_t scan_temp_bytes(int64_t n) {
   size_t bytes = 0;
   cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr),
@@ -357,143 +421,85 @@ size_t scan_temp_bytes(int64_t n) {
   return bytes;
 }
 
-// At least 32 slots: then the keys fill whole 256-byte chunks and the values follow them
-// directly, so one pass clears both.
-uint64_t table_capacity(int64_t num_known, int64_t max_edges) {
-  uint64_t capacity = 32;
-  while (capacity < uint64_t(2 * (num_known + max_edges) + 1)) capacity <<= 1;
-  return capacity;
-}
-
-}  // namespace
-
-LayerPlan plan_layer(int64_t num_known, int64_t num_seeds, int64_t max_edges, bool local64) {
-  LayerPlan plan;
-  plan.capacity = table_capacity(num_known, max_edges);
-  const size_t e8 = size_t(max_edges) * 8;
-  const size_t temp = scan_temp_bytes(std::max(num_seeds, max_edges));  // grows with n
-  // keys, values, pos, local, value_of, first (which first holds the seeds' counts: it has
-  // num_seeds + 1 more entries), rank, CUB temp
-  const size_t sizes[kScratchParts] = {plan.capacity * 8, plan.capacity * 8, e8,
-                                       size_t(max_edges) * (local64 ? 8 : 4), e8,
-                                       e8 + size_t(num_seeds) * 8 + 8, e8, temp};
-  plan.total_bytes = 0;
-  for (int p = 0; p < kScratchParts; ++p) {
-    plan.part_bytes[p] = (sizes[p] + 255) / 256 * 256;
-    plan.total_bytes += plan.part_bytes[p];
-  }
-  return plan;
-}
-
-LayerScratch layer_scratch(void* base, const LayerPlan& plan) {
-  char* parts[kScratchParts];
-  char* at = static_cast<char*>(base);
-  for (int p = 0; p < kScratchParts; ++p) {
-    parts[p] = at;
-    at += plan.part_bytes[p];
-  }
-  return LayerScratch{reinterpret_cast<int64_t*>(parts[0]),
-                      reinterpret_cast<uint64_t*>(parts[1]),
-                      plan.capacity,
-                      reinterpret_cast<int64_t*>(parts[2]),
-                      parts[3],
-                      reinterpret_cast<int64_t*>(parts[4]),
-                      reinterpret_cast<int64_t*>(parts[5]),
-                      reinterpret_cast<int64_t*>(parts[6]),
-                      parts[7],
-                      plan.part_bytes[7]};
-}
-
-void sample_row_pointers(const SampleInput& in, int64_t* ptr, const LayerScratch& scratch,
-                         cudaStream_t stream) {
-  int64_t* counts = scratch.first;
-  const int64_t warps = in.num_seeds > 0 ? in.num_seeds : 1;  // warp 0 zeroes the counters
-  const uint64_t table_words = 2 * scratch.capacity;  // keys, then values (table_capacity)
-  const unsigned blocks = std::max(warp_blocks_for(warps), blocks_for(int64_t(table_words)));
+void count_edges(const SampleLayer& in, const RunStart& start, const SampleTable& table,
+                 const LayerScratch& scratch, cudaStream_t stream) {
+  const unsigned blocks = std::max({1u, warp_blocks_for(in.seeds_bound), blocks_for(start.count)});
   by_index(in.index64, [&](auto index) {
-    counts_kernel<decltype(index)><<<blocks, kThreads, 0, stream>>>(
-        in, ptr, counts, reinterpret_cast<unsigned long long*>(scratch.keys), table_words);
+    counts_kernel<decltype(index)><<<blocks, kThreads, 0, stream>>>(in, start, table, scratch.ptr,
+                                                                    scratch.counts);
   });
-  if (in.num_seeds == 0) return;
-  size_t bytes = scratch.temp_bytes;
-  cub::DeviceScan::InclusiveSum(scratch.temp, bytes, counts, ptr + 1, in.num_seeds, stream);
+  inclusive_scan(scratch, scratch.counts, scratch.ptr + 1, in.seeds_bound, stream);
 }
 
-void sample_positions(const SampleInput& in, const int64_t* ptr, const LayerScratch& scratch,
-                      cudaStream_t stream) {
-  if (in.num_seeds == 0) return;
-  by_index(in.index64, [&](auto index) {
-    positions_kernel<decltype(index)><<<warp_blocks_for(in.num_seeds), kThreads, 0, stream>>>(
-        in, ptr, scratch.pos);
-  });
+void start_run(const SampleLayer& in, const RunStart& start, const SampleTable& table,
+               cudaStream_t stream) {
+  start_kernel<<<grid_for(start.count), kThreads, 0, stream>>>(in, start, table);
 }
 
-void relabel_sources(const SampleInput& in, int64_t* ptr, int64_t max_edges, bool deterministic,
-                     bool local64, int64_t* nodes_out, const LayerScratch& scratch,
-                     cudaStream_t stream) {
-  const int64_t num_known = in.seeds_begin + in.num_seeds;
-  int64_t* counters = ptr + in.num_seeds;
-  const Table table{scratch.keys, reinterpret_cast<unsigned long long*>(scratch.values),
-                    scratch.capacity - 1};
-  if (num_known > 0) {
-    insert_known_kernel<<<blocks_for(num_known), kThreads, 0, stream>>>(
-        in.nodes, num_known, in.num_rows, table, counters);
-  }
-  if (max_edges == 0) return;
-  const unsigned blocks = blocks_for(max_edges);
-  const int64_t* pos = scratch.pos;
+void sample_and_relabel(const SampleLayer& in, bool deterministic, bool local64,
+                        const SampleTable& table, const LayerScratch& scratch,
+                        cudaStream_t stream) {
+  const int64_t* num_edges = scratch.ptr + in.seeds_bound;
+  const unsigned blocks = grid_for(in.edges_bound);
   by_index(in.index64, [&](auto index) {
     using index_t = decltype(index);
+    if (in.seeds_bound > 0) {
+      positions_kernel<index_t><<<warp_blocks_for(in.seeds_bound), kThreads, 0, stream>>>(
+          in, deterministic, table, scratch.ptr, scratch.pos);
+    }
     by_local(local64, [&](auto local_index) {
       using out_t = decltype(local_index);
       out_t* local = static_cast<out_t*>(scratch.local);
       if (!deterministic) {
-        insert_unordered_kernel<index_t><<<blocks, kThreads, 0, stream>>>(
-            in, pos, counters, max_edges, num_known, table, nodes_out);
-        lookup_kernel<index_t, out_t><<<blocks, kThreads, 0, stream>>>(in, pos, counters,
-                                                                       max_edges, table, local);
+        lookup_kernel<index_t, out_t><<<blocks, kThreads, 0, stream>>>(in, table, scratch.pos,
+                                                                       num_edges, local);
         return;
       }
-      insert_edges_kernel<index_t><<<blocks, kThreads, 0, stream>>>(in, pos, counters, max_edges,
-                                                                    num_known, table);
       first_edges_kernel<index_t><<<blocks, kThreads, 0, stream>>>(
-          in, pos, counters, max_edges, num_known, table, scratch.value_of, scratch.first);
-      size_t bytes = scratch.temp_bytes;
-      cub::DeviceScan::InclusiveSum(scratch.temp, bytes, scratch.first, scratch.rank, max_edges,
-                                    stream);
+          in, table, scratch.pos, num_edges, scratch.value_of, scratch.first);
+      inclusive_scan(scratch, scratch.first, scratch.rank, in.edges_bound, stream);
       assign_kernel<index_t, out_t><<<blocks, kThreads, 0, stream>>>(
-          in, pos, counters, max_edges, num_known, scratch.value_of, scratch.rank, local,
-          nodes_out);
+          in, table, scratch.pos, num_edges, scratch.value_of, scratch.rank, local);
     });
   });
 }
 
-void clear_table(const LayerScratch& scratch, cudaStream_t stream) {
-  cudaMemsetAsync(scratch.keys, 0xff, scratch.capacity * 16, stream);  // keys -1, values max
-}
-
 bool warp_sortable(int64_t fanout) { return fanout >= 0 && fanout <= kWarpSortMaxFanout; }
 
-void sort_rows_by_warp(const int64_t* ptr, int64_t num_seeds, bool local64,
-                       const LayerScratch& scratch, void* rowptr_out, void* local_out,
-                       int64_t* pos_out, cudaStream_t stream) {
-  by_local(local64, [&](auto local_index) {
-    using out_t = decltype(local_index);
-    sort_rows_kernel<out_t><<<warp_blocks_for(num_seeds + 1), kThreads, 0, stream>>>(
-        ptr, num_seeds, static_cast<const out_t*>(scratch.local), scratch.pos,
-        static_cast<out_t*>(rowptr_out), static_cast<out_t*>(local_out), pos_out);
-  });
-}
-
-void sort_rows_segmented(const int64_t* ptr, int64_t num_seeds, int64_t num_edges, bool local64,
-                         const LayerScratch& scratch, void* local_out, int64_t* pos_out,
-                         void* temp, size_t* temp_bytes, cudaStream_t stream) {
+size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool local64) {
+  size_t bytes = 0;
   by_local(local64, [&](auto local_index) {
     using out_t = decltype(local_index);
     cub::DeviceSegmentedSort::StableSortPairs(
-        temp, *temp_bytes, static_cast<const out_t*>(scratch.local),
-        static_cast<out_t*>(local_out), scratch.pos, pos_out, num_edges, num_seeds, ptr, ptr + 1,
-        stream);
+        nullptr, bytes, static_cast<const out_t*>(nullptr), static_cast<out_t*>(nullptr),
+        static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), num_edges,
+        num_segments, static_cast<const int64_t*>(nullptr), static_cast<const int64_t*>(nullptr));
+  });
+  return bytes;
+}
+
+void sort_rows(const SampleLayer& in, bool local64, const LayerScratch& scratch,
+               const LayerOutput& out, int64_t exact_edges, cudaStream_t stream) {
+  by_local(local64, [&](auto local_index) {
+    using out_t = decltype(local_index);
+    const out_t* local = static_cast<const out_t*>(scratch.local);
+    out_t* rowptr_out = static_cast<out_t*>(out.rowptr);
+    out_t* local_out = static_cast<out_t*>(out.col);
+    if (exact_edges < 0) {
+      sort_rows_kernel<out_t><<<warp_blocks_for(in.seeds_bound + 1), kThreads, 0, stream>>>(
+          in, scratch.ptr, local, scratch.pos, rowptr_out, local_out, out.edge_ids);
+      return;
+    }
+    if (exact_edges > 0) {
+      size_t bytes = scratch.temp_bytes;
+      cub::DeviceSegmentedSort::StableSortPairs(scratch.temp, bytes, local, local_out,
+                                                scratch.pos, out.edge_ids, exact_edges,
+                                                in.seeds_bound, scratch.ptr, scratch.ptr + 1,
+                                                stream);
+    }
+    finish_rows_kernel<out_t><<<grid_for(std::max(in.seeds_bound + 1, exact_edges)), kThreads, 0,
+                                stream>>>(in, scratch.ptr, exact_edges, rowptr_out,
+                                          out.edge_ids);
   });
 }
 

@@ -1,11 +1,13 @@
 """Neighbour sampling into blocks that are already fastgnn Graphs.
 
 :class:`NeighborSampler` draws, layer by layer from the seeds outwards, a fixed number of
-in-edges (or out-edges) per node with ``torch.ops.fastgnn.sample_layer``: OpenMP on the CPU,
-CUDA on the GPU (the graph in GPU memory, or in pinned host memory read through unified
-addressing). Each layer comes back as destination-major CSR with its sources already
-relabelled (destination nodes first, then new nodes in the order of their first sampled edge),
-so a :class:`Block` wraps the kernel's arrays as they are: nothing is rebuilt from COO.
+in-edges (or out-edges) per node, every layer of a mini-batch in one
+``torch.ops.fastgnn.sample_neighbors`` call: OpenMP on the CPU, CUDA on the GPU (the graph in
+GPU memory, or in pinned host memory read through unified addressing; one host sync a batch
+unless a layer takes all neighbours). Each layer comes back as destination-major CSR with its
+sources already relabelled (destination nodes first, then new nodes in the order of their
+first sampled edge) and its user edge ids, so a :class:`Block` wraps the kernel's arrays as
+they are: nothing is rebuilt from COO.
 """
 from __future__ import annotations
 
@@ -21,24 +23,44 @@ EDGE_DIRS = ("in", "out")
 _SEED_BOUND = 2**62
 
 
-def _fake_sample_layer(rowptr, col, weight, nodes, seeds_begin, fanout, replace, seed,
-                       deterministic):
-    """Shapes of sample_layer's outputs for fake tensors: the edge and new-node counts depend
-    on the data (dynamic sizes); local ids are int32 (what any batch below 2^31 nodes gets)."""
+def _fake_sample_neighbors(rowptr, col, weight, edge_map, seeds, fanouts, layer_seeds,
+                           expand_all, replace, deterministic):
+    """Shapes of sample_neighbors' outputs for fake tensors: past the seeds, every count
+    depends on the data (dynamic sizes); local ids are int32 (what any batch whose bound stays
+    below 2^31 nodes gets)."""
     ctx = torch.library.get_ctx()
     dynamic = getattr(ctx, "new_dynamic_size", None) or ctx.create_unbacked_symint  # torch < 2.4
-    num_edges, num_new = dynamic(), dynamic()
-    num_seeds = nodes.numel() - seeds_begin
-    return (nodes.new_empty(num_seeds + 1, dtype=torch.int32),
-            nodes.new_empty(num_edges, dtype=torch.int32), nodes.new_empty(num_edges),
-            nodes.new_empty(nodes.numel() + num_new))
+    rowptrs, cols, edge_ids, nodes = [], [], [], []
+    num_seeds = seeds.numel()
+    for _ in fanouts:
+        num_edges = dynamic()
+        rowptrs.append(seeds.new_empty(num_seeds + 1, dtype=torch.int32))
+        cols.append(seeds.new_empty(num_edges, dtype=torch.int32))
+        edge_ids.append(seeds.new_empty(num_edges))
+        nodes.append(seeds.new_empty(dynamic()))
+        num_seeds = dynamic()
+    return rowptrs, cols, edge_ids, nodes
 
 
-if _native.has_op("sample_layer"):
-    _library.register_fake("sample_layer", _fake_sample_layer)
+if _native.has_op("sample_neighbors"):
+    _library.register_fake("sample_neighbors", _fake_sample_neighbors)
 
 
-class Block(Graph):
+class _SampledGraph(Graph):
+    """A sampled graph whose tuning signature is its kind and size class (powers of two),
+    built only when tuning asks: every batch has its own sizes, and ``fastgnn.tuning`` would
+    otherwise time the kernels' launch choices anew for each one."""
+    _kind: tuple = ()
+
+    def signature(self) -> tuple:
+        def size_class(n: int) -> int:
+            return 1 << max(0, n - 1).bit_length()
+        return self.cached("signature", lambda: self._kind + (
+            size_class(self.num_src_nodes), size_class(self.num_dst_nodes),
+            size_class(self.num_edges)))
+
+
+class Block(_SampledGraph):
     """One sampled layer: a bipartite Graph from ``src_ids`` to ``dst_ids`` (global node ids;
     the destinations are the first ``num_dst_nodes`` sources) whose edges are the global edges
     ``edge_ids`` of the sampled graph, in CSR order."""
@@ -49,7 +71,7 @@ class Block(Graph):
         self.src_ids = src_ids
         self.edge_ids = edge_ids
         self.fanout = fanout
-        _stable_signature(self, ("block", fanout))
+        self._kind = ("block", fanout)
 
     @property
     def dst_ids(self) -> torch.Tensor:
@@ -134,9 +156,9 @@ class NeighborSampler:
                              f"nodes, got a bipartite one ({graph.num_src_nodes} sources, "
                              f"{graph.num_dst_nodes} destinations)")
         self.fanouts = _check_fanouts(fanouts)
-        if not _native.has_op("sample_layer"):
+        if not _native.has_op("sample_neighbors"):
             raise RuntimeError("fastgnn.sampling needs the native extension: "
-                               f"{_native.load_error or 'sample_layer is not built'}")
+                               f"{_native.load_error or 'sample_neighbors is not built'}")
         self.graph = graph
         self.replace = bool(replace)
         self.edge_dir = edge_dir
@@ -153,13 +175,15 @@ class NeighborSampler:
             self._rowptr, self._col = graph.rowptr, graph.col
             position_to_edge = graph.edge_perm
         else:
-            self._rowptr, self._col, transposed_to_csr = graph.transpose()
+            rowptr_t, col_t, transposed_to_csr = graph.transpose()
+            self._rowptr, self._col = self._readable(rowptr_t), self._readable(col_t)
             perm = graph.edge_perm
             position_to_edge = (transposed_to_csr.to(torch.int64) if perm is None
                                 else perm[transposed_to_csr.to(torch.int64)])
-        # Maps a sampled CSR position to the user's edge id (None: they agree).
+        # Maps a sampled CSR position to the user's edge id (None: they agree); the kernels
+        # read it where they read the graph.
         self._edge_of_position = (None if position_to_edge is None
-                                  else position_to_edge.to(torch.int64))
+                                  else self._readable(position_to_edge.to(torch.int64)))
         self._weight = None if weight is None else self._weights_by_position(weight)
 
     def _weights_by_position(self, weight: torch.Tensor) -> torch.Tensor:
@@ -174,8 +198,11 @@ class NeighborSampler:
         weight = weight.to(torch.float32)
         if self._edge_of_position is not None:
             weight = weight[self._edge_of_position.to(weight.device)]
-        weight = weight.contiguous()
-        return weight.pin_memory() if self.graph.is_pinned() else weight
+        return self._readable(weight)
+
+    def _readable(self, per_edge: torch.Tensor) -> torch.Tensor:
+        per_edge = per_edge.contiguous()
+        return per_edge.pin_memory() if self.graph.is_pinned() else per_edge
 
     def _seeds(self, seeds) -> torch.Tensor:
         seeds = torch.as_tensor(seeds)
@@ -185,27 +212,21 @@ class NeighborSampler:
         # Range and uniqueness are checked by the kernels (a ValueError), without a sync here.
         return seeds.to(self.device, torch.int64).contiguous()
 
-    def _layer(self, nodes: torch.Tensor, begin: int, fanout: int, seed: int):
-        return torch.ops.fastgnn.sample_layer(self._rowptr, self._col, self._weight, nodes, begin,
-                                              fanout, self.replace, seed, self.deterministic)
-
-    def _edge_ids(self, positions: torch.Tensor) -> torch.Tensor:
-        if self._edge_of_position is None:
-            return positions
-        return self._edge_of_position[positions.to(self._edge_of_position.device)].to(
-            positions.device)
+    def _sample(self, seeds, fanouts: List[int], expand_all: bool,
+                generator: Optional[torch.Generator]):
+        """Every layer in one native call: (rowptrs, cols, edge_ids, nodes) per layer."""
+        return torch.ops.fastgnn.sample_neighbors(
+            self._rowptr, self._col, self._weight, self._edge_of_position, self._seeds(seeds),
+            fanouts, _layer_seeds(len(fanouts), generator), expand_all, self.replace,
+            self.deterministic)
 
     def sample_blocks(self, seeds, generator: Optional[torch.Generator] = None) -> SampledBlocks:
         """One block per layer, input layer first; ``seeds`` (unique node ids) are the last
         block's destinations. ``generator`` (a CPU torch.Generator) makes it reproducible."""
-        nodes = self._seeds(seeds)
-        blocks = []
         fanouts = self.fanouts[::-1]
-        for fanout, seed in zip(fanouts, _layer_seeds(len(fanouts), generator)):
-            rowptr, col, positions, sources = self._layer(nodes, 0, fanout, seed)
-            blocks.append(Block(rowptr, col, sources, self._edge_ids(positions), fanout))
-            nodes = sources
-        return SampledBlocks(blocks[::-1])
+        rowptrs, cols, edge_ids, nodes = self._sample(seeds, fanouts, True, generator)
+        return SampledBlocks([Block(*layer) for layer in zip(
+            rowptrs[::-1], cols[::-1], nodes[::-1], edge_ids[::-1], self.fanouts)])
 
     def sample_subgraph(self, seeds, generator: Optional[torch.Generator] = None,
                         hops: Optional[Sequence[int]] = None) -> SampledSubgraph:
@@ -213,36 +234,17 @@ class NeighborSampler:
         the seeds outwards) for the nodes hop ``h - 1`` discovered only, and every hop's edges
         form one graph over all sampled nodes."""
         hops = list(reversed(self.fanouts)) if hops is None else _check_fanouts(hops)
-        nodes = self._seeds(seeds)
-        rowptrs, cols, positions = [], [], []
-        num_nodes, num_edges, begin = [nodes.numel()], [], 0
-        for fanout, seed in zip(hops, _layer_seeds(len(hops), generator)):
-            rowptr, col, pos, grown = self._layer(nodes, begin, fanout, seed)
-            rowptrs.append(rowptr)
-            cols.append(col)
-            positions.append(pos)
-            num_nodes.append(grown.numel() - nodes.numel())
-            num_edges.append(pos.numel())
-            begin, nodes = nodes.numel(), grown
-        graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges)
-        _stable_signature(graph, ("subgraph",) + tuple(hops))
-        return SampledSubgraph(graph, nodes, self._edge_ids(torch.cat(positions)), num_nodes,
-                               num_edges)
-
-
-def _stable_signature(graph: Graph, kind: tuple) -> None:
-    """Gives a sampled graph the tuning signature of its kind and size class (powers of two):
-    every batch has its own sizes, and ``fastgnn.tuning`` would otherwise time the kernels'
-    launch choices anew for each one."""
-    def size_class(n: int) -> int:
-        return 1 << max(0, n - 1).bit_length()
-    graph.cached("signature", lambda: kind + (size_class(graph.num_src_nodes),
-                                              size_class(graph.num_dst_nodes),
-                                              size_class(graph.num_edges)))
+        rowptrs, cols, edge_ids, nodes = self._sample(seeds, hops, False, generator)
+        known = [rowptrs[0].numel() - 1] + [n.numel() for n in nodes]  # seeds, then per hop
+        num_nodes = known[:1] + [after - before for before, after in zip(known, known[1:])]
+        num_edges = [c.numel() for c in cols]
+        graph = _union_csr(rowptrs, cols, nodes[-1].numel(), num_edges)
+        graph._kind = ("subgraph",) + tuple(hops)
+        return SampledSubgraph(graph, nodes[-1], torch.cat(edge_ids), num_nodes, num_edges)
 
 
 def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
-               num_edges: List[int]) -> Graph:
+               num_edges: List[int]) -> _SampledGraph:
     """The hops' CSRs stacked: hop h's rows are the nodes hop h - 1 added, consecutive after
     the previous hop's, so the union is their row pointers shifted by the edges before them;
     the last hop's new nodes get empty rows."""
@@ -256,7 +258,7 @@ def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes:
     device = rowptrs[0].device
     parts.append(torch.full((num_nodes - rows + 1,), total, dtype=dtype, device=device))
     col = torch.cat([c.to(dtype) for c in cols])
-    return Graph(torch.cat(parts), col, num_nodes, None, _trusted=True)
+    return _SampledGraph(torch.cat(parts), col, num_nodes, None, _trusted=True)
 
 
 def _check_fanouts(fanouts) -> List[int]:
