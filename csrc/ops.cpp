@@ -173,12 +173,14 @@ TORCH_LIBRARY(fastgnn, m) {
   // draw), never on threads. Layer l returns destination-major CSR over its seeds, rowptrs[l]
   // and cols[l] (local ids, ascending within a row; int32 unless its bound on known + sampled
   // nodes passes int32, csrc/sampling_plan.h), edge_ids[l] (the sampled edges' CSR positions
-  // mapped through edge_map, the user's edge ids, when given) and nodes[l]: the known nodes,
-  // then the new sources in the order of their first sampled edge (each layer's list extends
-  // the previous one). deterministic=false lets the GPU number new nodes in the order it
-  // meets them (faster); the CPU kernel always is deterministic.
+  // mapped through edge_map, the user's edge ids, when given). nodes: the seeds, then each
+  // layer's new sources in the order of their first sampled edge; layer l's nodes are its
+  // prefix of length known(l + 1), known(l) being the rows of layers up to l (one list
+  // rather than one per layer: an op's outputs must not alias each other).
+  // deterministic=false lets the GPU number new nodes in the order it meets them (faster);
+  // the CPU kernel always is deterministic.
   m.def("sample_neighbors(Tensor rowptr, Tensor col, Tensor? weight, Tensor? edge_map, "
         "Tensor seeds, int[] fanouts, int[] layer_seeds, bool expand_all, bool replace, "
         "bool deterministic) -> (Tensor[] rowptrs, Tensor[] cols, Tensor[] edge_ids, "
-        "Tensor[] nodes)");
+        "Tensor nodes)");
 }

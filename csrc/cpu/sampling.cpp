@@ -223,7 +223,7 @@ void map_positions(at::Tensor& pos, const int64_t* edge_map) {
 
 using TensorList = std::vector<at::Tensor>;
 
-std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cpu(
+std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
     const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds, at::IntArrayRef fanouts,
     at::IntArrayRef layer_seeds, bool expand_all, bool replace,
@@ -233,7 +233,7 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cpu(
                               layer_seeds.vec());
   const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
   const auto bounds = sampling::layer_bounds(seeds.numel(), fanout_list, expand_all, col.numel());
-  TensorList rowptrs, cols, edge_ids, nodes_out;
+  TensorList rowptrs, cols, edge_ids;
   at::Tensor nodes = seeds;
   int64_t begin = 0;
   for (size_t l = 0; l < fanout_list.size(); ++l) {
@@ -250,11 +250,10 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cpu(
     rowptrs.push_back(std::get<0>(layer));
     cols.push_back(std::get<1>(layer));
     edge_ids.push_back(pos);
-    nodes_out.push_back(std::get<3>(layer));
     begin = expand_all ? 0 : nodes.numel();
-    nodes = nodes_out.back();
+    nodes = std::get<3>(layer);
   }
-  return {rowptrs, cols, edge_ids, nodes_out};
+  return {rowptrs, cols, edge_ids, nodes};
 }
 
 }  // namespace

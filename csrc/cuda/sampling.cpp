@@ -3,8 +3,9 @@
 // Layers run in "runs": one starts at layer 0 or at a layer whose edge count no host bound
 // sizes (fanout -1, or rows too long to sort by warp: its count is read back first, a sync).
 // A run takes one scratch allocation (the counters and the hash table at its head, cleared by
-// one memset) and one output allocation per local id type, carved into every layer's arrays;
-// they are narrowed to the true counts after the read-back at the end.
+// one memset) and one node list; every layer's outputs get allocations of their own (outputs
+// of an op must not alias each other), narrowed to the true counts after the read-back at
+// the end.
 #include <torch/library.h>
 
 #include <algorithm>
@@ -82,15 +83,12 @@ struct LayerPlan {
   bool local64;
 };
 
-// Where a layer's outputs were carved: element offsets into the run's output buffers.
-struct LayerSlots {
-  at::Tensor local;  // the run's buffer of the layer's local id type
-  int64_t rowptr_at, col_at;
-  at::Tensor ids;  // the run's int64 buffer: the node list at 0, edge ids at ids_at
-  int64_t ids_at;
+// A layer's outputs, sized from its bounds.
+struct LayerOutputs {
+  at::Tensor rowptr, col, edge_ids;
 };
 
-std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cuda(
+std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda(
     const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
     const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds, at::IntArrayRef fanouts,
     at::IntArrayRef layer_seeds, bool expand_all, bool replace, bool deterministic) {
@@ -120,8 +118,8 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cuda
 
   TensorList keep;  // scratch allocations, alive until the read-back
   int64_t* counters = nullptr;
-  std::vector<LayerSlots> slots(num_layers);
-  std::vector<at::Tensor> node_lists(num_layers);  // the run buffer each layer's nodes are in
+  std::vector<LayerOutputs> outputs(num_layers);
+  at::Tensor node_list;  // the last run's: every layer's nodes are a prefix of it
   // Host knowledge between runs: the node list a run copies from, bounds on the known nodes
   // and on the previous layer's new ones, and exact counts at a run start after a sync.
   const int64_t* run_nodes = seeds.data_ptr<int64_t>();
@@ -246,17 +244,9 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cuda
                          base + temp_at,
                          temp_bytes};
 
-    // Outputs: the node list and every edge id (and int64 local ids) in one int64 buffer,
-    // int32 local ids in another.
-    int64_t size64 = known, size32 = 0;
-    for (const LayerPlan& p : plans) {
-      size64 += p.edges;
-      (p.local64 ? size64 : size32) += p.seeds + 1 + p.edges;
-    }
-    auto out64 = at::empty({size64}, opts);
-    auto out32 = size32 > 0 ? at::empty({size32}, opts.dtype(at::kInt)) : at::Tensor();
-    int64_t* nodes_out = out64.data_ptr<int64_t>();
-    int64_t at64 = known, at32 = 0;
+    if (node_list.defined()) keep.push_back(node_list);  // the run copies its nodes from it
+    node_list = at::empty({known}, opts);
+    int64_t* nodes_out = node_list.data_ptr<int64_t>();
 
     const RunStart start{run_nodes, known_exact};
     for (int l = l0; l < l1; ++l) {
@@ -268,20 +258,13 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cuda
         in.known_host = known_exact;
         in.begin_host = begin_exact;
       }
-      LayerSlots& slot = slots[l];
-      slot.ids = out64;
-      slot.ids_at = at64;
-      at64 += plan.edges;
-      int64_t& at = plan.local64 ? at64 : at32;
-      slot.local = plan.local64 ? out64 : out32;
-      slot.rowptr_at = at;
-      slot.col_at = at + plan.seeds + 1;
-      at += plan.seeds + 1 + plan.edges;
-      const LayerOutput out{static_cast<char*>(slot.local.data_ptr()) +
-                                slot.rowptr_at * slot.local.element_size(),
-                            static_cast<char*>(slot.local.data_ptr()) +
-                                slot.col_at * slot.local.element_size(),
-                            out64.data_ptr<int64_t>() + slot.ids_at};
+      LayerOutputs& o = outputs[l];
+      const auto local_type = opts.dtype(plan.local64 ? at::kLong : at::kInt);
+      o.rowptr = at::empty({plan.seeds + 1}, local_type);
+      o.col = at::empty({plan.edges}, local_type);
+      o.edge_ids = at::empty({plan.edges}, opts);
+      const LayerOutput out{o.rowptr.data_ptr(), o.col.data_ptr(),
+                            o.edge_ids.data_ptr<int64_t>()};
       LayerScratch layer_scratch = scratch;
       const bool counted = compact && l == l0;
       if (counted) {
@@ -293,7 +276,6 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cuda
       }
       sample_and_relabel(in, deterministic, plan.local64, table, layer_scratch, s);
       sort_rows(in, plan.local64, layer_scratch, out, counted ? exact_edges : -1, s);
-      node_lists[l] = out64;
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     run_nodes = nodes_out;
@@ -302,17 +284,16 @@ std::tuple<TensorList, TensorList, TensorList, TensorList> sample_neighbors_cuda
 
   const auto host = read_back(counters, c.size(), nullptr, s);
   check_seeds(host, c, num_rows);
-  TensorList rowptrs, cols, edge_ids, nodes;
+  TensorList rowptrs, cols, edge_ids;
   for (int l = 0; l < num_layers; ++l) {
     const int64_t begin = expand_all || l == 0 ? 0 : host[c.known(l - 1)];
     const int64_t layer_seeds_count = host[c.known(l)] - begin, num_edges = host[c.edges(l)];
-    const LayerSlots& slot = slots[l];
-    rowptrs.push_back(slot.local.narrow(0, slot.rowptr_at, layer_seeds_count + 1));
-    cols.push_back(slot.local.narrow(0, slot.col_at, num_edges));
-    edge_ids.push_back(slot.ids.narrow(0, slot.ids_at, num_edges));
-    nodes.push_back(node_lists[l].narrow(0, 0, host[c.known(l + 1)]));
+    const LayerOutputs& o = outputs[l];
+    rowptrs.push_back(o.rowptr.narrow(0, 0, layer_seeds_count + 1));
+    cols.push_back(o.col.narrow(0, 0, num_edges));
+    edge_ids.push_back(o.edge_ids.narrow(0, 0, num_edges));
   }
-  return {rowptrs, cols, edge_ids, nodes};
+  return {rowptrs, cols, edge_ids, node_list.narrow(0, 0, host[c.known(num_layers)])};
 }
 
 }  // namespace

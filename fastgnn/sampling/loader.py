@@ -239,7 +239,8 @@ class NeighborLoader:
         return batch
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        shard = self.shard()
+        # On the sampler's device once an epoch, not one host-to-GPU copy of seeds per batch.
+        shard = self.shard().to(self.neighbor_sampler.device)
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         self.epoch += 1
         batches = self._batches(shard, generator)

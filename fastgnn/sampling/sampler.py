@@ -30,16 +30,15 @@ def _fake_sample_neighbors(rowptr, col, weight, edge_map, seeds, fanouts, layer_
     below 2^31 nodes gets)."""
     ctx = torch.library.get_ctx()
     dynamic = getattr(ctx, "new_dynamic_size", None) or ctx.create_unbacked_symint  # torch < 2.4
-    rowptrs, cols, edge_ids, nodes = [], [], [], []
+    rowptrs, cols, edge_ids = [], [], []
     num_seeds = seeds.numel()
     for _ in fanouts:
         num_edges = dynamic()
         rowptrs.append(seeds.new_empty(num_seeds + 1, dtype=torch.int32))
         cols.append(seeds.new_empty(num_edges, dtype=torch.int32))
         edge_ids.append(seeds.new_empty(num_edges))
-        nodes.append(seeds.new_empty(dynamic()))
         num_seeds = dynamic()
-    return rowptrs, cols, edge_ids, nodes
+    return rowptrs, cols, edge_ids, seeds.new_empty(dynamic())
 
 
 if _native.has_op("sample_neighbors"):
@@ -214,7 +213,8 @@ class NeighborSampler:
 
     def _sample(self, seeds, fanouts: List[int], expand_all: bool,
                 generator: Optional[torch.Generator]):
-        """Every layer in one native call: (rowptrs, cols, edge_ids, nodes) per layer."""
+        """Every layer in one native call: (rowptrs, cols, edge_ids) per layer and the node
+        list whose prefixes are the layers' nodes."""
         return torch.ops.fastgnn.sample_neighbors(
             self._rowptr, self._col, self._weight, self._edge_of_position, self._seeds(seeds),
             fanouts, _layer_seeds(len(fanouts), generator), expand_all, self.replace,
@@ -225,8 +225,11 @@ class NeighborSampler:
         block's destinations. ``generator`` (a CPU torch.Generator) makes it reproducible."""
         fanouts = self.fanouts[::-1]
         rowptrs, cols, edge_ids, nodes = self._sample(seeds, fanouts, True, generator)
-        return SampledBlocks([Block(*layer) for layer in zip(
-            rowptrs[::-1], cols[::-1], nodes[::-1], edge_ids[::-1], self.fanouts)])
+        # Layer l's sources are the next layer's rows (every known node), the last's all nodes.
+        counts = [rowptr.numel() - 1 for rowptr in rowptrs[1:]] + [nodes.numel()]
+        layers = zip(rowptrs, cols, (nodes[:count] for count in counts), edge_ids)
+        return SampledBlocks([Block(*layer, fanout) for layer, fanout in zip(
+            list(layers)[::-1], self.fanouts)])
 
     def sample_subgraph(self, seeds, generator: Optional[torch.Generator] = None,
                         hops: Optional[Sequence[int]] = None) -> SampledSubgraph:
@@ -235,12 +238,14 @@ class NeighborSampler:
         form one graph over all sampled nodes."""
         hops = list(reversed(self.fanouts)) if hops is None else _check_fanouts(hops)
         rowptrs, cols, edge_ids, nodes = self._sample(seeds, hops, False, generator)
-        known = [rowptrs[0].numel() - 1] + [n.numel() for n in nodes]  # seeds, then per hop
-        num_nodes = known[:1] + [after - before for before, after in zip(known, known[1:])]
+        # Hop h's rows are the nodes hop h - 1 added (the seeds for hop 0); the last hop's
+        # new nodes are the rest of the list.
+        num_nodes = [rowptr.numel() - 1 for rowptr in rowptrs]
+        num_nodes.append(nodes.numel() - sum(num_nodes))
         num_edges = [c.numel() for c in cols]
-        graph = _union_csr(rowptrs, cols, nodes[-1].numel(), num_edges)
+        graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges)
         graph._kind = ("subgraph",) + tuple(hops)
-        return SampledSubgraph(graph, nodes[-1], torch.cat(edge_ids), num_nodes, num_edges)
+        return SampledSubgraph(graph, nodes, torch.cat(edge_ids), num_nodes, num_edges)
 
 
 def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
