@@ -26,7 +26,7 @@ from fastgnn.ops._common import acc_dtype, wants_grad
 from fastgnn.pyg._base import cast, common_dtype
 from fastgnn.pyg.structure import Edges, Structure, _resolve, gcn_normalised, is_edge_tensor
 
-AVAILABLE = hasattr(torch.library, "custom_op") and _native.has_op("spmm") and \
+AVAILABLE = hasattr(torch.library, "register_fake") and _native.has_op("spmm") and \
     _native.has_op("gatv2_forward") and _native.has_op("gat_forward")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -77,71 +77,115 @@ def attention_op(op: str, edge_index: torch.Tensor, features: Tuple[torch.Tensor
                          wants_grad(*features))[0]
 
 
-if AVAILABLE:
-    @torch.library.custom_op("fastgnn::pyg_spmm", mutates_args=())
-    def _spmm_op(edge_index: torch.Tensor, x: torch.Tensor, num_src: int, num_dst: int,
-                 reduce: str, gcn: Optional[torch.dtype], self_loops: bool, grad: bool,
-                 transpose: bool) -> torch.Tensor:
-        """``A x`` (``transpose``: ``A^T x``, the backward) on ``edge_index``'s Structure;
-        ``grad``: the plan of a forward that a backward follows."""
-        if gcn is None:
-            structure, values = _structure(edge_index, num_src, num_dst, False), None
-        else:
-            structure, values = gcn_normalised(edge_index, num_src, self_loops, gcn)
-        return native_product(structure.graph, x, "none", None, reduce, values,
-                                       grad, transpose)
+# ---- the ops ----------------------------------------------------------------------------------
+# Defined on a Library rather than with torch.library.custom_op, and given a lean autograd
+# kernel rather than torch.library.register_autograd's: their Python wrappers cost about 25 us
+# a call on CPU, paid by every call of the compiled code (the graph calls the ops through
+# their autograd kernel); these cost about 4.
+_SCHEMAS = {
+    "pyg_spmm": "(Tensor edge_index, Tensor x, SymInt num_src, SymInt num_dst, str reduce, "
+                "ScalarType? gcn, bool self_loops, bool grad, bool transpose) -> Tensor",
+    "pyg_attention": "(Tensor edge_index, Tensor a, Tensor b, Tensor c, str op, float coef, "
+                     "bool self_loops, bool grad) -> (Tensor, Tensor)",
+    "pyg_attention_backward": "(Tensor edge_index, Tensor grad_out, Tensor out, Tensor lse, "
+                              "Tensor a, Tensor b, Tensor c, str op, float coef, "
+                              "bool self_loops) -> (Tensor, Tensor, Tensor)",
+}
 
-    @_spmm_op.register_fake
-    def _(edge_index, x, num_src, num_dst, reduce, gcn, self_loops, grad, transpose):
-        return x.new_empty((num_src if transpose else num_dst,) + tuple(x.shape[1:]))
 
-    def _spmm_setup(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.options = inputs[2:7]
-        ctx.transpose = inputs[8]
+def _spmm_impl(edge_index, x, num_src, num_dst, reduce, gcn, self_loops, grad, transpose):
+    """``A x`` (``transpose``: ``A^T x``, the backward) on ``edge_index``'s Structure;
+    ``grad``: under the plan of a forward that a backward follows."""
+    if gcn is None:
+        structure, values = _structure(edge_index, num_src, num_dst, False), None
+    else:
+        structure, values = gcn_normalised(edge_index, num_src, self_loops, gcn)
+    return native_product(structure.graph, x, "none", None, reduce, values, grad, transpose)
 
-    def _spmm_backward(ctx, grad_out):
-        grad_x = _spmm_op(ctx.saved_tensors[0], grad_out, *ctx.options, True, not ctx.transpose)
+
+def _spmm_fake(edge_index, x, num_src, num_dst, reduce, gcn, self_loops, grad, transpose):
+    return x.new_empty((num_src if transpose else num_dst,) + tuple(x.shape[1:]))
+
+
+class _Spmm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, edge_index, x, *options):
+        ctx.save_for_backward(edge_index)
+        ctx.options = options
+        with torch._C._AutoDispatchBelowAutograd():
+            return _spmm_op(edge_index, x, *options)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        *structure, _, transpose = ctx.options
+        grad_x = _spmm_op(ctx.saved_tensors[0], grad_out, *structure, True, not transpose)
         return (None, grad_x) + (None,) * 7
 
-    _spmm_op.register_autograd(_spmm_backward, setup_context=_spmm_setup)
 
-    @torch.library.custom_op("fastgnn::pyg_attention", mutates_args=())
-    def _attention_op(edge_index: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                      c: torch.Tensor, op: str, coef: float, self_loops: bool,
-                      grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(out, lse)`` of attention op ``op`` on ``edge_index``'s Structure; ``a`` is on
-        the destinations, ``b`` on the sources."""
-        graph = _structure(edge_index, b.shape[0], a.shape[0], self_loops).graph
-        return attention.native_forward(op, graph, (a, b, c, None), coef, 0.0, grad)
+def _attention_impl(edge_index, a, b, c, op, coef, self_loops, grad):
+    """``(out, lse)`` of attention op ``op`` on ``edge_index``'s Structure; ``a`` is on the
+    destinations, ``b`` on the sources."""
+    graph = _structure(edge_index, b.shape[0], a.shape[0], self_loops).graph
+    return attention.native_forward(op, graph, (a, b, c, None), coef, 0.0, grad)
 
-    @_attention_op.register_fake
-    def _(edge_index, a, b, c, op, coef, self_loops, grad):
-        return (b.new_empty((a.shape[0], b.shape[1], b.shape[2])),
-                a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype)))
 
-    @torch.library.custom_op("fastgnn::pyg_attention_backward", mutates_args=())
-    def _attention_backward_op(edge_index: torch.Tensor, grad_out: torch.Tensor,
-                               out: torch.Tensor, lse: torch.Tensor, a: torch.Tensor,
-                               b: torch.Tensor, c: torch.Tensor, op: str, coef: float,
-                               self_loops: bool) -> Tuple[torch.Tensor, torch.Tensor,
-                                                          torch.Tensor]:
-        graph = _structure(edge_index, b.shape[0], a.shape[0], self_loops).graph
-        grads = attention.native_backward(op, graph, grad_out, out, lse, (a, b, c, None), coef)
-        return grads[0], grads[1], grads[2]
+def _attention_fake(edge_index, a, b, c, op, coef, self_loops, grad):
+    return (b.new_empty((a.shape[0], b.shape[1], b.shape[2])),
+            a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype)))
 
-    @_attention_backward_op.register_fake
-    def _(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops):
-        return a.new_empty(a.shape), b.new_empty(b.shape), c.new_empty(c.shape)
 
-    def _attention_setup(ctx, inputs, output):
-        edge_index, a, b, c, op, coef, self_loops, _ = inputs
-        ctx.save_for_backward(edge_index, a, b, c, *output)
+def _attention_backward_impl(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops):
+    graph = _structure(edge_index, b.shape[0], a.shape[0], self_loops).graph
+    grads = attention.native_backward(op, graph, grad_out, out, lse, (a, b, c, None), coef)
+    return grads[0], grads[1], grads[2]
+
+
+def _attention_backward_fake(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops):
+    return a.new_empty(a.shape), b.new_empty(b.shape), c.new_empty(c.shape)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, edge_index, a, b, c, op, coef, self_loops, grad):
+        with torch._C._AutoDispatchBelowAutograd():
+            out, lse = _attention_op(edge_index, a, b, c, op, coef, self_loops, grad)
+        ctx.save_for_backward(edge_index, a, b, c, out, lse)
         ctx.options = (op, coef, self_loops)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
 
-    def _attention_backward(ctx, grad_out, _grad_lse):
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
         edge_index, a, b, c, out, lse = ctx.saved_tensors
         grads = _attention_backward_op(edge_index, grad_out, out, lse, a, b, c, *ctx.options)
         return (None,) + tuple(grads) + (None,) * 4
 
-    _attention_op.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+def _autograd_kernel(op, function):
+    """Op ``op``'s autograd kernel: ``function`` when a gradient is wanted, else the op below
+    autograd."""
+    def kernel(*args):
+        if torch.is_grad_enabled() and any(
+                isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args):
+            return function.apply(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
+    return kernel
+
+
+if AVAILABLE:
+    _lib = torch.library.Library("fastgnn", "FRAGMENT")
+    for _name, _schema in _SCHEMAS.items():
+        _lib.define(_name + _schema)
+    for _name, _impl, _fake in (("pyg_spmm", _spmm_impl, _spmm_fake),
+                                ("pyg_attention", _attention_impl, _attention_fake),
+                                ("pyg_attention_backward", _attention_backward_impl,
+                                 _attention_backward_fake)):
+        for _device in _native.devices():
+            _lib.impl(_name, _impl, _device.upper())
+        _library.register_fake(_name, _fake)
+    _spmm_op = _library.op("pyg_spmm").default
+    _attention_op = _library.op("pyg_attention").default
+    _attention_backward_op = _library.op("pyg_attention_backward").default
+    _lib.impl("pyg_spmm", _autograd_kernel(_spmm_op, _Spmm), "Autograd")
+    _lib.impl("pyg_attention", _autograd_kernel(_attention_op, _Attention), "Autograd")
