@@ -119,15 +119,44 @@ def test_other_graphs_and_in_place_changes(name):
                   rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2"])
-def test_inductor_matches_eager(name):
-    eager, model = _models(name)
-    x, edge_index = _inputs(40, 200, seed=5)
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer"])
+def test_inductor_matches_eager(name, device):
+    """Inductor fuses torch's ops around fastgnn's (close, not equal); its compiled code also
+    hands the ops the caller's edge_index (no rebuild on the second call)."""
+    eager, model = _models(name, device)
+    x, edge_index = _inputs(40, 200, seed=5, device=device)
     torch._dynamo.reset()
     compiled_model = torch.compile(model, fullgraph=True)
     for _ in range(2):
+        builds = fpyg.structure_cache.builds
         _assert_equal(_step(compiled_model, x, edge_index), _step(eager, x, edge_index),
                       rtol=1e-5, atol=1e-6)
+    assert fpyg.structure_cache.builds == builds
+
+
+@pytest.mark.parametrize("args", [
+    ("sum", None, False), ("mean", None, False), ("sum", torch.float32, True),
+    ("sum", torch.float64, False)], ids=["sum", "mean", "gcn", "gcn-noloops-float64"])
+def test_opcheck_spmm(args):
+    x = torch.randn(30, 5, dtype=args[1] or torch.float32, requires_grad=True)
+    edge_index = random_edge_index(30, 30, 120, seed=9)
+    torch.library.opcheck(torch.ops.fastgnn.pyg_spmm.default,
+                          (edge_index, x, 30, 30, *args, True, False))
+
+
+@pytest.mark.parametrize("op", ["gatv2_attention", "gat_attention", "graph_attention"])
+def test_opcheck_attention(op):
+    gen = torch.Generator().manual_seed(10)
+    h = [torch.randn(30, 2, 4, generator=gen).requires_grad_() for _ in range(3)]
+    if op == "gatv2_attention":
+        h[2] = torch.randn(2, 4, generator=gen).requires_grad_()  # att
+    if op == "gat_attention":  # alpha_dst, x_src, alpha_src
+        h[0], h[2] = h[0][:, :, 0].detach().requires_grad_(), h[2][:, :, 0].detach() \
+            .requires_grad_()
+    edge_index = random_edge_index(30, 30, 120, seed=11)
+    torch.library.opcheck(torch.ops.fastgnn.pyg_attention.default,
+                          (edge_index, *h, op, 0.2, op != "graph_attention", True))
 
 
 @pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer"])

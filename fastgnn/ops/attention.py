@@ -311,11 +311,14 @@ def _mask_fake(col, heads, dropout, seed, offset):
     return col.new_empty((col.shape[0], heads), dtype=torch.bool)
 
 
-_NATIVE = {}  # op name: its native (forward, backward), without autograd
+def _forward_and_backward(prefix: str):
+    return _library.op(f"{prefix}_forward").default, _library.op(f"{prefix}_backward").default
+
+
+_NATIVE = {}  # op name: its native (forward, backward), called without autograd
 if _native.has_op("gatv2_forward"):
-    _NATIVE["gatv2_attention"] = (_library.op("gatv2_forward").default, _library.op("gatv2_backward").default)
-    _NATIVE["graph_attention"] = (_library.op("graph_attention_forward").default,
-                                  _library.op("graph_attention_backward").default)
+    _NATIVE["gatv2_attention"] = _forward_and_backward("gatv2")
+    _NATIVE["graph_attention"] = _forward_and_backward("graph_attention")
     for _name in ("gatv2", "graph_attention"):
         _library.register_fake(f"{_name}_forward", _forward_fake)
         _library.register_fake(f"{_name}_backward", _backward_fake)
@@ -328,7 +331,7 @@ if _native.has_op("gatv2_forward"):
                       priority=10)
 
 if _native.has_op("gat_forward"):
-    _NATIVE["gat_attention"] = (_library.op("gat_forward").default, _library.op("gat_backward").default)
+    _NATIVE["gat_attention"] = _forward_and_backward("gat")
     _library.register_fake("gat_forward", _forward_fake)
     _library.register_fake("gat_backward", _backward_fake)
     _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)

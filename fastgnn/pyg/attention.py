@@ -217,7 +217,8 @@ class TransformerConv(FastLayer, pyg_nn.TransformerConv):
             out = compiled.attention_op("graph_attention", edge_index, features,
                                         1.0 / math.sqrt(channels), False)
         else:
-            out = ops.graph_attention(structure.graph, *features, scale=1.0 / math.sqrt(channels),
+            out = ops.graph_attention(structure.graph, *features,
+                                      scale=1.0 / math.sqrt(channels),
                                       dropout=self.dropout if self.training else 0.0,
                                       edge_term=cast(edge_term, dtype))
         out = _heads_out(self, out)

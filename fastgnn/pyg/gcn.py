@@ -9,9 +9,9 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fastgnn import ops
 from fastgnn.ops.spmm import spmm_unchecked
+from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                               parameter)
-from fastgnn.pyg import compiled
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
                                    gcn_normalised, gcn_unit_values, is_edge_tensor, lookup,
                                    resolve, symmetric_values)
