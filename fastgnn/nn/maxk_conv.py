@@ -126,7 +126,7 @@ class MaxKGCNConv(_MaxKLayer, _FastGCNConv):
             edge_weight = None
         else:
             structure, values = resolve(edges, num_nodes, num_nodes), None
-        check_device(structure.graph, x)
+        check_device(structure.graph.device, x)
         h = self._maxk(x)
         out = self.lin(ops.maxk_spmm(structure.graph, h, edge_weight=edge_weight,
                                      edge_values=values))

@@ -183,26 +183,24 @@ def plan_buckets(g: Graph, plan: str):
     return (light, heavy, warps) if heavy.numel() else (None, None, 1)
 
 
-def _launch(op_name: str, g: Graph, op, graph: tuple, args: tuple):
-    """The tuned launch arguments of ``op(*graph, *args, *launch)``: its three features are
-    ``args[:3]`` and its width ``args[1]``'s heads x head dim. With the transposed graph in
-    ``graph`` (a backward will run) the plans are timed forward and backward."""
+def _launch(op_name: str, g: Graph, graph: tuple, args: tuple):
+    """The tuned launch arguments of op ``op_name``'s native forward ``(*graph, *args,
+    *launch)``: its three features are ``args[:3]`` and its width ``args[1]``'s heads x head
+    dim. With the transposed graph in ``graph`` (a backward will run) the plans are timed
+    forward and backward."""
     if g.device.type != "cuda":
         return plan_buckets(g, DEFAULT_PLAN)
     training = graph[5] is not None  # t_perm
+    forward, backward = _NATIVE[op_name]
 
     def candidate(plan):
         launch = plan_buckets(g, plan)
 
         def go():
-            if not training:
-                with torch.no_grad():
-                    op(*graph, *args, *launch)
-                return
-            features = [t.detach().requires_grad_() for t in args[:3]]
-            with torch.enable_grad():
-                out = op(*graph, *features, *args[3:], *launch)[0]
-                torch.autograd.grad(out, features, torch.ones_like(out))
+            with torch.no_grad():
+                out, lse = forward(*graph, *args, *launch)
+                if training:
+                    backward(torch.ones_like(out), out, lse, *graph, *args, *launch)
         return go
     width = args[1].shape[1] * args[1].shape[2]
     timed_op = op_name + ("_fwd_bwd" if training else "")
@@ -211,32 +209,47 @@ def _launch(op_name: str, g: Graph, op, graph: tuple, args: tuple):
     return plan_buckets(g, plan)
 
 
+def native_forward(op_name: str, g: Graph, features: tuple, coef: float, dropout: float,
+                   grad: bool, forward=None):
+    """``(out, lse)`` of op ``op_name``'s native forward on ``features`` (the three features
+    and the edge term, in the op's order) under the tuned launch plan; ``grad``: a backward
+    will run. ``forward``: the callable to run it with (default: the op itself, no autograd)."""
+    seed, offset = _draw_seed(dropout)
+    graph = structure_args(g, grad)
+    args = features + (coef, dropout, seed, offset)
+    launch = _launch(op_name, g, graph, args)
+    return (forward or _NATIVE[op_name][0])(*graph, *args, *launch)
+
+
+def native_backward(op_name: str, g: Graph, grad_out, out, lse, features: tuple, coef: float):
+    """The native backward of a :func:`native_forward` with ``grad`` and no dropout, for
+    callers that run it themselves (fastgnn.pyg.compiled): the gradients of the features."""
+    graph = structure_args(g, True)
+    args = features + (coef, 0.0, 0, 0)
+    launch = _launch(op_name, g, graph, args)  # the forward's plan, remembered by the tuner
+    return _NATIVE[op_name][1](grad_out.contiguous(), out, lse, *graph, *args, *launch)
+
+
 def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: float,
                   edge_term) -> torch.Tensor:
-    seed, offset = _draw_seed(dropout)
-    graph = structure_args(g, wants_grad(x_dst, x_src, att, edge_term))
-    args = (x_dst, x_src, att, edge_term, negative_slope, dropout, seed, offset)
-    launch = _launch("gatv2_attention", g, _gatv2, graph, args)
-    return _gatv2(*graph, *args, *launch)[0]
+    features = (x_dst, x_src, att, edge_term)
+    return native_forward("gatv2_attention", g, features, negative_slope, dropout,
+                          wants_grad(*features), _gatv2)[0]
 
 
 def _native_gat(g: Graph, x_src, alpha_src, alpha_dst, negative_slope: float, dropout: float,
                 alpha_edge) -> torch.Tensor:
-    seed, offset = _draw_seed(dropout)
-    graph = structure_args(g, wants_grad(x_src, alpha_src, alpha_dst, alpha_edge))
-    args = (alpha_dst, x_src, alpha_src, alpha_edge, negative_slope, dropout, seed, offset)
-    launch = _launch("gat_attention", g, _gat, graph, args)
-    return _gat(*graph, *args, *launch)[0]
+    features = (alpha_dst, x_src, alpha_src, alpha_edge)
+    return native_forward("gat_attention", g, features, negative_slope, dropout,
+                          wants_grad(*features), _gat)[0]
 
 
 def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: float,
                             edge_term) -> torch.Tensor:
-    seed, offset = _draw_seed(dropout)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    graph = structure_args(g, wants_grad(q, k, v, edge_term))
-    args = (q, k, v, edge_term, scale, dropout, seed, offset)
-    launch = _launch("graph_attention", g, _graph_attention, graph, args)
-    return _graph_attention(*graph, *args, *launch)[0]
+    features = (q, k, v, edge_term)
+    return native_forward("graph_attention", g, features, scale, dropout,
+                          wants_grad(*features), _graph_attention)[0]
 
 
 def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 0) -> torch.Tensor:
@@ -298,7 +311,14 @@ def _mask_fake(col, heads, dropout, seed, offset):
     return col.new_empty((col.shape[0], heads), dtype=torch.bool)
 
 
+def _forward_and_backward(prefix: str):
+    return _library.op(f"{prefix}_forward").default, _library.op(f"{prefix}_backward").default
+
+
+_NATIVE = {}  # op name: its native (forward, backward), called without autograd
 if _native.has_op("gatv2_forward"):
+    _NATIVE["gatv2_attention"] = _forward_and_backward("gatv2")
+    _NATIVE["graph_attention"] = _forward_and_backward("graph_attention")
     for _name in ("gatv2", "graph_attention"):
         _library.register_fake(f"{_name}_forward", _forward_fake)
         _library.register_fake(f"{_name}_backward", _backward_fake)
@@ -311,6 +331,7 @@ if _native.has_op("gatv2_forward"):
                       priority=10)
 
 if _native.has_op("gat_forward"):
+    _NATIVE["gat_attention"] = _forward_and_backward("gat")
     _library.register_fake("gat_forward", _forward_fake)
     _library.register_fake("gat_backward", _backward_fake)
     _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)

@@ -210,8 +210,16 @@ def _plan(g: Graph, flat: torch.Tensor, value: Optional[torch.Tensor], norm: str
 
 def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
                  edge_values) -> torch.Tensor:
+    return native_product(g, x, norm, edge_weight, reduce, edge_values, wants_grad(x))
+
+
+def native_product(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str, edge_values,
+                   grad: bool, transpose: bool = False) -> torch.Tensor:
+    """The native product under the plan of a forward that does (``grad``) or does not need
+    a backward. ``transpose``: ``A^T x`` (``x`` on the destinations) as that forward's autograd
+    formula runs it, same walk and kernel: for callers that run the backward themselves
+    (fastgnn.pyg.compiled, whose ops see no autograd inside)."""
     flat = x if x.dim() == 2 else x.reshape(x.shape[0], -1)
-    grad = wants_grad(x)
     plain_norm = edge_weight is None and edge_values is None
     # Only the edge inputs change from call to call; the rest depends on this key, so a
     # repeated call is one lookup (plus its edge values' reorder into CSR order).
@@ -223,20 +231,25 @@ def _native_spmm(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: str,
     value = plan[0] if plan is not None and plain_norm else csr_values(
         g, x.dtype, norm, reduce, edge_weight, edge_values)
     if plan is None:
-        plan = (value if plain_norm else None,) + _plan(g, flat, value, norm, reduce, plain_norm,
-                                                        grad, policy)
+        # The plan is timed on the forward's operand: a stand-in when this call is transposed.
+        operand = flat.new_zeros((g.num_src_nodes, flat.shape[1])) if transpose else flat
+        plan = (value if plain_norm else None,) + _plan(g, operand, value, norm, reduce,
+                                                        plain_norm, grad, policy)
         # A transpose built per call (cache_transpose=False) is not kept alive by the plan.
         if (g.cache_transpose or not grad) and tuning.can_time(x.device):
             plans[key] = plan
     _, transposed, algo, blocks = plan
-    if blocks is not None:
+    rows = g.num_src_nodes if transpose else g.num_dst_nodes
+    if transpose:
+        out = _spmm(g.rowptr, g.col, value, flat.contiguous(), *transposed, rows, True, g.key,
+                    algo >> _BACKWARD_SHIFT)
+    elif blocks is not None:
         layout = g.wsb()
-        out = wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, g.num_dst_nodes,
-                          g.rowptr, g.col, value, *transposed, g.key, algo)
+        out = wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, rows, g.rowptr,
+                          g.col, value, *transposed, g.key, algo)
     else:
-        out = _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False, g.key,
-                    algo)
-    return out if x.dim() == 2 else out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
+        out = _spmm(g.rowptr, g.col, value, flat, *transposed, rows, False, g.key, algo)
+    return out if x.dim() == 2 else out.reshape((rows,) + tuple(x.shape[1:]))
 
 
 # ---- fake kernels of the native ops (their autograd is in C++: csrc/spmm_autograd.cpp) --------

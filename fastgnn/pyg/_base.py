@@ -10,7 +10,7 @@ import torch
 from fastgnn import _adapter, backends
 # fastgnn.pyg exports FallbackWarning; tests reset _warned between cases
 from fastgnn._adapter import FallbackWarning, _warned  # noqa: F401
-from fastgnn._library import autocast_dtype
+from fastgnn._library import autocast_dtype, is_compiling
 from fastgnn.pyg.structure import Unsupported
 
 # MessagePassing's own hook tables: the fused path skips propagate, so any hook means fallback.
@@ -72,12 +72,11 @@ def check_features(*xs: Optional[torch.Tensor]) -> None:
             raise Unsupported(f"node features of dtype {x.dtype}")
 
 
-def check_device(graph, *xs: Optional[torch.Tensor]) -> None:
-    """Features on the structure's device (paths that skip the ops' own checks)."""
+def check_device(device: torch.device, *xs: Optional[torch.Tensor]) -> None:
+    """Features on the structure's ``device`` (paths that skip the ops' own checks)."""
     for x in xs:
-        if x is not None and x.device != graph.device:
-            raise ValueError(f"node features are on {x.device} but the edges are on "
-                             f"{graph.device}")
+        if x is not None and x.device != device:
+            raise ValueError(f"node features are on {x.device} but the edges are on {device}")
 
 
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -124,10 +123,13 @@ class FastLayer:
             return "explain=True"
         if state.get("_decomposed_layers", 1) != 1:
             return "decomposed_layers > 1"
-        try:
-            hooked = any(_hook_tables_of(state))  # the ten tables in one C-level call
-        except KeyError:  # a MessagePassing without some of them
-            hooked = any(map(state.get, _HOOK_TABLES))
+        if is_compiling():  # torch.compile does not trace itemgetter
+            hooked = any(state.get(table) for table in _HOOK_TABLES)
+        else:
+            try:
+                hooked = any(_hook_tables_of(state))  # the ten tables in one C-level call
+            except KeyError:  # a MessagePassing without some of them
+                hooked = any(map(state.get, _HOOK_TABLES))
         if hooked:
             table = next(t for t in _HOOK_TABLES if state.get(t))
             return f"a registered {table.strip('_')[:-1]}"

@@ -9,9 +9,20 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.utils import scatter
 
 from fastgnn import ops
-from fastgnn.pyg._base import (FastLayer, cast, check_features, common_dtype, parameter,
-                               split_pair)
+from fastgnn.pyg import compiled
+from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
+                               parameter, split_pair)
 from fastgnn.pyg.structure import Structure, Unsupported, as_edges, resolve
+
+
+def _deferred(layer, op: str, edge_index, edge_attr, *xs: torch.Tensor) -> bool:
+    """Whether the call runs on ``compiled.attention_op``: under torch.compile, without edge
+    features or attention dropout (their per-edge inputs follow the Structure's edge order)."""
+    if edge_attr is not None or (layer.training and layer.dropout > 0) or \
+            not compiled.applies(edge_index, op, xs[0].device):
+        return False
+    check_device(edge_index.device, *xs)
+    return True
 
 
 def _attention_edges(edge_index):
@@ -91,8 +102,10 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         if x_dst is None:
             raise Unsupported("destination features None")
         check_features(x_src, x_dst)
-        edges = _attention_edges(edge_index)
-        structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
+        deferred = _deferred(self, "gat_attention", edge_index, edge_attr, x_src, x_dst)
+        if not deferred:
+            edges = _attention_edges(edge_index)
+            structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
 
         residual = self.res(x_dst) if self.res is not None else None
         lin = self.lin
@@ -112,6 +125,11 @@ class GATConv(FastLayer, pyg_nn.GATConv):
             fold = (weight * parameter(self, "att_edge").view(heads, channels, 1)).sum(dim=1)
             alpha_edge = attr.to(fold.dtype) @ fold.t()
         dtype = common_dtype(h_src, alpha_src, alpha_dst, alpha_edge)
+        if deferred:
+            out = compiled.attention_op("gat_attention", edge_index, (
+                cast(alpha_dst, dtype), cast(h_src, dtype), cast(alpha_src, dtype)),
+                self.negative_slope, self.add_self_loops)
+            return _gat_out(self, out, residual)
         out = ops.gat_attention(structure.graph, cast(h_src, dtype), cast(alpha_src, dtype),
                                 cast(alpha_dst, dtype), self.negative_slope,
                                 self.dropout if self.training else 0.0,
@@ -136,8 +154,10 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
         check_features(x_src, x_dst)
         if edge_attr is not None and self.lin_edge is None:
             raise Unsupported("edge_attr without edge_dim")
-        edges = _attention_edges(edge_index)
-        structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
+        deferred = _deferred(self, "gatv2_attention", edge_index, edge_attr, x_src, x_dst)
+        if not deferred:
+            edges = _attention_edges(edge_index)
+            structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
 
         residual = self.res(x_dst) if self.res is not None else None
         x_l = self.lin_l(x_src).view(-1, heads, channels)
@@ -151,6 +171,11 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
             edge_term = self.lin_edge(attr).view(-1, heads, channels)
         att = self.att.view(heads, channels)
         dtype = common_dtype(x_l, x_r, att, edge_term)
+        if deferred:
+            out = compiled.attention_op("gatv2_attention", edge_index, (
+                cast(x_r, dtype), cast(x_l, dtype), cast(att, dtype)), self.negative_slope,
+                self.add_self_loops)
+            return _gat_out(self, out, residual)
         out = ops.gatv2_attention(structure.graph, cast(x_r, dtype), cast(x_l, dtype),
                                   cast(att, dtype), self.negative_slope,
                                   self.dropout if self.training else 0.0,
@@ -176,8 +201,9 @@ class TransformerConv(FastLayer, pyg_nn.TransformerConv):
         if x_dst is None:
             raise Unsupported("destination features None")
         check_features(x_src, x_dst)
-        edges = _attention_edges(edge_index)
-        structure = resolve(edges, x_src.size(0), x_dst.size(0))
+        deferred = _deferred(self, "graph_attention", edge_index, edge_attr, x_src, x_dst)
+        if not deferred:
+            structure = resolve(_attention_edges(edge_index), x_src.size(0), x_dst.size(0))
 
         query = self.lin_query(x_dst).view(-1, heads, channels)
         key = self.lin_key(x_src).view(-1, heads, channels)
@@ -186,10 +212,15 @@ class TransformerConv(FastLayer, pyg_nn.TransformerConv):
         if self.lin_edge is not None:
             edge_term = self.lin_edge(edge_attr).view(-1, heads, channels)
         dtype = common_dtype(query, key, value, edge_term)
-        out = ops.graph_attention(structure.graph, cast(query, dtype), cast(key, dtype),
-                                  cast(value, dtype), scale=1.0 / math.sqrt(channels),
-                                  dropout=self.dropout if self.training else 0.0,
-                                  edge_term=cast(edge_term, dtype))
+        features = (cast(query, dtype), cast(key, dtype), cast(value, dtype))
+        if deferred:
+            out = compiled.attention_op("graph_attention", edge_index, features,
+                                        1.0 / math.sqrt(channels), False)
+        else:
+            out = ops.graph_attention(structure.graph, *features,
+                                      scale=1.0 / math.sqrt(channels),
+                                      dropout=self.dropout if self.training else 0.0,
+                                      edge_term=cast(edge_term, dtype))
         out = _heads_out(self, out)
         if self.root_weight:
             x_r = self.lin_skip(x_dst)

@@ -13,8 +13,9 @@ from fastgnn.ops.spmm import REDUCES as SPMM_REDUCES
 from fastgnn.ops.spmm import spmm_unchecked
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                                reduce_of, split_pair)
-from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
-                                   edges_and_structure, resolve)
+from fastgnn.pyg import compiled
+from fastgnn.pyg.structure import (Edges, SparseTensor, Unsupported, as_edges,
+                                   edges_and_structure, node_counts, resolve)
 
 
 def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str,
@@ -30,9 +31,11 @@ def _weights(edges: Edges, edge_weight: Optional[torch.Tensor], reduce: str,
     return weight
 
 
-def _reduce(structure: Structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tensor:
+def _reduce(structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tensor:
     """``x`` has passed :func:`_prepare`'s checks (float, on the structure's device), so sum
-    and mean skip the op's own."""
+    and mean skip the op's own. ``structure``: a Structure or a ``compiled.Pending``."""
+    if isinstance(structure, compiled.Pending):
+        return compiled.spmm(structure, x, reduce)
     if weight is None and reduce in SPMM_REDUCES:
         return spmm_unchecked(structure.graph, x, reduce=reduce)
     if weight is None:
@@ -41,13 +44,20 @@ def _reduce(structure: Structure, x: torch.Tensor, reduce: str, weight=None) -> 
     return ops.spmm(structure.graph, cast(x, dtype), edge_weight=weight, reduce=reduce)
 
 
-def _prepare(x, edge_index, size=None):
-    """Features, edges and the plain Structure for a layer without self-loops."""
+def _prepare(x, edge_index, size=None, deferrable: bool = False):
+    """Features, edges and the plain Structure for a layer without self-loops. ``deferrable``
+    (an unweighted sum or mean): under torch.compile a ``compiled.Pending`` may stand for the
+    Structure, which :func:`_reduce` then leaves to the compiled op to look up."""
     x_src, x_dst = split_pair(x)
     distinct = (x_src,) if x_dst is x_src else (x_src, x_dst)
     check_features(*distinct)
+    if deferrable and x_dst is not None and compiled.applies(edge_index, "spmm", x_src.device):
+        check_device(edge_index.device, *distinct)
+        edges = Edges(edge_index, edge_index, None)
+        pending = compiled.Pending(edge_index, *node_counts(edges, x_src, x_dst, size))
+        return x_src, x_dst, edges, pending
     edges, structure = edges_and_structure(edge_index, x_src, x_dst, size)
-    check_device(structure.graph, *distinct)
+    check_device(structure.graph.device, *distinct)
     return x_src, x_dst, edges, structure
 
 
@@ -59,7 +69,7 @@ class SAGEConv(FastLayer, pyg_nn.SAGEConv):
 
     def _fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
-        x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, size, reduce in SPMM_REDUCES)
         weight = _weights(edges, None, reduce, sparse_tensor_values=False)
         modules = self._modules  # Module attribute lookups cost more than the checks here
         if self.project and "lin" in modules:
@@ -78,7 +88,8 @@ class GraphConv(FastLayer, pyg_nn.GraphConv):
 
     def _fused(self, x, edge_index, edge_weight=None, size=None):
         reduce = reduce_of(self.aggr)
-        x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+        x_src, x_dst, edges, structure = _prepare(
+            x, edge_index, size, edge_weight is None and reduce in SPMM_REDUCES)
         weight = _weights(edges, edge_weight, reduce)
         out = self.lin_rel(_reduce(structure, x_src, reduce, weight))
         return out if x_dst is None else out + self.lin_root(x_dst)
@@ -92,7 +103,7 @@ class GINConv(FastLayer, pyg_nn.GINConv):
 
     def _fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
-        x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, size, reduce in SPMM_REDUCES)
         out = _reduce(structure, x_src, reduce,
                       _weights(edges, None, reduce, sparse_tensor_values=False))
         if x_dst is not None:
@@ -109,7 +120,8 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
     def _fused(self, x, edge_index, edge_weight=None, size=None):
         reduce = reduce_of(self.aggr)
         if self.combine_root != "self_loop":
-            x_src, x_dst, edges, structure = _prepare(x, edge_index, size)
+            x_src, x_dst, edges, structure = _prepare(
+                x, edge_index, size, edge_weight is None and reduce in SPMM_REDUCES)
             weight = _weights(edges, edge_weight, reduce)
         else:
             if not isinstance(x, torch.Tensor) or (size is not None and size[0] != size[1]):
@@ -121,7 +133,7 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
                 raise Unsupported("combine_root='self_loop' with a sparse adjacency")
             n = x.size(0)
             structure = resolve(edges, n, n, "append", n)
-            check_device(structure.graph, x)
+            check_device(structure.graph.device, x)
             weight = _weights(edges, edge_weight, reduce)
             weight = structure.per_edge(edges, "edge_weight", weight,
                                         lambda w: torch.cat([w, w.new_ones(n)]))

@@ -9,10 +9,12 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fastgnn import ops
 from fastgnn.ops.spmm import spmm_unchecked
+from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                               parameter)
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
-                                   is_edge_tensor, lookup, resolve)
+                                   gcn_normalised, gcn_unit_values, is_edge_tensor, lookup,
+                                   resolve, symmetric_values)
 
 
 def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
@@ -20,17 +22,6 @@ def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> to
     loops = weight.new_full((structure.num_loops,), fill)
     loops[structure.loop_node] = weight[structure.loop_at]
     return torch.cat([weight[structure.kept], loops])
-
-
-def _symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """``w_ji / sqrt(deg_j deg_i)`` with in-degrees summed on the target side, as gcn_norm does
-    for flow source_to_target; zero degrees give zero coefficients."""
-    g = structure.graph
-    row, col = g.row.to(torch.int64), g.col.to(torch.int64)
-    deg = weight.new_zeros(num_nodes).index_add_(0, row, weight)
-    inv_sqrt = deg.pow(-0.5)
-    inv_sqrt = inv_sqrt.masked_fill(inv_sqrt == float("inf"), 0.0)
-    return inv_sqrt[col] * weight * inv_sqrt[row]
 
 
 class GCNConv(FastLayer, pyg_nn.GCNConv):
@@ -48,10 +39,16 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
                 and not self.cached):
             # The common training call: one lookup in the structure cache for the structure
             # and its coefficients (gcn_norm ignores `improved` without edge weights).
-            key = ("gcn-normalised", num_nodes, self.add_self_loops, x.dtype)
-            structure, values = lookup(edge_index, key, lambda: self._normalised(
-                as_edges(edge_index), None, num_nodes, x.dtype))
-            check_device(structure.graph, x)
+            if compiled.applies(edge_index, "spmm", x.device):
+                check_device(edge_index.device, x)
+                h = self._modules["lin"](x)
+                pending = compiled.Pending(edge_index, num_nodes, num_nodes, x.dtype,
+                                           self.add_self_loops)
+                # The coefficients have x's dtype: h is cast as PyG's message promotes.
+                return self._add_bias(compiled.spmm(pending, cast(h, common_dtype(h, x))))
+            structure, values = gcn_normalised(edge_index, num_nodes, self.add_self_loops,
+                                               x.dtype)
+            check_device(structure.graph.device, x)
             return self._propagate(structure, self._modules["lin"](x), edge_values=values,
                                    trusted=True)
         edges = as_edges(edge_index)  # first: unsupported formats must not reach the cache
@@ -80,17 +77,12 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
     def _normalised(self, edges: Edges, edge_weight, num_nodes: int, dtype: torch.dtype):
         loops = "replace" if self.add_self_loops else None
         structure = resolve(edges, num_nodes, num_nodes, loops, num_nodes, rebuild=True)
-        if edge_weight is None:  # gcn_norm then uses weight 1 everywhere, loops included
-            key = ("gcn", dtype)
-            if key not in structure.memo:
-                graph = structure.graph
-                ones = torch.ones(graph.num_edges, dtype=dtype, device=graph.device)
-                structure.memo[key] = _symmetric_values(structure, ones, num_nodes)
-            return structure, structure.memo[key]
+        if edge_weight is None:
+            return structure, gcn_unit_values(structure, num_nodes, dtype)
         fill = 2.0 if self.improved else 1.0
         extend = (lambda w: _loop_weights(structure, w, fill)) if self.add_self_loops else None
         weight = structure.per_edge(edges, "edge_weight", edge_weight, extend)
-        return structure, _symmetric_values(structure, weight, num_nodes)
+        return structure, symmetric_values(structure, weight, num_nodes)
 
     def _normalised_sparse(self, edges: Edges, num_nodes: int, dtype: torch.dtype):
         adj_t = edges.source
@@ -119,6 +111,9 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         if multiplier is not None:  # as PyG's message promotes (autocast: its dtype)
             x = cast(x, common_dtype(x, multiplier))
         spmm = spmm_unchecked if trusted else ops.spmm
-        out = spmm(structure.graph, x, edge_weight=edge_weight, edge_values=edge_values)
+        return self._add_bias(spmm(structure.graph, x, edge_weight=edge_weight,
+                                   edge_values=edge_values))
+
+    def _add_bias(self, out: torch.Tensor) -> torch.Tensor:
         bias = parameter(self, "bias")
         return out if bias is None else out + bias

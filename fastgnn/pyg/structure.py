@@ -281,6 +281,40 @@ def _resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = No
 resolve = _eager(_resolve)
 
 
+def symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``w_ji / sqrt(deg_j deg_i)`` with in-degrees summed on the target side, as gcn_norm does
+    for flow source_to_target; zero degrees give zero coefficients."""
+    g = structure.graph
+    row, col = g.row.to(torch.int64), g.col.to(torch.int64)
+    deg = weight.new_zeros(num_nodes).index_add_(0, row, weight)
+    inv_sqrt = deg.pow(-0.5)
+    inv_sqrt = inv_sqrt.masked_fill(inv_sqrt == float("inf"), 0.0)
+    return inv_sqrt[col] * weight * inv_sqrt[row]
+
+
+def gcn_unit_values(structure: Structure, num_nodes: int, dtype: torch.dtype) -> torch.Tensor:
+    """gcn_norm's coefficients without edge weights (weight 1 everywhere, loops included),
+    computed in ``dtype`` once per structure."""
+    key = ("gcn", dtype)
+    if key not in structure.memo:
+        graph = structure.graph
+        ones = torch.ones(graph.num_edges, dtype=dtype, device=graph.device)
+        structure.memo[key] = symmetric_values(structure, ones, num_nodes)
+    return structure.memo[key]
+
+
+@_eager
+def gcn_normalised(edge_index: torch.Tensor, num_nodes: int, add_self_loops: bool,
+                   dtype: torch.dtype) -> Tuple[Structure, torch.Tensor]:
+    """GCNConv's structure and coefficients (gcn_norm, no edge weights) of a plain edge_index
+    in one cache lookup: the common training call, eager and compiled."""
+    def build():
+        structure = _resolve(_as_edges(edge_index), num_nodes, num_nodes,
+                             "replace" if add_self_loops else None, num_nodes, rebuild=True)
+        return structure, gcn_unit_values(structure, num_nodes, dtype)
+    return cache.get(edge_index, ("gcn-normalised", num_nodes, add_self_loops, dtype), build)
+
+
 @_eager
 def edges_and_structure(structure, x_src: torch.Tensor, x_dst: Optional[torch.Tensor],
                         size=None) -> Tuple[Edges, Structure]:
