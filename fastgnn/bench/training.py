@@ -207,7 +207,9 @@ def measure_step(impl: StepImplementation, case: StepCase, expected: Optional[to
         fields["wall_ms"] = measure.time_forward(step, device, max(warmup, 1), repeats)
         fields["busy_ms"] = busy_ms(step, device, max(repeats, 1))
         fields["busy_kind"] = BUSY_CUDA if device.type == "cuda" else BUSY_CPU
-        if not impl.cuda_graph:  # a replay allocates in the graph's pool, out of sight
+        if impl.cuda_graph:  # a replay allocates in the graph's pool, out of sight
+            fields["peak_mb"] = None
+        else:
             fields["peak_mb"], fields["mem_kind"] = measure.peak_growth(step, device)
         fields["status"] = "ok"
     except Exception as exc:  # noqa: BLE001  (every failure is a result)
