@@ -5,7 +5,8 @@ Steps take the full graph (the ``{stage}_mask`` selects the nodes scored) or a m
 following PyG's ``NeighborLoader`` convention: a batch with ``batch_size`` scores its first
 ``batch_size`` nodes, the seeds. Metrics are logged per epoch as ``{stage}_{metric}``
 (``train_loss``, ``val_acc``, ``test_roc_auc``, ...). bf16 autocast is Lightning's
-``trainer.precision: bf16-mixed``; ``compile: true`` runs the model through ``torch.compile``.
+``trainer.precision: bf16-mixed``; ``compile: true`` runs the model through ``torch.compile``;
+``cuda_graph: true`` replays full-batch steps as CUDA graphs (``fastgnn.zoo.cuda_graphs``).
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
 
 import fastgnn
+from fastgnn.zoo.cuda_graphs import StepGraphs
 from fastgnn.zoo.data.base import TASKS
 from fastgnn.zoo.models import MODELS
 
@@ -118,6 +121,12 @@ class NodePropertyModule(pl.LightningModule):
     for the fastgnn backend when the features are at most half non-zero, and ``false`` keeps
     the stock first layer. Options set to None keep the architecture's default; an option the
     architecture does not take is an error.
+
+    ``cuda_graph`` (any backend, CUDA, full batch) captures the training step (forward, loss,
+    backward) and the evaluation forward as CUDA graphs after three eager calls each, and
+    replays them; the optimizer is the fused Adam/AdamW, stepped by Lightning (manual
+    optimization: no gradient clipping or accumulation). A step that cannot be captured, a
+    mini-batch, a CPU run or fp16 with a gradient scaler runs eagerly, with a warning.
     """
 
     def __init__(self, arch: str = "gcn", backend: str = "pyg", hidden_channels: int = 64,
@@ -130,11 +139,16 @@ class NodePropertyModule(pl.LightningModule):
                  cached: Optional[bool] = None, optimizer: str = "adam", lr: float = 0.01,
                  weight_decay: float = 5e-4, compile: bool = False, num_features: int = 1,
                  num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None,
-                 sparse_inputs: Optional[bool] = None, feature_density: Optional[float] = None):
+                 sparse_inputs: Optional[bool] = None, feature_density: Optional[float] = None,
+                 cuda_graph: bool = False):
         super().__init__()
         self.save_hyperparameters()
         _choice("task", task, TASKS)
         _choice("optimizer", optimizer, tuple(OPTIMIZERS))
+        if not isinstance(cuda_graph, bool):
+            raise TypeError(f"cuda_graph must be a bool, got {cuda_graph!r}")
+        if cuda_graph and compile:
+            raise ValueError("cuda_graph and compile cannot both be set: choose one")
         self.model = build_model(
             arch, num_features, num_outputs, backend,
             _wants_sparse_inputs(sparse_inputs, backend, feature_density),
@@ -152,10 +166,64 @@ class NodePropertyModule(pl.LightningModule):
         # Kept out of the submodules (nn.Module.__setattr__ would register it), so that the
         # state_dict holds the model's parameters once, under the same keys with or without it.
         self.__dict__["_compiled"] = torch.compile(self.model) if compile else None
+        # Lightning steps the optimizer after a replayed backward only in manual optimization.
+        self.automatic_optimization = not cuda_graph
+        self._graphs = StepGraphs() if cuda_graph else None
+        self._graphs_off: Optional[str] = None  # why this run takes no graphs (warned once)
 
     def forward(self, batch) -> torch.Tensor:
         model = self._compiled if self._compiled is not None else self.model
         return model(batch.x, batch.edge_index, getattr(batch, "edge_attr", None))
+
+    # -- CUDA graphs ------------------------------------------------------------------------
+    def _graphable(self, batch) -> bool:
+        """Whether this step may replay a graph; warns once for a run that cannot."""
+        if self._graphs is None or self._graphs_off is not None:
+            return False
+        reason = None
+        if self.device.type != "cuda":
+            reason = f"it needs a CUDA device, not {self.device.type}"
+        elif getattr(batch, "batch_size", None) is not None:
+            reason = "it needs full-batch training (mini-batches change every step)"
+        elif self._trainer is not None and self.trainer.precision == "16-mixed":
+            reason = "fp16 with a gradient scaler is not supported (use bf16-mixed)"
+        if reason is not None:
+            self._graphs_off = reason
+            rank_zero_warn(f"cuda_graph is ignored: {reason}; steps run eagerly.")
+            return False
+        return True
+
+    def _graph_inputs(self, batch) -> tuple:
+        tensors = [v for v in batch.to_dict().values() if torch.is_tensor(v)]
+        return tensors, [*self.model.parameters(), *self.model.buffers()]
+
+    def _graphed_scored(self, batch, stage: str):
+        """(loss, scored outputs, targets) of the training step's replay, gradients left in
+        the parameters; None when it runs eagerly."""
+        def make_step():
+            index = batch[f"{stage}_mask"].nonzero().view(-1)  # outside the graph: a sync
+            y = batch.y[index]
+
+            def step():
+                out = self(batch).index_select(0, index)
+                loss = self._loss(out, y)
+                loss.backward()
+                return loss.detach(), out.detach(), y
+            return step
+        outputs = self._graphs.run(stage, make_step, *self._graph_inputs(batch), backward=True)
+        if outputs is None:
+            return None
+        loss, out, y = outputs
+        return loss.clone(), out.clone(), y  # replays rewrite the graph's own tensors
+
+    def _output(self, batch) -> torch.Tensor:
+        """The evaluation forward: replayed from its graph when it can be."""
+        if self._graphable(batch):
+            outputs = self._graphs.run("eval", lambda: lambda: (self(batch),),
+                                       *self._graph_inputs(batch), backward=False)
+            if outputs is not None:
+                return outputs[0].clone()
+        return self(batch)
 
     # -- loss, predictions and targets per task -------------------------------------------
     def _scored(self, batch, out: torch.Tensor, stage: str):
@@ -197,8 +265,15 @@ class NodePropertyModule(pl.LightningModule):
 
     # -- steps ------------------------------------------------------------------------------
     def _step(self, batch, stage: str) -> torch.Tensor:
-        out, y = self._scored(batch, self(batch), stage)
+        out = self(batch) if stage == "train" else self._output(batch)
+        out, y = self._scored(batch, out, stage)
         loss = self._loss(out, y)
+        self._record(stage, loss, out, y)
+        return loss
+
+    def _record(self, stage: str, loss: torch.Tensor, out: torch.Tensor,
+                y: torch.Tensor) -> None:
+        """Logs the step's loss and updates its metrics."""
         num_scored = out.shape[0]
         self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=num_scored,
                  sync_dist=True, prog_bar=stage != "test")
@@ -208,7 +283,6 @@ class NodePropertyModule(pl.LightningModule):
         getattr(self, f"{stage}_metrics").update(pred, self._target(y))
         if self.evaluator is not None:
             self._ogb_outputs[stage].append((y.detach(), pred))
-        return loss
 
     def _epoch_end(self, stage: str) -> None:
         # compute() gathers the metric states of every DDP rank; sync_dist then averages
@@ -233,7 +307,29 @@ class NodePropertyModule(pl.LightningModule):
         return self.evaluator.eval({"y_true": y_true.cpu(), "y_pred": y_pred.cpu()})
 
     def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
+        if self.automatic_optimization:
+            return self._step(batch, "train")
+        optimizer = self.optimizers()
+        replayed = self._graphed_scored(batch, "train") if self._graphable(batch) else None
+        if replayed is None:
+            optimizer.zero_grad()
+            loss = self._step(batch, "train")
+            self.manual_backward(loss)
+        else:
+            loss = replayed[0]
+            self._record("train", *replayed)
+        optimizer.step()
+        return loss
+
+    def teardown(self, stage: str) -> None:
+        if self._graphs is not None:
+            self._graphs.release()
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Lightning drops the gradients before validation to free memory; a replayed training
+        step's gradients are its graph's own tensors, which the next replay rewrites."""
+        if self._graphs is None or not self._graphs.replaying("train"):
+            super().on_validation_model_zero_grad()
 
     def validation_step(self, batch, batch_idx):
         self._step(batch, "val")
@@ -252,7 +348,7 @@ class NodePropertyModule(pl.LightningModule):
 
     def predict_step(self, batch, batch_idx):
         """Every node of a full batch, or the seeds of a mini-batch, with their node ids."""
-        out = self(batch)
+        out = self._output(batch)
         seeds = getattr(batch, "batch_size", None)
         if seeds is not None:  # fastgnn's MiniBatch names its seeds; PyG's batch has n_id
             nodes = batch.seeds if hasattr(batch, "seeds") else batch.n_id[:seeds]
@@ -265,7 +361,10 @@ class NodePropertyModule(pl.LightningModule):
     # -- optimisation and checkpoints -------------------------------------------------------
     def configure_optimizers(self):
         cls = OPTIMIZERS[self.hparams.optimizer]
-        return cls(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        # The fused step is one launch: with the rest of the step replayed, the host's share.
+        fused = {"fused": True} if self._graphs is not None and self.device.type == "cuda" else {}
+        return cls(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+                   **fused)
 
     @property
     def monitor(self) -> str:
