@@ -69,7 +69,7 @@ def with_grads(out, feats, grad_out):
     return [out] + list(torch.autograd.grad(out, feats, grad_out))
 
 
-def seed_tensor(value, device):
+def as_seed_tensor(value, device):
     return torch.tensor([value], dtype=torch.int64, device=device)
 
 
@@ -85,11 +85,11 @@ def test_seed_tensor_gives_the_host_seeds_mask(kind, device):
     torch.manual_seed(1234)  # the eager call draws the same host seed
     with fastgnn.backend("native"):
         host = with_grads(attend(kind, g, feats), feats, grad_out)
-    device_seed = with_grads(native_with_seed_tensor(kind, g, feats, seed_tensor(seed, device)),
+    device_seed = with_grads(native_with_seed_tensor(kind, g, feats, as_seed_tensor(seed, device)),
                              feats, grad_out)
     for x, y in zip(host, device_seed):
         assert torch.equal(x, y)
-    other = native_with_seed_tensor(kind, g, feats, seed_tensor(seed + 1, device))
+    other = native_with_seed_tensor(kind, g, feats, as_seed_tensor(seed + 1, device))
     assert not torch.equal(other, host[0])
 
 
@@ -97,7 +97,7 @@ def test_seed_tensor_gives_the_host_seeds_mask(kind, device):
 def test_gradcheck_with_seed_tensor(kind):
     g, _ = random_graph(12, 40, num_dst=9, seed=8)
     feats = features(kind, g, "cpu")
-    seed = seed_tensor(5, "cpu")
+    seed = as_seed_tensor(5, "cpu")
     assert 0 < float(attention_ops.dropout_mask(g, HEADS, P, 5).mean()) < 1
     assert torch.autograd.gradcheck(
         lambda *f: native_with_seed_tensor(kind, g, f, seed), feats)
@@ -131,7 +131,7 @@ def test_bad_seed_tensor_raises(device):
         forward(torch.zeros(2, dtype=torch.int64, device=device))
     if device == "cuda":
         with pytest.raises(ValueError, match="seed_tensor is on cpu"):
-            forward(seed_tensor(3, "cpu"))
+            forward(as_seed_tensor(3, "cpu"))
 
 
 # ---- CUDA graphs --------------------------------------------------------------------------------
