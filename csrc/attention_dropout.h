@@ -1,6 +1,9 @@
 // Counter-based attention dropout shared by the CPU and CUDA kernels: whether edge e (CSR
 // position) keeps head h is a pure function of (seed, offset, e, h), so the backward pass
 // regenerates the forward's mask without storing it, and both devices agree bit for bit.
+// The seed is a host value, or (seed_ptr) one read from memory when the kernel runs: a CUDA
+// graph replay or a compiled graph then draws a fresh seed on the device each time, where a
+// host value would be frozen into the graph.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +27,24 @@ FASTGNN_HOST_DEVICE uint64_t mix64(uint64_t z) {
 // Dropout parameters as the kernels see them: threshold 0 means no dropout.
 struct DropoutSpec {
   uint64_t seed;
+  const int64_t* seed_ptr;  // non-null: the seed is *seed_ptr (see resolved())
   uint64_t offset;
   uint32_t threshold;  // keep when a 24-bit uniform draw is >= threshold
   double keep_scale;   // 1 / (1 - p)
   int64_t heads;
 
   FASTGNN_HOST_DEVICE bool active() const { return threshold != 0; }
+
+  // This spec with the seed read from seed_ptr, when set: kernels call it once at their start,
+  // so that keep() reads no memory per edge.
+  FASTGNN_HOST_DEVICE DropoutSpec resolved() const {
+    DropoutSpec spec = *this;
+    if (seed_ptr != nullptr) {
+      spec.seed = uint64_t(*seed_ptr);
+      spec.seed_ptr = nullptr;
+    }
+    return spec;
+  }
 
   FASTGNN_HOST_DEVICE bool keep(int64_t edge, int64_t head) const {
     const uint64_t counter = offset + uint64_t(edge) * uint64_t(heads) + uint64_t(head);
@@ -44,9 +59,12 @@ struct DropoutSpec {
   }
 };
 
-inline DropoutSpec make_dropout(double p, int64_t seed, int64_t offset, int64_t heads) {
-  DropoutSpec spec{uint64_t(seed), uint64_t(offset), 0u, 1.0, heads};
+// seed_ptr (null: use seed) is kept only with dropout, so a spec without it reads no memory.
+inline DropoutSpec make_dropout(double p, int64_t seed, const int64_t* seed_ptr, int64_t offset,
+                                int64_t heads) {
+  DropoutSpec spec{uint64_t(seed), nullptr, uint64_t(offset), 0u, 1.0, heads};
   if (p > 0) {
+    spec.seed_ptr = seed_ptr;
     spec.threshold = uint32_t(p * 16777216.0);
     if (spec.threshold == 0) spec.threshold = 1;
     spec.keep_scale = 1.0 / (1.0 - p);

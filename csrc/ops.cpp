@@ -60,15 +60,19 @@ TORCH_LIBRARY(fastgnn, m) {
   // edge_term [E, H, D] is in input edge order; edge_perm (CSR position -> input position,
   // None: identity) locates it. Attention dropout (dropout > 0) keeps edge e (CSR position),
   // head h when the counter hash of (seed, offset, e, h) passes (csrc/attention_dropout.h),
-  // so the backward regenerates the mask. light_rows/heavy_rows split destinations by degree
-  // (None: one launch over every row); heavy rows get heavy_warps warps each (CUDA only).
+  // so the backward regenerates the mask. seed_tensor (a one-element int64 tensor on the
+  // features' device), when given, replaces seed: the kernels read it when they run, so a
+  // CUDA graph replay or a compiled graph can draw a fresh seed on the device each time
+  // (fastgnn/ops/attention.py does while a CUDA graph is captured or torch.compile traces).
+  // light_rows/heavy_rows split destinations by degree (None: one launch over every row);
+  // heavy rows get heavy_warps warps each (CUDA only).
   // The forward ignores t_rowptr/t_col/t_perm: it takes them so that autograd can hand them
   // to the backward (see below).
   m.def("gatv2_forward(Tensor rowptr, Tensor col, Tensor? edge_perm, Tensor? t_rowptr, "
         "Tensor? t_col, Tensor? t_perm, Tensor x_dst, "
         "Tensor x_src, Tensor att, Tensor? edge_term, float negative_slope, float dropout, "
-        "int seed, int offset, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
-        "-> (Tensor out, Tensor lse)");
+        "int seed, Tensor? seed_tensor, int offset, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) -> (Tensor out, Tensor lse)");
   // Gradients of gatv2_forward. Source-side gradients walk the transposed CSR (t_rowptr,
   // t_col, t_perm: transposed edge -> CSR position); with t_rowptr and t_col None the graph is
   // symmetric, the CSR is its own transpose and one fused pass computes every gradient.
@@ -76,33 +80,36 @@ TORCH_LIBRARY(fastgnn, m) {
   m.def("gatv2_backward(Tensor grad_out, Tensor out, Tensor lse, Tensor rowptr, Tensor col, "
         "Tensor? edge_perm, Tensor? t_rowptr, Tensor? t_col, Tensor t_perm, Tensor x_dst, "
         "Tensor x_src, Tensor att, Tensor? edge_term, float negative_slope, float dropout, "
-        "int seed, int offset, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
+        "int seed, Tensor? seed_tensor, int offset, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) "
         "-> (Tensor grad_x_dst, Tensor grad_x_src, Tensor grad_att, Tensor grad_edge_term)");
   // Dot-product attention: logit = scale * <q[i], k[j] (+ edge_term[e])>, values v[j]
   // (+ edge_term[e]). Same conventions as gatv2_forward/backward.
   m.def("graph_attention_forward(Tensor rowptr, Tensor col, Tensor? edge_perm, "
         "Tensor? t_rowptr, Tensor? t_col, Tensor? t_perm, Tensor q, "
         "Tensor k, Tensor v, Tensor? edge_term, float scale, float dropout, int seed, "
-        "int offset, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
-        "-> (Tensor out, Tensor lse)");
+        "Tensor? seed_tensor, int offset, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) -> (Tensor out, Tensor lse)");
   m.def("graph_attention_backward(Tensor grad_out, Tensor out, Tensor lse, Tensor rowptr, "
         "Tensor col, Tensor? edge_perm, Tensor? t_rowptr, Tensor? t_col, Tensor t_perm, "
         "Tensor q, Tensor k, Tensor v, Tensor? edge_term, float scale, float dropout, int seed, "
-        "int offset, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
+        "Tensor? seed_tensor, int offset, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) "
         "-> (Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor grad_edge_term)");
   // GAT (v1): logit = LeakyReLU(alpha_src[j] + alpha_dst[i] (+ alpha_edge[e])) from per-node
   // scores alpha_dst [T, H], alpha_src [S, H] (alpha_edge [E, H], input edge order); values
   // x_src [S, H, D]. Same conventions as gatv2_forward/backward.
   m.def("gat_forward(Tensor rowptr, Tensor col, Tensor? edge_perm, Tensor? t_rowptr, "
         "Tensor? t_col, Tensor? t_perm, Tensor alpha_dst, Tensor x_src, Tensor alpha_src, "
-        "Tensor? alpha_edge, float negative_slope, float dropout, int seed, int offset, "
-        "Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) -> (Tensor out, Tensor lse)");
+        "Tensor? alpha_edge, float negative_slope, float dropout, int seed, "
+        "Tensor? seed_tensor, int offset, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) -> (Tensor out, Tensor lse)");
   m.def("gat_backward(Tensor grad_out, Tensor out, Tensor lse, Tensor rowptr, Tensor col, "
         "Tensor? edge_perm, Tensor? t_rowptr, Tensor? t_col, Tensor t_perm, Tensor alpha_dst, "
         "Tensor x_src, Tensor alpha_src, Tensor? alpha_edge, float negative_slope, "
-        "float dropout, int seed, int offset, Tensor? light_rows, Tensor? heavy_rows, "
-        "int heavy_warps) -> (Tensor grad_alpha_dst, Tensor grad_x_src, Tensor grad_alpha_src, "
-        "Tensor grad_alpha_edge)");
+        "float dropout, int seed, Tensor? seed_tensor, int offset, Tensor? light_rows, "
+        "Tensor? heavy_rows, int heavy_warps) -> (Tensor grad_alpha_dst, Tensor grad_x_src, "
+        "Tensor grad_alpha_src, Tensor grad_alpha_edge)");
   // The [E, H] keep-mask (CSR order, bool) that the kernels apply for this seed and offset:
   // lets tests evaluate the reference with the exact same dropout.
   m.def("attention_dropout_mask(Tensor col, int heads, float dropout, int seed, int offset) "

@@ -195,24 +195,26 @@ def test_gradcheck(kind, symmetric):
         assert torch.autograd.gradcheck(lambda a, b, c, e: fn(g, a, b, c, edge_term=e), inputs)
 
 
-def _op_args(kind, g, inputs, dropout=0.0, seed=0):
+def _op_args(kind, g, inputs, dropout=0.0, seed=0, seed_tensor=None):
     a, b, c, e = inputs
     coef = 0.2 if kind == "gatv2" else 0.5
     t_rowptr, t_col, t_perm = g.transpose()
     perm = None if g.edge_perm is None else g.edge_perm.to(g.index_dtype)
     structure = (g.rowptr, g.col, perm, t_rowptr, t_col, t_perm)
-    return structure, (a, b, c, e, coef, dropout, seed, 0, None, None, 4)
+    return structure, (a, b, c, e, coef, dropout, seed, seed_tensor, 0, None, None, 4)
 
 
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck needs torch 2.4")
+@pytest.mark.parametrize("seed_tensor", [None, torch.tensor([11])], ids=["host-seed",
+                                                                       "seed-tensor"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_opcheck(kind, graph_case):
+def test_opcheck(kind, graph_case, seed_tensor):
     g, _ = graph_case
     name = "gatv2" if kind == "gatv2" else "graph_attention"
     forward = getattr(torch.ops.fastgnn, f"{name}_forward")
     backward = getattr(torch.ops.fastgnn, f"{name}_backward")
     inputs = make_inputs(kind, g, 2, 4, torch.float32, edge_term=True)
-    structure, rest = _op_args(kind, g, inputs, dropout=0.25, seed=11)
+    structure, rest = _op_args(kind, g, inputs, dropout=0.25, seed=11, seed_tensor=seed_tensor)
     torch.library.opcheck(forward, structure + rest)
     out, lse = forward(*structure, *rest)
     grad_out = torch.randn_like(out)
@@ -242,7 +244,7 @@ def test_dropout_matches_reference_with_same_mask(kind, device):
     torch.manual_seed(1234)
     ours = forward_and_grads(kind, g, inputs, dropout=p)
     torch.manual_seed(1234)
-    seed, offset = attention_ops._draw_seed(p)
+    seed, _, offset = attention_ops._draw_seed(p, torch.device(device))
     mask = attention_ops.dropout_mask(g, 2, p, seed, offset)
     theirs = forward_and_grads(kind, g, inputs, "reference", dropout=p, dropout_mask=mask)
     for x, y in zip(ours, theirs):

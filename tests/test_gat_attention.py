@@ -188,13 +188,16 @@ def test_gradcheck(symmetric):
 
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"),
                     reason="torch.library.opcheck needs torch 2.4")
-def test_opcheck(graph_case):
+@pytest.mark.parametrize("seed_tensor", [None, torch.tensor([11])], ids=["host-seed",
+                                                                       "seed-tensor"])
+def test_opcheck(graph_case, seed_tensor):
     g, _ = graph_case
     x_src, alpha_src, alpha_dst, alpha_edge = make_inputs(g, 2, 4, alpha_edge=True)
     t_rowptr, t_col, t_perm = g.transpose()
     perm = None if g.edge_perm is None else g.edge_perm.to(g.index_dtype)
     structure = (g.rowptr, g.col, perm, t_rowptr, t_col, t_perm)
-    rest = (alpha_dst, x_src, alpha_src, alpha_edge, 0.2, 0.25, 11, 0, None, None, 4)
+    rest = (alpha_dst, x_src, alpha_src, alpha_edge, 0.2, 0.25, 11, seed_tensor, 0, None, None,
+            4)
     torch.library.opcheck(torch.ops.fastgnn.gat_forward, structure + rest)
     out, lse = torch.ops.fastgnn.gat_forward(*structure, *rest)
     detached = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in rest)
@@ -223,7 +226,7 @@ def test_dropout_matches_reference_with_same_mask(device):
     torch.manual_seed(1234)
     ours = forward_and_grads(g, inputs, dropout=p)
     torch.manual_seed(1234)
-    seed, offset = attention_ops._draw_seed(p)
+    seed, _, offset = attention_ops._draw_seed(p, torch.device(device))
     mask = attention_ops.dropout_mask(g, 2, p, seed, offset)
     assert 0 < float(mask.mean()) < 1
     theirs = forward_and_grads(g, inputs, "reference", dropout=p, dropout_mask=mask)

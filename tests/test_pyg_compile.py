@@ -1,6 +1,6 @@
 """torch.compile of enabled PyG models: one graph with no break, results equal to eager
 (forward and gradients), and the structure looked up per call (another graph, an in-place
-change of edge_index)."""
+change of edge_index); attention dropout draws its seed in the graph, a new one each call."""
 from __future__ import annotations
 
 import copy
@@ -33,6 +33,14 @@ LAYERS = {
 }
 
 
+# The attention layers with attention dropout.
+DROPOUT_LAYERS = {
+    "gatv2": lambda i, o: pyg_nn.GATv2Conv(i, o // HEADS, heads=HEADS, dropout=0.5),
+    "gat": lambda i, o: pyg_nn.GATConv(i, o // HEADS, heads=HEADS, dropout=0.5),
+    "transformer": lambda i, o: pyg_nn.TransformerConv(i, o // HEADS, heads=HEADS, dropout=0.5),
+}
+
+
 class Model(torch.nn.Module):
     def __init__(self, layer):
         super().__init__()
@@ -45,9 +53,9 @@ class Model(torch.nn.Module):
         return x
 
 
-def _models(name, device="cpu"):
+def _models(name, device="cpu", layers=LAYERS):
     torch.manual_seed(0)
-    eager = fastgnn.enable(Model(LAYERS[name])).to(device)
+    eager = fastgnn.enable(Model(layers[name])).to(device)
     return eager, copy.deepcopy(eager)
 
 
@@ -73,9 +81,12 @@ def _assert_equal(got, want, **tolerance):
         torch.testing.assert_close(g, w, **tolerance)
 
 
+@pytest.mark.parametrize("layers", [LAYERS, DROPOUT_LAYERS], ids=["", "dropout"])
 @pytest.mark.parametrize("name", sorted(LAYERS))
-def test_no_graph_break(name):
-    model, _ = _models(name)
+def test_no_graph_break(name, layers):
+    if name not in layers:
+        pytest.skip("no attention dropout")
+    model, _ = _models(name, layers=layers)
     x, edge_index = _inputs(40, 200, seed=0)
     torch._dynamo.reset()
     explained = torch._dynamo.explain(model)(x, edge_index)
@@ -161,8 +172,9 @@ def test_opcheck_spmm(args):
                           (edge_index, x, 30, 30, *args, True, False))
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("op", ["gatv2_attention", "gat_attention", "graph_attention"])
-def test_opcheck_attention(op):
+def test_opcheck_attention(op, dropout):
     gen = torch.Generator().manual_seed(10)
     h = [torch.randn(30, 2, 4, generator=gen).requires_grad_() for _ in range(3)]
     if op == "gatv2_attention":
@@ -171,8 +183,10 @@ def test_opcheck_attention(op):
         h[0], h[2] = h[0][:, :, 0].detach().requires_grad_(), h[2][:, :, 0].detach() \
             .requires_grad_()
     edge_index = random_edge_index(30, 30, 120, seed=11)
+    seed_tensor = torch.tensor([9]) if dropout else None
     torch.library.opcheck(torch.ops.fastgnn.pyg_attention.default,
-                          (edge_index, *h, op, 0.2, op != "graph_attention", True))
+                          (edge_index, *h, op, 0.2, op != "graph_attention", True, dropout,
+                           seed_tensor))
 
 
 @pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer"])
@@ -203,14 +217,48 @@ def test_errors_are_the_eager_ones():
         compiled_model(x, edge_index)
 
 
-def test_dropout_and_edge_features_compile_through_the_eager_structure():
-    """Attention dropout and edge features keep the eager path (breaks, same results)."""
+def test_edge_features_compile_through_the_eager_structure():
+    """Edge features keep the eager path (breaks, same results, with attention dropout under
+    the same torch.manual_seed too)."""
     torch.manual_seed(0)
-    layer = fastgnn.enable(pyg_nn.GATv2Conv(IN, 4, heads=HEADS, edge_dim=3))
+    layer = fastgnn.enable(pyg_nn.GATv2Conv(IN, 4, heads=HEADS, edge_dim=3, dropout=0.5))
     x, edge_index = _inputs(40, 200, seed=8)
     edge_attr = torch.randn(edge_index.size(1), 3)
     torch._dynamo.reset()
     compiled_layer = torch.compile(layer, backend="aot_eager")
     with fused_only():
-        torch.testing.assert_close(compiled_layer(x, edge_index, edge_attr),
-                                   layer(x, edge_index, edge_attr))
+        torch.manual_seed(1)
+        want = layer(x, edge_index, edge_attr)
+        torch.manual_seed(1)
+        torch.testing.assert_close(compiled_layer(x, edge_index, edge_attr), want)
+
+
+@pytest.mark.parametrize("name", sorted(DROPOUT_LAYERS))
+def test_compiled_attention_dropout_equals_eager(name):
+    """With aot_eager on the CPU the graph's seed draw (torch.randint on the CPU generator) is
+    the eager call's host draw: under the same torch.manual_seed, equal outputs and gradients
+    (the backward uses its forward's seed); the next call draws another mask."""
+    eager, model = _models(name, layers=DROPOUT_LAYERS)
+    x, edge_index = _inputs(40, 200, seed=1)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with fused_only():
+        torch.manual_seed(5)
+        want = _step(eager, x, edge_index)
+        torch.manual_seed(5)
+        _assert_equal(_step(compiled_model, x, edge_index), want, rtol=0, atol=0)
+        assert not torch.equal(_step(compiled_model, x, edge_index)[0], want[0])
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_attention_dropout_draws_a_new_mask_each_call(backend, device):
+    """The seed is not a constant of the compiled graph: two calls drop different edges."""
+    _, model = _models("gatv2", device, layers=DROPOUT_LAYERS)
+    x, edge_index = _inputs(40, 200, seed=2, device=device)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, fullgraph=True, backend=backend)
+    with fused_only():
+        first, second = (_step(compiled_model, x, edge_index) for _ in range(2))
+    assert not torch.equal(first[0], second[0])
+    assert not torch.equal(first[1][0], second[1][0])

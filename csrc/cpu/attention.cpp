@@ -9,7 +9,7 @@
 // Inputs are converted once to the accumulation type (float, double for double), so the
 // kernels see float or double only; half/bfloat16 cost one node-sized (and, for edge_term,
 // one edge-sized) conversion.
-#include "attention_dropout.h"
+#include "attention_seed.h"
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -570,12 +570,11 @@ void dispatch(const Inputs& in, const char* op, F&& f) {
 
 template <typename MakePolicy>
 std::tuple<at::Tensor, at::Tensor> run_forward(const Inputs& in, at::ScalarType out_type,
-                                               double dropout, int64_t seed, int64_t offset,
-                                               const char* op, MakePolicy&& make_policy) {
+                                               const DropoutSpec& drop, const char* op,
+                                               MakePolicy&& make_policy) {
   auto opts = at::TensorOptions().dtype(in.acc);
   auto out = at::empty({in.rows, in.heads, in.dim}, opts);
   auto lse = at::empty({in.rows, in.heads}, opts);
-  const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
   dispatch(in, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
@@ -596,8 +595,8 @@ template <typename MakePolicy>
 void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor& out,
                   const at::Tensor& lse, const c10::optional<at::Tensor>& t_rowptr,
                   const c10::optional<at::Tensor>& t_col, const at::Tensor& t_perm,
-                  int64_t num_src, double dropout, int64_t seed, int64_t offset, Grads& grads,
-                  const char* op, MakePolicy&& make_policy) {
+                  int64_t num_src, const DropoutSpec& drop, Grads& grads, const char* op,
+                  MakePolicy&& make_policy) {
   TORCH_CHECK(t_rowptr.has_value() == t_col.has_value(), op,
               ": give both t_rowptr and t_col, or neither (symmetric graph)");
   TORCH_CHECK(t_perm.numel() == in.col.numel() && t_perm.scalar_type() == in.col.scalar_type(),
@@ -610,7 +609,6 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   // <dOut_i, out_i> in double, rounded once: each edge's dLogit subtracts it from a close value.
   auto delta = (gout.to(at::kDouble) * out.to(at::kDouble)).sum(-1).to(in.acc).contiguous();
   auto t_perm_c = t_perm.contiguous();
-  const DropoutSpec drop = make_dropout(dropout, seed, offset, in.heads);
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
   // What the destination pass leaves per (edge, head) for the source pass: dLogit and alpha c,
   // and for policies that need it the signs of z, one bit per feature.
@@ -660,21 +658,22 @@ std::tuple<at::Tensor, at::Tensor> gatv2_forward_cpu(
     const c10::optional<at::Tensor>& /*t_perm*/,
     const at::Tensor& x_dst, const at::Tensor& x_src, const at::Tensor& att,
     const c10::optional<at::Tensor>& edge_term, double negative_slope, double dropout,
-    int64_t seed, int64_t offset, const c10::optional<at::Tensor>& /*light_rows*/,
+    int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
   const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_forward");
   TORCH_CHECK(att.dim() == 2 && att.size(0) == in.heads && att.size(1) == in.dim,
               "gatv2_forward: att must be [H, D]");
   auto xd = to_acc(x_dst, in.acc), xs = to_acc(x_src, in.acc), a = to_acc(att, in.acc);
-  return run_forward(in, x_src.scalar_type(), dropout, seed, offset, "gatv2_forward",
-                     [&](auto acc, auto idx) {
-                       using acc_t = decltype(acc);
-                       using index_t = decltype(idx);
-                       return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(),
-                                                    a.data_ptr<acc_t>(),
-                                                    edge_view<acc_t, index_t>(in),
-                                                    acc_t(negative_slope), in.heads, in.dim};
-                     });
+  const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
+                                             x_src.device(), "gatv2_forward");
+  return run_forward(in, x_src.scalar_type(), drop, "gatv2_forward", [&](auto acc, auto idx) {
+    using acc_t = decltype(acc);
+    using index_t = decltype(idx);
+    return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(), a.data_ptr<acc_t>(),
+                                 edge_view<acc_t, index_t>(in), acc_t(negative_slope), in.heads,
+                                 in.dim};
+  });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
@@ -683,9 +682,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
     const at::Tensor& t_perm, const at::Tensor& x_dst, const at::Tensor& x_src,
     const at::Tensor& att, const c10::optional<at::Tensor>& edge_term, double negative_slope,
-    double dropout, int64_t seed, int64_t offset, const c10::optional<at::Tensor>& /*light*/,
-    const c10::optional<at::Tensor>& /*heavy*/, int64_t /*heavy_warps*/) {
+    double dropout, int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& /*light*/, const c10::optional<at::Tensor>& /*heavy*/,
+    int64_t /*heavy_warps*/) {
   const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_backward");
+  const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
+                                             x_src.device(), "gatv2_backward");
   auto xd = to_acc(x_dst, in.acc), xs = to_acc(x_src, in.acc), a = to_acc(att, in.acc);
   auto opts = at::TensorOptions().dtype(in.acc);
   Grads grads;
@@ -694,8 +696,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
   grads.att_partial =  // summed in double, like every row's gradients
       at::zeros({att_chunks(in.rows), in.heads, in.dim}, opts.dtype(at::kDouble));
   grads.edge = edge_grad_buffer(in);
-  run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, x_src.size(0), dropout, seed,
-               offset, grads, "gatv2_backward", [&](auto acc, auto idx) {
+  run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, x_src.size(0), drop, grads,
+               "gatv2_backward", [&](auto acc, auto idx) {
                  using acc_t = decltype(acc);
                  using index_t = decltype(idx);
                  return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(),
@@ -713,13 +715,16 @@ std::tuple<at::Tensor, at::Tensor> graph_attention_forward_cpu(
     const c10::optional<at::Tensor>& /*t_perm*/,
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const c10::optional<at::Tensor>& edge_term, double scale, double dropout, int64_t seed,
-    int64_t offset, const c10::optional<at::Tensor>& /*light_rows*/,
+    const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
   const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_forward");
   TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(),
               "graph_attention_forward: v must match k");
   auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
-  return run_forward(in, v.scalar_type(), dropout, seed, offset, "graph_attention_forward",
+  const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
+                                             q.device(), "graph_attention_forward");
+  return run_forward(in, v.scalar_type(), drop, "graph_attention_forward",
                      [&](auto acc, auto idx) {
                        using acc_t = decltype(acc);
                        using index_t = decltype(idx);
@@ -735,9 +740,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
     const at::Tensor& t_perm, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const c10::optional<at::Tensor>& edge_term, double scale, double dropout, int64_t seed,
-    int64_t offset, const c10::optional<at::Tensor>& /*light*/,
-    const c10::optional<at::Tensor>& /*heavy*/, int64_t /*heavy_warps*/) {
+    const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& /*light*/, const c10::optional<at::Tensor>& /*heavy*/,
+    int64_t /*heavy_warps*/) {
   const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_backward");
+  const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
+                                             q.device(), "graph_attention_backward");
   auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
   auto opts = at::TensorOptions().dtype(in.acc);
   Grads grads;
@@ -745,8 +753,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
   grads.key = at::zeros(kc.sizes(), opts);
   grads.value = at::zeros(vc.sizes(), opts);
   grads.edge = edge_grad_buffer(in);
-  run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), dropout, seed, offset,
-               grads, "graph_attention_backward", [&](auto acc, auto idx) {
+  run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), drop, grads,
+               "graph_attention_backward", [&](auto acc, auto idx) {
                  using acc_t = decltype(acc);
                  using index_t = decltype(idx);
                  return DotProduct<acc_t, index_t>{qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(),
@@ -761,7 +769,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
 
 at::Tensor attention_dropout_mask_cpu(const at::Tensor& col, int64_t heads, double dropout,
                                       int64_t seed, int64_t offset) {
-  const DropoutSpec drop = make_dropout(dropout, seed, offset, heads);
+  const DropoutSpec drop = make_dropout(dropout, seed, nullptr, offset, heads);
   auto mask = at::empty({col.numel(), heads}, col.options().dtype(at::kBool));
   bool* m = mask.data_ptr<bool>();
   const int64_t total = col.numel() * heads;

@@ -11,7 +11,7 @@
 // destinations: no atomics), alpha_edge[e] is dz. On a symmetric graph one pass does both.
 // The per-node scalar sums are kept in double: they are cheap, and they cancel (sum_j alpha
 // (<dOut_i, x_j> - delta_i) is 0 without dropout), so float partial sums would cost accuracy.
-#include "attention_dropout.h"
+#include "attention_seed.h"
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -230,14 +230,16 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cpu(
     const c10::optional<at::Tensor>& /*t_perm*/, const at::Tensor& alpha_dst,
     const at::Tensor& x_src, const at::Tensor& alpha_src,
     const c10::optional<at::Tensor>& alpha_edge, double negative_slope, double dropout,
-    int64_t seed, int64_t offset, const c10::optional<at::Tensor>& /*light_rows*/,
+    int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
   const Prepared r = prepare(rowptr, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
                              "gat_forward");
   auto opts = at::TensorOptions().dtype(r.acc);
   auto out = at::empty({r.rows, r.heads, r.dim}, opts);
   auto lse = at::empty({r.rows, r.heads}, opts);
-  const DropoutSpec drop = make_dropout(dropout, seed, offset, r.heads);
+  const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, r.heads,
+                                             x_src.device(), "gat_forward");
   dispatch(r, col, "gat_forward", [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
@@ -254,7 +256,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
     const at::Tensor& t_perm, const at::Tensor& alpha_dst, const at::Tensor& x_src,
     const at::Tensor& alpha_src, const c10::optional<at::Tensor>& alpha_edge,
-    double negative_slope, double dropout, int64_t seed, int64_t offset,
+    double negative_slope, double dropout, int64_t seed,
+    const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& /*light*/, const c10::optional<at::Tensor>& /*heavy*/,
     int64_t /*heavy_warps*/) {
   const char* op = "gat_backward";
@@ -276,7 +279,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
   auto grad_src = at::empty(r.alpha_src.sizes(), opts);
   auto grad_edge = r.alpha_edge.defined() ? at::empty(r.alpha_edge.sizes(), opts)
                                           : at::empty({0}, opts);
-  const DropoutSpec drop = make_dropout(dropout, seed, offset, r.heads);
+  const DropoutSpec drop =
+      attention_dropout(dropout, seed, seed_tensor, offset, r.heads, x_src.device(), op);
   dispatch(r, col, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention_seed.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/glue.h"
 
@@ -30,7 +31,8 @@ Prepared prepare(AttentionKind kind, const at::Tensor& rowptr, const at::Tensor&
                  const c10::optional<at::Tensor>& edge_perm, const at::Tensor& a,
                  const at::Tensor& b, const at::Tensor& c,
                  const c10::optional<at::Tensor>& edge_term, double coef, double dropout,
-                 int64_t seed, int64_t offset, const c10::optional<at::Tensor>& light_rows,
+                 int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+                 const c10::optional<at::Tensor>& light_rows,
                  const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps,
                  const char* op) {
   Prepared r;
@@ -75,7 +77,7 @@ Prepared prepare(AttentionKind kind, const at::Tensor& rowptr, const at::Tensor&
   r.p.coef = coef;
   r.p.heads = heads;
   r.p.dim = dim;
-  r.p.dropout = make_dropout(dropout, seed, offset, heads);
+  r.p.dropout = attention_dropout(dropout, seed, seed_tensor, offset, heads, b.device(), op);
   r.p.aligned = aligned16(r.a) && aligned16(r.b) && aligned16(r.c) && aligned16(r.edge);
   if (light_rows.has_value() && heavy_rows.has_value()) {
     TORCH_CHECK(light_rows->scalar_type() == col.scalar_type() &&
@@ -175,12 +177,13 @@ std::tuple<at::Tensor, at::Tensor> gatv2_forward_cuda(
     const c10::optional<at::Tensor>& /*t_rowptr*/, const c10::optional<at::Tensor>& /*t_col*/,
     const c10::optional<at::Tensor>& /*t_perm*/, const at::Tensor& x_dst, const at::Tensor& x_src,
     const at::Tensor& att, const c10::optional<at::Tensor>& edge_term, double negative_slope,
-    double dropout, int64_t seed, int64_t offset, const c10::optional<at::Tensor>& light_rows,
-    const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps) {
+    double dropout, int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
+    int64_t heavy_warps) {
   const c10::cuda::CUDAGuard guard(x_src.device());
   Prepared r = prepare(AttentionKind::kGatv2, rowptr, col, edge_perm, x_dst, x_src, att,
-                       edge_term, negative_slope, dropout, seed, offset, light_rows, heavy_rows,
-                       heavy_warps, "gatv2_forward");
+                       edge_term, negative_slope, dropout, seed, seed_tensor, offset, light_rows,
+                       heavy_rows, heavy_warps, "gatv2_forward");
   return forward(r);
 }
 
@@ -190,12 +193,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cuda(
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
     const at::Tensor& t_perm, const at::Tensor& x_dst, const at::Tensor& x_src,
     const at::Tensor& att, const c10::optional<at::Tensor>& edge_term, double negative_slope,
-    double dropout, int64_t seed, int64_t offset, const c10::optional<at::Tensor>& light_rows,
-    const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps) {
+    double dropout, int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
+    int64_t heavy_warps) {
   const c10::cuda::CUDAGuard guard(x_src.device());
   Prepared r = prepare(AttentionKind::kGatv2, rowptr, col, edge_perm, x_dst, x_src, att,
-                       edge_term, negative_slope, dropout, seed, offset, light_rows, heavy_rows,
-                       heavy_warps, "gatv2_backward");
+                       edge_term, negative_slope, dropout, seed, seed_tensor, offset, light_rows,
+                       heavy_rows, heavy_warps, "gatv2_backward");
   return backward(r, grad_out, out, lse, t_rowptr, t_col, t_perm, "gatv2_backward");
 }
 
@@ -204,12 +208,13 @@ std::tuple<at::Tensor, at::Tensor> graph_attention_forward_cuda(
     const c10::optional<at::Tensor>& /*t_rowptr*/, const c10::optional<at::Tensor>& /*t_col*/,
     const c10::optional<at::Tensor>& /*t_perm*/, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const c10::optional<at::Tensor>& edge_term, double scale,
-    double dropout, int64_t seed, int64_t offset, const c10::optional<at::Tensor>& light_rows,
-    const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps) {
+    double dropout, int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
+    int64_t heavy_warps) {
   const c10::cuda::CUDAGuard guard(q.device());
   Prepared r = prepare(AttentionKind::kDotProduct, rowptr, col, edge_perm, q, k, v, edge_term,
-                       scale, dropout, seed, offset, light_rows, heavy_rows, heavy_warps,
-                       "graph_attention_forward");
+                       scale, dropout, seed, seed_tensor, offset, light_rows, heavy_rows,
+                       heavy_warps, "graph_attention_forward");
   return forward(r);
 }
 
@@ -219,12 +224,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
     const at::Tensor& t_perm, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const c10::optional<at::Tensor>& edge_term, double scale, double dropout, int64_t seed,
-    int64_t offset, const c10::optional<at::Tensor>& light_rows,
-    const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps) {
+    const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
+    int64_t heavy_warps) {
   const c10::cuda::CUDAGuard guard(q.device());
   Prepared r = prepare(AttentionKind::kDotProduct, rowptr, col, edge_perm, q, k, v, edge_term,
-                       scale, dropout, seed, offset, light_rows, heavy_rows, heavy_warps,
-                       "graph_attention_backward");
+                       scale, dropout, seed, seed_tensor, offset, light_rows, heavy_rows,
+                       heavy_warps, "graph_attention_backward");
   return backward(r, grad_out, out, lse, t_rowptr, t_col, t_perm, "graph_attention_backward");
 }
 

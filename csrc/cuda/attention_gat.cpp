@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention_seed.h"
 #include "cuda/attention_gat_kernels.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/glue.h"
@@ -29,7 +30,8 @@ Prepared prepare(const at::Tensor& rowptr, const at::Tensor& col,
                  const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
                  const at::Tensor& x_src, const at::Tensor& alpha_src,
                  const c10::optional<at::Tensor>& alpha_edge, double slope, double dropout,
-                 int64_t seed, int64_t offset, const c10::optional<at::Tensor>& light_rows,
+                 int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+                 const c10::optional<at::Tensor>& light_rows,
                  const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps,
                  const char* op) {
   Prepared r;
@@ -71,7 +73,8 @@ Prepared prepare(const at::Tensor& rowptr, const at::Tensor& col,
   r.p.slope = slope;
   r.p.heads = heads;
   r.p.dim = x_src.size(2);
-  r.p.dropout = make_dropout(dropout, seed, offset, heads);
+  r.p.dropout =
+      attention_dropout(dropout, seed, seed_tensor, offset, heads, x_src.device(), op);
   r.p.aligned = aligned16(r.x_src);
   if (light_rows.has_value() && heavy_rows.has_value()) {
     TORCH_CHECK(light_rows->scalar_type() == col.scalar_type() &&
@@ -92,12 +95,13 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cuda(
     const c10::optional<at::Tensor>& /*t_perm*/, const at::Tensor& alpha_dst,
     const at::Tensor& x_src, const at::Tensor& alpha_src,
     const c10::optional<at::Tensor>& alpha_edge, double negative_slope, double dropout,
-    int64_t seed, int64_t offset, const c10::optional<at::Tensor>& light_rows,
-    const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps) {
+    int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
+    const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
+    int64_t heavy_warps) {
   const c10::cuda::CUDAGuard guard(x_src.device());
   Prepared r = prepare(rowptr, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
-                       negative_slope, dropout, seed, offset, light_rows, heavy_rows,
-                       heavy_warps, "gat_forward");
+                       negative_slope, dropout, seed, seed_tensor, offset, light_rows,
+                       heavy_rows, heavy_warps, "gat_forward");
   auto out = at::empty({r.p.csr.rows, r.p.heads, r.p.dim}, r.x_src.options());
   auto lse = at::empty({r.p.csr.rows, r.p.heads}, r.x_src.options().dtype(r.acc));
   r.p.out = out.data_ptr();
@@ -112,14 +116,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
     const at::Tensor& t_perm, const at::Tensor& alpha_dst, const at::Tensor& x_src,
     const at::Tensor& alpha_src, const c10::optional<at::Tensor>& alpha_edge,
-    double negative_slope, double dropout, int64_t seed, int64_t offset,
+    double negative_slope, double dropout, int64_t seed,
+    const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
     int64_t heavy_warps) {
   const char* op = "gat_backward";
   const c10::cuda::CUDAGuard guard(x_src.device());
   Prepared r = prepare(rowptr, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
-                       negative_slope, dropout, seed, offset, light_rows, heavy_rows,
-                       heavy_warps, op);
+                       negative_slope, dropout, seed, seed_tensor, offset, light_rows,
+                       heavy_rows, heavy_warps, op);
   TORCH_CHECK(t_rowptr.has_value() == t_col.has_value(), op,
               ": give both t_rowptr and t_col, or neither (symmetric graph)");
   TORCH_CHECK(t_perm.is_cuda() &&

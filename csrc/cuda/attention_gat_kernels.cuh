@@ -231,6 +231,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const A
   __shared__ acc_t sh_peak[kWarpsPerBlock][kWarp];
   __shared__ acc_t sh_total[kWarpsPerBlock][kWarp];
   const Slot s = slot_of<K, G>(a);
+  const DropoutSpec dropout = a.dropout.resolved();
   acc_t acc[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) acc[k] = 0;
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const A
 #pragma unroll
         for (int u = 0; u < kEdges; ++u) {
           total += w[u];
-          const acc_t wc = w[u] * a.dropout.template factor<acc_t>(base + t + u, s.h);
+          const acc_t wc = w[u] * dropout.template factor<acc_t>(base + t + u, s.h);
 #pragma unroll
           for (int k = 0; k < K; ++k) acc[k] += wc * val[u][k];
         }
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_kernel(const 
   __shared__ acc_t sh_vec[kWarpsPerBlock][kWarp][K];
   __shared__ double sh_src[kWarpsPerBlock][kWarp];
   const Slot s = slot_of<K, G>(a);
+  const DropoutSpec dropout = a.dropout.resolved();
   const int64_t n = s.r, h = s.h, heads = a.heads;
   double sum_src = 0;
   acc_t grad_x[K];
@@ -329,7 +331,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_kernel(const 
         dval = group_sum<G>(dval);
         const acc_t z = source_pre_activation(a, src_score, m, e, h);
         const acc_t alpha = exp(leaky(z, a.slope) - a.lse_in[m * heads + h]);
-        const acc_t wc = alpha * a.dropout.template factor<acc_t>(e, h);
+        const acc_t wc = alpha * dropout.template factor<acc_t>(e, h);
         const double dz = logit_grad(a, z, alpha, wc, dval, m, h);
         sum_src += dz;
         if (s.leader) a.grad_logit[e * heads + h] = acc_t(dz);
@@ -407,6 +409,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_packed_kernel(
   constexpr int U = packed_edges<K>();
   const Team t = team_of<K>(a);
   if (!t.valid) return;
+  const DropoutSpec dropout = a.dropout.resolved();
   const acc_t dst_score = Scalar<T>::load(a.alpha_dst[t.r * a.heads + t.h]);
   const int64_t begin = a.rowptr[t.r], end = a.rowptr[t.r + 1];
   acc_t acc[K];
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_packed_kernel(
     for (int u = 0; u < U; ++u) {
       const acc_t w = base + u < end ? exp(logit[u] - top) : acc_t(0);
       total += w;
-      const acc_t wc = w * a.dropout.template factor<acc_t>(base + u, t.h);
+      const acc_t wc = w * dropout.template factor<acc_t>(base + u, t.h);
 #pragma unroll
       for (int k = 0; k < K; ++k) acc[k] += wc * val[u][k];
     }
@@ -450,6 +453,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   constexpr int U = packed_edges<K>();
   const Team t = team_of<K>(a);
   if (!t.valid) return;
+  const DropoutSpec dropout = a.dropout.resolved();
   const int64_t n = t.r, h = t.h, heads = a.heads;
   acc_t own_x[K], grad_x[K];
   load_k<K>(head_row(a.x_src, n, h, a), t.f0, a.dim, a.aligned, own_x);
@@ -475,7 +479,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
       const acc_t dval = head_sum(dot<K>(dout[u], own_x), t.mask, a.lanes_per_head);
       if (base + u >= end) continue;
       const acc_t alpha = exp(leaky(z[u], a.slope) - lse[u]);
-      const acc_t wc = alpha * a.dropout.template factor<acc_t>(e[u], h);
+      const acc_t wc = alpha * dropout.template factor<acc_t>(e[u], h);
       const double dz = logit_grad(a, z[u], alpha, wc, dval, m[u], h);
       sum_src += dz;
       if (t.leader) a.grad_logit[e[u] * heads + h] = acc_t(dz);

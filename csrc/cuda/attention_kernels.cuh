@@ -337,6 +337,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   const int chunk = blockIdx.z;
   const int64_t f0 = int64_t(chunk) * 32 * K + flane * K;
   const int64_t i = s.r;
+  const DropoutSpec dropout = a.dropout.resolved();
 
   acc_t dst[K], att[K], no_dout[K], acc[K];
   zero<K>(acc);
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
         for (int u = 0; u < kEdges; ++u) {
           const acc_t w = exp_acc(logit[u] - peak);
           total += w;
-          const acc_t wc = w * a.dropout.template factor<acc_t>(base + t + u, h);
+          const acc_t wc = w * dropout.template factor<acc_t>(base + t + u, h);
 #pragma unroll
           for (int k = 0; k < K; ++k) acc[k] += wc * val[u][k];
         }
@@ -530,6 +531,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
   const int chunk = blockIdx.z;
   const int64_t f0 = int64_t(chunk) * 32 * K + flane * K;
   const int64_t i = s.r;
+  const DropoutSpec dropout = a.dropout.resolved();
   const acc_t slope = a.coef;
 
   acc_t grad_dst[K], grad_att[K];
@@ -576,7 +578,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           if (t + u >= count) break;  // warp-uniform
           const int64_t q = base + t + u;
           const acc_t alpha = exp_acc(sums[u] - lse_i);
-          const acc_t wc = alpha * a.dropout.template factor<acc_t>(q, h);
+          const acc_t wc = alpha * dropout.template factor<acc_t>(q, h);
           const acc_t g = wc * sums[kEdges + u] - alpha * delta_i;
           const acc_t g_neg = g * slope;  // g times LeakyReLU's slope where z <= 0
           acc_t edge_grad[K];

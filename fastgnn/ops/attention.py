@@ -9,6 +9,8 @@ Graph Transformer's destination pass leaves each (edge, head)'s logit gradient a
 edge's pre-activation gradient for its destination pass. The CPU kernels recompute the logits
 (in one fused pass on symmetric graphs). Attention dropout uses a counter-based hash of (seed,
 offset, CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
+Eager calls draw the seed on the host; while a CUDA graph is captured or torch.compile traces,
+it is drawn on the device and the kernels read it (see ``_draw_seed``).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def _check_edge_term(edge_term, g: Graph, heads: int, dim: int) -> None:
                          f"{list(edge_term.shape)}")
 
 
-def _check_dropout(dropout: float) -> None:
+def check_dropout(dropout: float) -> None:
     if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
 
@@ -63,7 +65,7 @@ def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: tor
                          f"{list(att.shape)} on {att.device}")
     _check_edge_term(edge_term, g, heads, dim)
     _check_same_dtype("x_src", x_src, x_dst=x_dst, att=att, edge_term=edge_term)
-    _check_dropout(dropout)
+    check_dropout(dropout)
     impl = backends.select("gatv2_attention", x_src.device)
     return impl.fn(g, x_dst, x_src, att, negative_slope=float(negative_slope),
                    dropout=float(dropout), edge_term=edge_term)
@@ -108,7 +110,7 @@ def gat_attention(g: Graph, x_src: torch.Tensor, alpha_src: torch.Tensor,
                              f"{list(alpha_edge.shape)}")
     _check_same_dtype("x_src", x_src, alpha_src=alpha_src, alpha_dst=alpha_dst,
                       alpha_edge=alpha_edge)
-    _check_dropout(dropout)
+    check_dropout(dropout)
     if not isinstance(negative_slope, (int, float)) or isinstance(negative_slope, bool):
         raise TypeError(f"negative_slope must be a float, got {type(negative_slope).__name__}")
     impl = backends.select("gat_attention", x_src.device)
@@ -132,7 +134,7 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _check_heads("q", q, g.num_dst_nodes, g, "num_dst_nodes", heads, dim)
     _check_edge_term(edge_term, g, heads, dim)
     _check_same_dtype("k", k, q=q, v=v, edge_term=edge_term)
-    _check_dropout(dropout)
+    check_dropout(dropout)
     if scale is not None and not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     impl = backends.select("graph_attention", q.device)
@@ -153,13 +155,27 @@ LAUNCH_PLANS = {"rows": None, "q0.5w8": (0.5, 8), "q0.75w8": (0.75, 8), "q0.9w8"
 DEFAULT_PLAN = "q0.9w8"
 
 
-def _draw_seed(dropout: float) -> Tuple[int, int]:
-    """(seed, offset) for one forward: drawn on the host from torch's default CPU generator, so
-    torch.manual_seed makes runs reproducible without a device sync."""
+_SEED_BOUND = 2**62
+
+
+def draw_seed_tensor(device: torch.device) -> torch.Tensor:
+    """A dropout seed for the ops' ``seed_tensor``: ``[1]`` int64 drawn on ``device`` by
+    torch.randint. A captured CUDA graph draws it anew at each replay (torch registers the
+    default CUDA generator with the graph) and a compiled graph at each call."""
+    return torch.randint(0, _SEED_BOUND, (1,), dtype=torch.int64, device=device)
+
+
+def _draw_seed(dropout: float, device: torch.device) -> Tuple[int, Optional[torch.Tensor], int]:
+    """(seed, seed_tensor, offset) for one forward. Eager: the seed is drawn on the host from
+    torch's default CPU generator, so torch.manual_seed makes runs reproducible without a device
+    sync. While a CUDA graph is captured or torch.compile traces, a host value would be frozen
+    into the graph (one mask for every replay or call): the seed is then a seed_tensor."""
     if dropout == 0:
-        return 0, 0
-    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
-    return seed, 0
+        return 0, None, 0
+    if _library.is_compiling() or (
+            device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return 0, draw_seed_tensor(device), 0
+    return int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64).item()), None, 0
 
 
 def structure_args(g: Graph, needs_grad: bool):
@@ -210,22 +226,27 @@ def _launch(op_name: str, g: Graph, graph: tuple, args: tuple):
 
 
 def native_forward(op_name: str, g: Graph, features: tuple, coef: float, dropout: float,
-                   grad: bool, forward=None):
+                   grad: bool, forward=None, seed_tensor: Optional[torch.Tensor] = None):
     """``(out, lse)`` of op ``op_name``'s native forward on ``features`` (the three features
     and the edge term, in the op's order) under the tuned launch plan; ``grad``: a backward
-    will run. ``forward``: the callable to run it with (default: the op itself, no autograd)."""
-    seed, offset = _draw_seed(dropout)
+    will run. ``forward``: the callable to run it with (default: the op itself, no autograd).
+    ``seed_tensor``: the dropout seed, drawn by the caller (see :func:`draw_seed_tensor`);
+    None: drawn here."""
+    seed, seed_tensor, offset = (_draw_seed(dropout, features[1].device) if seed_tensor is None
+                                 else (0, seed_tensor, 0))
     graph = structure_args(g, grad)
-    args = features + (coef, dropout, seed, offset)
+    args = features + (coef, dropout, seed, seed_tensor, offset)
     launch = _launch(op_name, g, graph, args)
     return (forward or _NATIVE[op_name][0])(*graph, *args, *launch)
 
 
-def native_backward(op_name: str, g: Graph, grad_out, out, lse, features: tuple, coef: float):
-    """The native backward of a :func:`native_forward` with ``grad`` and no dropout, for
-    callers that run it themselves (fastgnn.pyg.compiled): the gradients of the features."""
+def native_backward(op_name: str, g: Graph, grad_out, out, lse, features: tuple, coef: float,
+                    dropout: float = 0.0, seed_tensor: Optional[torch.Tensor] = None):
+    """The native backward of a :func:`native_forward` with ``grad`` (and, with dropout, the
+    ``seed_tensor`` it was given), for callers that run it themselves (fastgnn.pyg.compiled):
+    the gradients of the features."""
     graph = structure_args(g, True)
-    args = features + (coef, 0.0, 0, 0)
+    args = features + (coef, dropout, 0, seed_tensor, 0)
     launch = _launch(op_name, g, graph, args)  # the forward's plan, remembered by the tuner
     return _NATIVE[op_name][1](grad_out.contiguous(), out, lse, *graph, *args, *launch)
 
@@ -266,42 +287,43 @@ def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 
 
 # ---- autograd and fake kernels of the native ops ----------------------------------------------
 # Forward inputs: rowptr, col, edge_perm, t_rowptr, t_col, t_perm, (3 features), edge_term,
-# slope|scale, dropout, seed, offset, light_rows, heavy_rows, heavy_warps. GAT's features are
-# (alpha_dst, x_src, alpha_src) and its edge term alpha_edge: the same layout.
-_FEATURES = slice(6, 10)
-
-
+# slope|scale, dropout, seed, seed_tensor, offset, light_rows, heavy_rows, heavy_warps. GAT's
+# features are (alpha_dst, x_src, alpha_src) and its edge term alpha_edge: the same layout.
 def _setup(ctx, inputs, output):
     out, lse = output
-    ctx.save_for_backward(*inputs[:10], inputs[14], inputs[15], out, lse)
-    ctx.coef, ctx.dropout, ctx.seed, ctx.offset = inputs[10:14]
-    ctx.heavy_warps = inputs[16]
+    *graph_and_features, coef, dropout, seed, seed_tensor, offset, light, heavy, heavy_warps = \
+        inputs
+    # seed_tensor is saved: the backward regenerates the forward's mask from the same seed
+    ctx.save_for_backward(*graph_and_features, seed_tensor, light, heavy, out, lse)
+    ctx.coef, ctx.dropout, ctx.seed, ctx.offset = coef, dropout, seed, offset
+    ctx.heavy_warps = heavy_warps
 
 
 def _make_backward(backward_op: str):
     def backward(ctx, grad_out, _grad_lse):
-        (rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, light, heavy, out,
-         lse) = ctx.saved_tensors
+        (rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, seed_tensor, light,
+         heavy, out, lse) = ctx.saved_tensors
         if t_perm is None:
             raise RuntimeError("fastgnn attention: the forward ran without gradient tracking "
                                "of its inputs, so the transposed graph was not prepared")
         grads = _library.op(backward_op)(
             grad_out.contiguous(), out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm,
-            a, b, c, edge_term, ctx.coef, ctx.dropout, ctx.seed, ctx.offset, light, heavy,
-            ctx.heavy_warps)
+            a, b, c, edge_term, ctx.coef, ctx.dropout, ctx.seed, seed_tensor, ctx.offset, light,
+            heavy, ctx.heavy_warps)
         grad_edge = grads[3] if edge_term is not None else None
-        return (None,) * 6 + (grads[0], grads[1], grads[2], grad_edge) + (None,) * 7
+        return (None,) * 6 + (grads[0], grads[1], grads[2], grad_edge) + (None,) * 8
     return backward
 
 
 def _forward_fake(rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, coef,
-                  dropout, seed, offset, light, heavy, heavy_warps):
+                  dropout, seed, seed_tensor, offset, light, heavy, heavy_warps):
     out = b.new_empty((a.shape[0], b.shape[1], b.shape[2]))
     return out, a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype))
 
 
 def _backward_fake(grad_out, out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c,
-                   edge_term, coef, dropout, seed, offset, light, heavy, heavy_warps):
+                   edge_term, coef, dropout, seed, seed_tensor, offset, light, heavy,
+                   heavy_warps):
     grad_edge = edge_term.new_empty(edge_term.shape) if edge_term is not None else \
         b.new_empty((0,), dtype=acc_dtype(b.dtype))
     return a.new_empty(a.shape), b.new_empty(b.shape), c.new_empty(c.shape), grad_edge

@@ -17,12 +17,16 @@ from fastgnn.pyg.structure import Structure, Unsupported, as_edges, resolve
 
 def _deferred(layer, op: str, edge_index, edge_attr, *xs: torch.Tensor) -> bool:
     """Whether the call runs on ``compiled.attention_op``: under torch.compile, without edge
-    features or attention dropout (their per-edge inputs follow the Structure's edge order)."""
-    if edge_attr is not None or (layer.training and layer.dropout > 0) or \
-            not compiled.applies(edge_index, op, xs[0].device):
+    features (their per-edge inputs follow the Structure's edge order)."""
+    if edge_attr is not None or not compiled.applies(edge_index, op, xs[0].device):
         return False
     check_device(edge_index.device, *xs)
     return True
+
+
+def _dropout(layer) -> float:
+    """The layer's attention dropout: none in eval mode."""
+    return layer.dropout if layer.training else 0.0
 
 
 def _attention_edges(edge_index):
@@ -128,11 +132,10 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         if deferred:
             out = compiled.attention_op("gat_attention", edge_index, (
                 cast(alpha_dst, dtype), cast(h_src, dtype), cast(alpha_src, dtype)),
-                self.negative_slope, self.add_self_loops)
+                self.negative_slope, self.add_self_loops, _dropout(self))
             return _gat_out(self, out, residual)
         out = ops.gat_attention(structure.graph, cast(h_src, dtype), cast(alpha_src, dtype),
-                                cast(alpha_dst, dtype), self.negative_slope,
-                                self.dropout if self.training else 0.0,
+                                cast(alpha_dst, dtype), self.negative_slope, _dropout(self),
                                 alpha_edge=cast(alpha_edge, dtype))
         return _gat_out(self, out, residual)
 
@@ -174,11 +177,10 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
         if deferred:
             out = compiled.attention_op("gatv2_attention", edge_index, (
                 cast(x_r, dtype), cast(x_l, dtype), cast(att, dtype)), self.negative_slope,
-                self.add_self_loops)
+                self.add_self_loops, _dropout(self))
             return _gat_out(self, out, residual)
         out = ops.gatv2_attention(structure.graph, cast(x_r, dtype), cast(x_l, dtype),
-                                  cast(att, dtype), self.negative_slope,
-                                  self.dropout if self.training else 0.0,
+                                  cast(att, dtype), self.negative_slope, _dropout(self),
                                   edge_term=cast(edge_term, dtype))
         return _gat_out(self, out, residual)
 
@@ -215,11 +217,11 @@ class TransformerConv(FastLayer, pyg_nn.TransformerConv):
         features = (cast(query, dtype), cast(key, dtype), cast(value, dtype))
         if deferred:
             out = compiled.attention_op("graph_attention", edge_index, features,
-                                        1.0 / math.sqrt(channels), False)
+                                        1.0 / math.sqrt(channels), False, _dropout(self))
         else:
             out = ops.graph_attention(structure.graph, *features,
                                       scale=1.0 / math.sqrt(channels),
-                                      dropout=self.dropout if self.training else 0.0,
+                                      dropout=_dropout(self),
                                       edge_term=cast(edge_term, dtype))
         out = _heads_out(self, out)
         if self.root_weight:

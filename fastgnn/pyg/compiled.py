@@ -70,11 +70,15 @@ def spmm(pending: Pending, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor
 
 
 def attention_op(op: str, edge_index: torch.Tensor, features: Tuple[torch.Tensor, ...],
-                 coef: float, self_loops: bool) -> torch.Tensor:
+                 coef: float, self_loops: bool, dropout: float = 0.0) -> torch.Tensor:
     """Op ``op`` ("gatv2_attention", "gat_attention", "graph_attention") on its three features
-    in the native op's order, without dropout or edge term."""
+    in the native op's order, without edge term. With attention dropout the seed is drawn here,
+    in the compiled graph, so that each call draws a new one (a host seed would be a constant
+    of the graph, and drawing it a graph break)."""
+    attention.check_dropout(dropout)
+    seed_tensor = attention.draw_seed_tensor(features[1].device) if dropout > 0 else None
     return _attention_op(edge_index, *features, op, float(coef), self_loops,
-                         wants_grad(*features))[0]
+                         wants_grad(*features), float(dropout), seed_tensor)[0]
 
 
 # ---- the ops ----------------------------------------------------------------------------------
@@ -86,10 +90,12 @@ _SCHEMAS = {
     "pyg_spmm": "(Tensor edge_index, Tensor x, SymInt num_src, SymInt num_dst, str reduce, "
                 "ScalarType? gcn, bool self_loops, bool grad, bool transpose) -> Tensor",
     "pyg_attention": "(Tensor edge_index, Tensor a, Tensor b, Tensor c, str op, float coef, "
-                     "bool self_loops, bool grad) -> (Tensor, Tensor)",
+                     "bool self_loops, bool grad, float dropout, Tensor? seed_tensor) "
+                     "-> (Tensor, Tensor)",
     "pyg_attention_backward": "(Tensor edge_index, Tensor grad_out, Tensor out, Tensor lse, "
                               "Tensor a, Tensor b, Tensor c, str op, float coef, "
-                              "bool self_loops) -> (Tensor, Tensor, Tensor)",
+                              "bool self_loops, float dropout, Tensor? seed_tensor) "
+                              "-> (Tensor, Tensor, Tensor)",
 }
 
 
@@ -122,43 +128,49 @@ class _Spmm(torch.autograd.Function):
         return (None, grad_x) + (None,) * 7
 
 
-def _attention_impl(edge_index, a, b, c, op, coef, self_loops, grad):
+def _attention_impl(edge_index, a, b, c, op, coef, self_loops, grad, dropout, seed_tensor):
     """``(out, lse)`` of attention op ``op`` on ``edge_index``'s Structure; ``a`` is on the
     destinations, ``b`` on the sources."""
     graph = _structure(edge_index, b.shape[0], a.shape[0], self_loops).graph
-    return attention.native_forward(op, graph, (a, b, c, None), coef, 0.0, grad)
+    return attention.native_forward(op, graph, (a, b, c, None), coef, dropout, grad,
+                                    seed_tensor=seed_tensor)
 
 
-def _attention_fake(edge_index, a, b, c, op, coef, self_loops, grad):
+def _attention_fake(edge_index, a, b, c, op, coef, self_loops, grad, dropout, seed_tensor):
     return (b.new_empty((a.shape[0], b.shape[1], b.shape[2])),
             a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype)))
 
 
-def _attention_backward_impl(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops):
+def _attention_backward_impl(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops,
+                             dropout, seed_tensor):
     graph = _structure(edge_index, b.shape[0], a.shape[0], self_loops).graph
-    grads = attention.native_backward(op, graph, grad_out, out, lse, (a, b, c, None), coef)
+    grads = attention.native_backward(op, graph, grad_out, out, lse, (a, b, c, None), coef,
+                                      dropout, seed_tensor)
     return grads[0], grads[1], grads[2]
 
 
-def _attention_backward_fake(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops):
+def _attention_backward_fake(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops,
+                             dropout, seed_tensor):
     return a.new_empty(a.shape), b.new_empty(b.shape), c.new_empty(c.shape)
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, edge_index, a, b, c, op, coef, self_loops, grad):
+    def forward(ctx, edge_index, a, b, c, op, coef, self_loops, grad, dropout, seed_tensor):
         with torch._C._AutoDispatchBelowAutograd():
-            out, lse = _attention_op(edge_index, a, b, c, op, coef, self_loops, grad)
-        ctx.save_for_backward(edge_index, a, b, c, out, lse)
-        ctx.options = (op, coef, self_loops)
+            out, lse = _attention_op(edge_index, a, b, c, op, coef, self_loops, grad, dropout,
+                                     seed_tensor)
+        ctx.save_for_backward(edge_index, a, b, c, out, lse, seed_tensor)
+        ctx.options = (op, coef, self_loops, dropout)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, _grad_lse):
-        edge_index, a, b, c, out, lse = ctx.saved_tensors
-        grads = _attention_backward_op(edge_index, grad_out, out, lse, a, b, c, *ctx.options)
-        return (None,) + tuple(grads) + (None,) * 4
+        edge_index, a, b, c, out, lse, seed_tensor = ctx.saved_tensors
+        grads = _attention_backward_op(edge_index, grad_out, out, lse, a, b, c, *ctx.options,
+                                       seed_tensor)
+        return (None,) + tuple(grads) + (None,) * 6
 
 
 def _autograd_kernel(op, function):
