@@ -41,7 +41,7 @@ def times(kind: str, g, heads: int, dim: int, plan: str, device):
     a, b, c, coef = inputs(kind, g, heads, dim, device)
     graph = structure_args(g, True)
     launch = plan_buckets(g, plan)
-    args = (a, b, c, None, coef, 0.0, 0, 0) + launch
+    args = (a, b, c, None, coef, 0.0, 0, None, 0) + launch  # no dropout: no seed
     out, lse = forward(*graph, *args)
     grad_out = torch.randn_like(out)
     fwd = measure.time_forward(lambda: forward(*graph, *args), device, warmup=3, repeats=7)
