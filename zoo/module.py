@@ -126,7 +126,8 @@ class NodePropertyModule(pl.LightningModule):
     backward) and the evaluation forward as CUDA graphs after three eager calls each, and
     replays them; the optimizer is the fused Adam/AdamW, stepped by Lightning (manual
     optimization: no gradient clipping or accumulation). A step that cannot be captured, a
-    mini-batch, a CPU run or fp16 with a gradient scaler runs eagerly, with a warning.
+    mini-batch, a CPU or multi-device run, or fp16 with a gradient scaler runs eagerly, with a
+    warning.
     """
 
     def __init__(self, arch: str = "gcn", backend: str = "pyg", hidden_channels: int = 64,
@@ -187,6 +188,8 @@ class NodePropertyModule(pl.LightningModule):
             reason = "it needs full-batch training (mini-batches change every step)"
         elif self._trainer is not None and self.trainer.precision == "16-mixed":
             reason = "fp16 with a gradient scaler is not supported (use bf16-mixed)"
+        elif self._trainer is not None and self.trainer.world_size > 1:
+            reason = "it runs on one device (DDP's gradient all-reduce is not captured)"
         if reason is not None:
             self._graphs_off = reason
             rank_zero_warn(f"cuda_graph is ignored: {reason}; steps run eagerly.")
