@@ -133,8 +133,9 @@ _SCHEMAS = {
 }
 
 
-def _weighted_structure(edges: Edges, num_src: int, num_dst: int, gcn, self_loops: bool):
-    """The Structure edge weights are given on: the plain one, or GCNConv's."""
+def _spmm_structure(edges: Edges, num_src: int, num_dst: int, gcn, self_loops: bool):
+    """The Structure a ``pyg_spmm`` call multiplies on: the plain one, or GCNConv's (``gcn``
+    set), on whose edges any edge weights are given."""
     if gcn is None:
         return _resolve(edges, num_src, num_dst)
     return _gcn_structure(edges, num_src, self_loops)
@@ -150,7 +151,7 @@ def _product_inputs(edge_index, edge_weight, num_src, num_dst, gcn, self_loops,
         structure, values = gcn_normalised(edge_index, num_src, self_loops, gcn)
         return structure, None, values
     edges = Edges(edge_index, edge_index, None)
-    structure = _weighted_structure(edges, num_src, num_dst, gcn, self_loops)
+    structure = _spmm_structure(edges, num_src, num_dst, gcn, self_loops)
     if gcn is not None:
         return structure, None, gcn_weighted_values(structure, edges, edge_weight, num_src,
                                                     self_loops, loop_weight)
@@ -198,7 +199,7 @@ def _spmm_weight_backward_impl(edge_index, grad_out, x, edge_weight, num_src, nu
     Written out rather than left to autograd, which may be off where a kernel runs (under a
     dispatch mode)."""
     edges = Edges(edge_index, edge_index, None)
-    structure = _weighted_structure(edges, num_src, num_dst, gcn, self_loops)
+    structure = _spmm_structure(edges, num_src, num_dst, gcn, self_loops)
     graph = structure.graph
     grad_out = grad_out.contiguous()
     sides = (x.contiguous(), grad_out) if transpose else (grad_out, x)
