@@ -47,7 +47,8 @@ def _row_pointers(sorted_key: torch.Tensor, num_rows: int, stride: int) -> torch
     return torch.searchsorted(sorted_key, bounds)
 
 
-def _index_dtype(num_edges: int, num_nodes: int) -> torch.dtype:
+def narrowest_index_dtype(num_edges: int, num_nodes: int) -> torch.dtype:
+    """The narrowest index dtype that fits: the one :meth:`Graph.from_edge_index` picks."""
     return torch.int32 if max(num_edges, num_nodes) <= _INT32_MAX else torch.int64
 
 
@@ -95,7 +96,7 @@ class Graph:
                                                  num_dst_nodes)
         src, dst = edge_index[0], edge_index[1]
         num_edges = src.numel()
-        needed = _index_dtype(num_edges, max(num_src, num_dst))
+        needed = narrowest_index_dtype(num_edges, max(num_src, num_dst))
         if index_dtype is None:
             index_dtype = needed
         elif index_dtype not in (torch.int32, torch.int64):
@@ -324,6 +325,12 @@ class Graph:
     def edge_values_to_csr(self, values: torch.Tensor) -> torch.Tensor:
         """Reorders per-edge values given in input edge order into CSR order."""
         return values if self._edge_perm is None else values[self._edge_perm]
+
+    def edge_values_from_csr(self, values: torch.Tensor) -> torch.Tensor:
+        """Reorders per-edge values given in CSR order into input edge order."""
+        if self._edge_perm is None:
+            return values
+        return values.new_empty(values.shape).index_put_((self._edge_perm,), values)
 
     # ---- block-sparse Tensor Core layout ------------------------------------------------------
     def wsb(self, path: Optional[str] = None):

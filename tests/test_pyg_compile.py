@@ -1,6 +1,7 @@
 """torch.compile of enabled PyG models: one graph with no break, results equal to eager
 (forward and gradients), and the structure looked up per call (another graph, an in-place
-change of edge_index); attention dropout draws its seed in the graph, a new one each call."""
+change of edge_index or of the edge weights); attention dropout draws its seed in the graph, a
+new one each call."""
 from __future__ import annotations
 
 import copy
@@ -14,8 +15,9 @@ pyg_nn = pytest.importorskip("torch_geometric.nn")
 import fastgnn  # noqa: E402
 import fastgnn.pyg as fpyg  # noqa: E402
 from fastgnn.pyg import compiled  # noqa: E402
+from fastgnn.pyg.structure import EdgeIndex  # noqa: E402
 from conftest import devices, random_edge_index  # noqa: E402
-from pyg_cases import fused_only  # noqa: E402
+from pyg_cases import edge_extra, fused_only  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not compiled.AVAILABLE, reason="torch < 2.4 or no native ops")
 
@@ -23,14 +25,30 @@ IN, HIDDEN, HEADS = 8, 16, 2
 LAYERS = {
     "gcn": lambda i, o: pyg_nn.GCNConv(i, o),
     "gcn-noloops": lambda i, o: pyg_nn.GCNConv(i, o, add_self_loops=False),
+    "gcn-unnormalised": lambda i, o: pyg_nn.GCNConv(i, o, normalize=False),
     "sage": lambda i, o: pyg_nn.SAGEConv(i, o),
     "sage-sum-project": lambda i, o: pyg_nn.SAGEConv(i, o, aggr="sum", project=True),
+    "sage-max": lambda i, o: pyg_nn.SAGEConv(i, o, aggr="max"),
+    "sage-min": lambda i, o: pyg_nn.SAGEConv(i, o, aggr="min"),
     "gin": lambda i, o: pyg_nn.GINConv(torch.nn.Linear(i, o), train_eps=True),
+    "gin-max": lambda i, o: pyg_nn.GINConv(torch.nn.Linear(i, o), aggr="max"),
     "graphconv-mean": lambda i, o: pyg_nn.GraphConv(i, o, aggr="mean"),
+    "graphconv-max": lambda i, o: pyg_nn.GraphConv(i, o, aggr="max"),
     "gatv2": lambda i, o: pyg_nn.GATv2Conv(i, o // HEADS, heads=HEADS),
     "gat": lambda i, o: pyg_nn.GATConv(i, o // HEADS, heads=HEADS),
     "transformer": lambda i, o: pyg_nn.TransformerConv(i, o // HEADS, heads=HEADS),
 }
+# Layers called with edge weights, which require grad (eager mode differentiates them too).
+WEIGHTED = {
+    "gcn-weighted": lambda i, o: pyg_nn.GCNConv(i, o),
+    "gcn-improved-weighted": lambda i, o: pyg_nn.GCNConv(i, o, improved=True),
+    "gcn-noloops-weighted": lambda i, o: pyg_nn.GCNConv(i, o, add_self_loops=False),
+    "gcn-unnormalised-weighted": lambda i, o: pyg_nn.GCNConv(i, o, normalize=False),
+    "graphconv-weighted": lambda i, o: pyg_nn.GraphConv(i, o),
+    "graphconv-mean-weighted": lambda i, o: pyg_nn.GraphConv(i, o, aggr="mean"),
+    "simpleconv-mean-weighted": lambda i, o: pyg_nn.SimpleConv(aggr="mean"),  # keeps i
+}
+CASES = {**LAYERS, **WEIGHTED}
 
 
 # The attention layers with attention dropout.
@@ -47,29 +65,33 @@ class Model(torch.nn.Module):
         self.convs = torch.nn.ModuleList([layer(IN, HIDDEN), layer(HIDDEN, HIDDEN),
                                           layer(HIDDEN, HIDDEN)])
 
-    def forward(self, x, edge_index):
+    def forward(self, x, edge_index, *edge_inputs):
         for conv in self.convs:
-            x = torch.relu(conv(x, edge_index))
+            x = torch.relu(conv(x, edge_index, *edge_inputs))
         return x
 
 
-def _models(name, device="cpu", layers=LAYERS):
+def _models(name, device="cpu", layers=CASES):
     torch.manual_seed(0)
     eager = fastgnn.enable(Model(layers[name])).to(device)
     return eager, copy.deepcopy(eager)
 
 
-def _inputs(num_nodes, num_edges, seed, device="cpu"):
+def _inputs(num_nodes, num_edges, seed, device="cpu", name=None):
+    """x, edge_index and, for a WEIGHTED case ``name``, the edge weights."""
     x = torch.randn(num_nodes, IN, generator=torch.Generator().manual_seed(seed)).to(device)
-    return x, random_edge_index(num_nodes, num_nodes, num_edges, seed=seed, device=device)
+    edge_index = random_edge_index(num_nodes, num_nodes, num_edges, seed=seed, device=device)
+    if name not in WEIGHTED:
+        return x, edge_index
+    return x, edge_index, edge_extra("weight", edge_index.size(1), seed).to(device)
 
 
-def _step(model, x, edge_index):
-    """The output and the gradients of x and of every parameter."""
-    x = x.detach().clone().requires_grad_()
-    out = model(x, edge_index)
+def _step(model, x, edge_index, *edge_inputs):
+    """The output and the gradients of x, of the edge inputs and of every parameter."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x,) + edge_inputs]
+    out = model(leaves[0], edge_index, *leaves[1:])
     (out * torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)).sum().backward()
-    grads = [x.grad] + [p.grad for p in model.parameters()]
+    grads = [t.grad for t in leaves] + [p.grad for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     return out.detach(), grads
 
@@ -81,95 +103,186 @@ def _assert_equal(got, want, **tolerance):
         torch.testing.assert_close(g, w, **tolerance)
 
 
-@pytest.mark.parametrize("layers", [LAYERS, DROPOUT_LAYERS], ids=["", "dropout"])
-@pytest.mark.parametrize("name", sorted(LAYERS))
-def test_no_graph_break(name, layers):
-    if name not in layers:
-        pytest.skip("no attention dropout")
-    model, _ = _models(name, layers=layers)
-    x, edge_index = _inputs(40, 200, seed=0)
+def _assert_one_graph(model, *inputs):
+    """explain counts one graph and no break; fullgraph=True compiles too, as explain does not
+    count calls of the torch.compiler.disable'd eager structure code as breaks."""
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(model)(x, edge_index)
+    explained = torch._dynamo.explain(model)(*inputs)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), \
         [reason.reason for reason in explained.break_reasons]
+    torch._dynamo.reset()
+    torch.compile(model, fullgraph=True, backend="eager")(*inputs)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_graph_break(name):
+    model, _ = _models(name)
+    _assert_one_graph(model, *_inputs(40, 200, seed=0, name=name))
+
+
+@pytest.mark.parametrize("name", sorted(DROPOUT_LAYERS))
+def test_no_graph_break_with_attention_dropout(name):
+    model, _ = _models(name, layers=DROPOUT_LAYERS)
+    _assert_one_graph(model, *_inputs(40, 200, seed=0, name=name))
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("name", sorted(LAYERS))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_equals_eager(name, device):
     """Same kernels on the same cached structures: equal, not only close (aot_eager keeps
     torch's own ops). The second call builds nothing: the compiled code hands the ops the
     caller's edge_index, forward and backward, so the cache hits."""
     eager, model = _models(name, device)
-    x, edge_index = _inputs(40, 200, seed=1, device=device)
+    inputs = _inputs(40, 200, seed=1, device=device, name=name)
     torch._dynamo.reset()
     compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
     with fused_only():
-        want = _step(eager, x, edge_index)
-        _assert_equal(_step(compiled_model, x, edge_index), want, rtol=0, atol=0)
+        want = _step(eager, *inputs)
+        _assert_equal(_step(compiled_model, *inputs), want, rtol=0, atol=0)
         builds = fpyg.structure_cache.builds
-        _assert_equal(_step(compiled_model, x, edge_index), want, rtol=0, atol=0)
+        _assert_equal(_step(compiled_model, *inputs), want, rtol=0, atol=0)
     assert fpyg.structure_cache.builds == builds
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_matches_stock_pyg(name):
     """The compiled enabled model against the stock PyG model it was made from, in float64:
-    forward and every gradient."""
+    forward and every gradient (the edge weights' included)."""
     torch.manual_seed(0)
-    stock = Model(LAYERS[name]).double()
+    stock = Model(CASES[name]).double()
     model = fastgnn.enable(copy.deepcopy(stock))
-    x, edge_index = _inputs(40, 200, seed=2)
-    x = x.double()
+    inputs = [t.double() if t.is_floating_point() else t
+              for t in _inputs(40, 200, seed=2, name=name)]
     torch._dynamo.reset()
     compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
     with fused_only():
-        _assert_equal(_step(compiled_model, x, edge_index), _step(stock, x, edge_index),
+        _assert_equal(_step(compiled_model, *inputs), _step(stock, *inputs),
                       rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2"])
+@pytest.mark.parametrize("name", ["gcn", "sage", "sage-max", "gatv2", "gcn-weighted",
+                                  "graphconv-weighted"])
 def test_other_graphs_and_in_place_changes(name):
     """Each call sees its own edge_index: another graph of another size (a recompile at
     most, never a stale structure), then the first one changed in place."""
     eager, model = _models(name)
     torch._dynamo.reset()
     compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
-    first, second, third = _inputs(40, 200, seed=2), _inputs(57, 310, seed=3), \
-        _inputs(33, 150, seed=4)
-    for x, edge_index in (first, second, third, first):
-        _assert_equal(_step(compiled_model, x, edge_index), _step(eager, x, edge_index),
-                      rtol=0, atol=0)
-    x, edge_index = first
+    first, second, third = (_inputs(40, 200, seed=2, name=name),
+                            _inputs(57, 310, seed=3, name=name),
+                            _inputs(33, 150, seed=4, name=name))
+    for inputs in (first, second, third, first):
+        _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs), rtol=0, atol=0)
+    edge_index = first[1]
     edge_index[:, :60] = edge_index[:, :60].flip(0)  # reverse some edges in place
-    _assert_equal(_step(compiled_model, x, edge_index), _step(eager, x, edge_index),
-                  rtol=0, atol=0)
+    _assert_equal(_step(compiled_model, *first), _step(eager, *first), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["gcn-weighted", "gcn-unnormalised-weighted",
+                                  "graphconv-mean-weighted"])
+def test_edge_weight_changed_in_place(name):
+    """The ops derive the edge values from the weights they are handed on every call: an
+    in-place change of the weights is seen."""
+    eager, model = _models(name)
+    x, edge_index, weight = _inputs(40, 200, seed=12, name=name)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        before = compiled_model(x, edge_index, weight)
+        torch.testing.assert_close(before, eager(x, edge_index, weight), rtol=0, atol=0)
+        weight[::3] *= 4.0
+        after = compiled_model(x, edge_index, weight)
+        torch.testing.assert_close(after, eager(x, edge_index, weight), rtol=0, atol=0)
+    assert not torch.equal(before, after)
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcn-weighted", "sage", "sage-max", "gatv2"])
+def test_edge_index_input(name):
+    """A PyG EdgeIndex compiles to the same single graph (the ops take its data): results
+    equal eager mode's on the EdgeIndex and the stock layer's in float64, and the second
+    call builds nothing."""
+    torch.manual_seed(0)
+    stock = Model(CASES[name]).double()
+    eager = fastgnn.enable(copy.deepcopy(stock))
+    model = copy.deepcopy(eager)
+    x, edge_index, *weights = _inputs(40, 200, seed=13, name=name)
+    inputs = (x.double(), EdgeIndex(edge_index, sparse_size=(40, 40)),
+              *(w.double() for w in weights))
+    _assert_one_graph(model, *inputs)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with fused_only():
+        want = _step(eager, *inputs)
+        _assert_equal(_step(compiled_model, *inputs), want, rtol=0, atol=0)
+        builds = fpyg.structure_cache.builds
+        _assert_equal(_step(compiled_model, *inputs), want, rtol=0, atol=0)
+    assert fpyg.structure_cache.builds == builds
+    _assert_equal(want, _step(stock, *inputs), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer"])
+@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer", "gcn-weighted",
+                                  "graphconv-weighted", "sage-max"])
 def test_inductor_matches_eager(name, device):
     """Inductor fuses torch's ops around fastgnn's (close, not equal); its compiled code also
     hands the ops the caller's edge_index (no rebuild on the second call)."""
     eager, model = _models(name, device)
-    x, edge_index = _inputs(40, 200, seed=5, device=device)
+    inputs = _inputs(40, 200, seed=5, device=device, name=name)
     torch._dynamo.reset()
     compiled_model = torch.compile(model, fullgraph=True)
     for _ in range(2):
         builds = fpyg.structure_cache.builds
-        _assert_equal(_step(compiled_model, x, edge_index), _step(eager, x, edge_index),
+        _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs),
                       rtol=1e-5, atol=1e-6)
     assert fpyg.structure_cache.builds == builds
 
 
-@pytest.mark.parametrize("args", [
-    ("sum", None, False), ("mean", None, False), ("sum", torch.float32, True),
-    ("sum", torch.float64, False)], ids=["sum", "mean", "gcn", "gcn-noloops-float64"])
-def test_opcheck_spmm(args):
-    x = torch.randn(30, 5, dtype=args[1] or torch.float32, requires_grad=True)
-    edge_index = random_edge_index(30, 30, 120, seed=9)
+def _opcheck_inputs(num_src, num_dst, seed, dtype=torch.float32):
+    """edge_index, x (requires grad) and edge weights (require grad) for an opcheck."""
+    edge_index = random_edge_index(num_src, num_dst, 4 * num_src, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_src, 5, generator=gen).to(dtype).requires_grad_()
+    weight = (torch.rand(edge_index.size(1), generator=gen) + 0.1).to(dtype).requires_grad_()
+    return edge_index, x, weight
+
+
+# reduce, GCN coefficients' dtype, self_loops, loop_weight, with edge weights
+SPMM_OPTIONS = {
+    "sum": ("sum", None, False, 1.0, False),
+    "mean": ("mean", None, False, 1.0, False),
+    "gcn": ("sum", torch.float32, True, 1.0, False),
+    "gcn-noloops-float64": ("sum", torch.float64, False, 1.0, False),
+    "sum-weighted": ("sum", None, False, 1.0, True),
+    "mean-weighted": ("mean", None, False, 1.0, True),
+    "gcn-improved-weighted": ("sum", torch.float32, True, 2.0, True),
+    "gcn-noloops-weighted-float64": ("sum", torch.float64, False, 1.0, True),
+}
+
+
+@pytest.mark.parametrize("transpose", [False, True], ids=["forward", "transposed"])
+@pytest.mark.parametrize("name", sorted(SPMM_OPTIONS))
+def test_opcheck_spmm(name, transpose):
+    reduce, gcn, self_loops, loop_weight, weighted = SPMM_OPTIONS[name]
+    edge_index, x, weight = _opcheck_inputs(30, 30, 9, gcn or torch.float32)
+    options = (30, 30, reduce, gcn, self_loops, loop_weight)
     torch.library.opcheck(torch.ops.fastgnn.pyg_spmm.default,
-                          (edge_index, x, 30, 30, *args, True, False))
+                          (edge_index, x, weight if weighted else None, *options, True,
+                           transpose))
+    if weighted:
+        torch.library.opcheck(torch.ops.fastgnn.pyg_spmm_weight_backward.default,
+                              (edge_index, torch.randn_like(x), x.detach(), weight.detach(),
+                               *options, transpose))
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_opcheck_minmax(reduce):
+    """On a bipartite block (30 sources, 20 destinations, some without in-edges)."""
+    edge_index, x, _ = _opcheck_inputs(30, 20, 14)
+    torch.library.opcheck(torch.ops.fastgnn.pyg_minmax.default,
+                          (edge_index, x, 30, 20, reduce))
+    out, arg = torch.ops.fastgnn.pyg_minmax(edge_index, x.detach(), 30, 20, reduce)
+    torch.library.opcheck(torch.ops.fastgnn.pyg_minmax_backward.default,
+                          (edge_index, arg, torch.randn_like(out), 30, 20))
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
@@ -189,14 +302,15 @@ def test_opcheck_attention(op, dropout):
                            seed_tensor))
 
 
-@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer"])
+@pytest.mark.parametrize("name", ["gcn", "sage", "gatv2", "transformer", "gcn-weighted",
+                                  "graphconv-weighted", "sage-max"])
 def test_autocast(name):
     eager, model = _models(name)
-    x, edge_index = _inputs(40, 200, seed=6)
+    inputs = _inputs(40, 200, seed=6, name=name)
     torch._dynamo.reset()
     compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        want, got = _step(eager, x, edge_index), _step(compiled_model, x, edge_index)
+        want, got = _step(eager, *inputs), _step(compiled_model, *inputs)
     assert got[0].dtype == want[0].dtype
     # x feeds several bfloat16 linears: AOTAutograd sums their input gradients in another
     # order than eager autograd, which is torch's rounding, not the ops'.
@@ -204,17 +318,22 @@ def test_autocast(name):
     _assert_equal((got[0], got[1][1:]), (want[0], want[1][1:]), rtol=0, atol=0)
 
 
-def test_errors_are_the_eager_ones():
-    """An edge_index naming a node that has no features: the ValueError eager mode raises."""
-    eager, model = _models("gcn")
-    x, edge_index = _inputs(40, 200, seed=7)
-    edge_index[0, 3] = 40
+@pytest.mark.parametrize("name", ["gcn", "gcn-weighted", "graphconv-weighted"])
+def test_errors_are_the_eager_ones(name):
+    """An edge_index naming a node that has no features, or edge weights one short: the
+    ValueError eager mode raises."""
+    eager, model = _models(name)
+    x, edge_index, *weights = _inputs(40, 200, seed=7, name=name)
+    if weights:
+        weights = [weights[0][1:]]
+    else:
+        edge_index[0, 3] = 40
     torch._dynamo.reset()
     compiled_model = torch.compile(model, backend="aot_eager")
     with pytest.raises(ValueError) as expected:
-        eager(x, edge_index)
+        eager(x, edge_index, *weights)
     with pytest.raises(ValueError, match=re.escape(str(expected.value))):
-        compiled_model(x, edge_index)
+        compiled_model(x, edge_index, *weights)
 
 
 def test_edge_features_compile_through_the_eager_structure():

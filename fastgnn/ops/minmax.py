@@ -103,17 +103,24 @@ def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool) -> Plan:
     return plans[name]
 
 
+def backward_pulls(device: torch.device) -> bool:
+    """Whether the backward pulls per source through the transposed CSR (deterministic, on
+    CUDA) instead of scattering with atomics."""
+    return device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
+
+
+def arguments(g: Graph, flat: torch.Tensor, reduce: str, grad: bool) -> tuple:
+    """The native op's arguments for a contiguous 2-D ``flat`` (``grad``: a backward follows)."""
+    is_max = reduce == "max"
+    transposed = g.transpose()[:2] if grad and backward_pulls(flat.device) else (None, None)
+    return (g.rowptr, g.col, flat, is_max, *_choose_plan(g, flat, is_max), *transposed, g.key)
+
+
 def native_aggregate(g: Graph, x: torch.Tensor, reduce: str) -> torch.Tensor:
     """``fastgnn.ops.aggregate`` for min/max on the native kernels (inputs already checked)."""
     width = math.prod(x.shape[1:])
     flat = x.reshape(x.shape[0], width).contiguous()
-    is_max = reduce == "max"
-    transposed = (None, None)
-    if (x.device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
-            and wants_grad(x)):
-        transposed = g.transpose()[:2]
-    out, _ = _minmax(g.rowptr, g.col, flat, is_max, *_choose_plan(g, flat, is_max), *transposed,
-                     g.key)
+    out, _ = _minmax(*arguments(g, flat, reduce, wants_grad(x)))
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 

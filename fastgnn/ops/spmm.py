@@ -15,7 +15,7 @@ over ``WSB_EXPECTED_CALLS`` calls; ``Graph.spmm_format`` or ``FASTGNN_SPMM_FORMA
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -82,6 +82,17 @@ def csr_values(g: Graph, dtype: torch.dtype, norm: str, reduce: str,
         weight = g.edge_values_to_csr(edge_weight.to(acc))
         value = weight if value is None else value * weight
     return value
+
+
+def csr_values_backward(g: Graph, dtype: torch.dtype, norm: str, reduce: str,
+                        grad: torch.Tensor, edge_weight: bool) -> torch.Tensor:
+    """The gradient of :func:`csr_values` in its edge input (``edge_weight`` when set, else
+    ``edge_values``) given the values' ``grad``: in input edge order, in the accumulation
+    dtype (the caller casts it to the input's)."""
+    if edge_weight:
+        value = g.norm_values(norm, reduce, dtype=acc_dtype(dtype))
+        grad = grad if value is None else grad * value
+    return g.edge_values_from_csr(grad)
 
 
 # ---- CUDA algorithm choice ---------------------------------------------------------------------
@@ -220,36 +231,68 @@ def native_product(g: Graph, x: torch.Tensor, norm: str, edge_weight, reduce: st
     formula runs it, same walk and kernel: for callers that run the backward themselves
     (fastgnn.pyg.compiled, whose ops see no autograd inside)."""
     flat = x if x.dim() == 2 else x.reshape(x.shape[0], -1)
-    plain_norm = edge_weight is None and edge_values is None
-    # Only the edge inputs change from call to call; the rest depends on this key, so a
-    # repeated call is one lookup (plus its edge values' reorder into CSR order).
-    policy = (g.spmm_format or _FORMAT_FROM_ENV) if x.is_cuda else "csr"
-    key = (norm, reduce, plain_norm, flat.shape[1], x.dtype, x.device, grad,
-           torch.are_deterministic_algorithms_enabled(), policy)
+    key = plan_key(g, flat, norm, reduce, edge_weight is None and edge_values is None, grad)
+    value, plan, _ = _planned(g, flat, key, edge_weight, edge_values, transpose)
+    out = _run(g, flat, value, plan, transpose)
+    return out if x.dim() == 2 else out.reshape((out.shape[0],) + tuple(x.shape[1:]))
+
+
+def plan_key(g: Graph, flat: torch.Tensor, norm: str, reduce: str, plain_norm: bool,
+             grad: bool) -> tuple:
+    """What a product's plan depends on besides the graph (``plain_norm``: no edge inputs)."""
+    policy = (g.spmm_format or _FORMAT_FROM_ENV) if flat.is_cuda else "csr"
+    return (norm, reduce, plain_norm, flat.shape[1], flat.dtype, flat.device, grad,
+            torch.are_deterministic_algorithms_enabled(), policy)
+
+
+def _planned(g: Graph, flat: torch.Tensor, key: tuple, edge_weight, edge_values,
+             transpose: bool):
+    """``(value, plan, kept)``: the call's edge values in CSR order, its plan ``(plain norm
+    values, transposed, algo, wsb blocks)`` and whether the graph keeps that plan. Only the
+    edge inputs change from call to call; the rest depends on ``key``, so a repeated call is
+    one lookup (plus its edge values' reorder into CSR order)."""
+    norm, reduce, plain_norm, _, dtype, _, grad, _, policy = key
     plans = g.cached(_PLANS, dict)
     plan = plans.get(key)
-    value = plan[0] if plan is not None and plain_norm else csr_values(
-        g, x.dtype, norm, reduce, edge_weight, edge_values)
-    if plan is None:
-        # The plan is timed on the forward's operand: a stand-in when this call is transposed.
-        operand = flat.new_zeros((g.num_src_nodes, flat.shape[1])) if transpose else flat
-        plan = (value if plain_norm else None,) + _plan(g, operand, value, norm, reduce,
-                                                        plain_norm, grad, policy)
-        # A transpose built per call (cache_transpose=False) is not kept alive by the plan.
-        if (g.cache_transpose or not grad) and tuning.can_time(x.device):
-            plans[key] = plan
+    if plan is not None:
+        value = plan[0] if plain_norm else csr_values(g, dtype, norm, reduce, edge_weight,
+                                                      edge_values)
+        return value, plan, True
+    value = csr_values(g, dtype, norm, reduce, edge_weight, edge_values)
+    # The plan is timed on the forward's operand: a stand-in when this call is transposed.
+    operand = flat.new_zeros((g.num_src_nodes, flat.shape[1])) if transpose else flat
+    plan = (value if plain_norm else None,) + _plan(g, operand, value, norm, reduce, plain_norm,
+                                                    grad, policy)
+    # A transpose built per call (cache_transpose=False) is not kept alive by the plan.
+    kept = (g.cache_transpose or not grad) and tuning.can_time(flat.device)
+    if kept:
+        plans[key] = plan
+    return value, plan, kept
+
+
+def _run(g: Graph, flat: torch.Tensor, value, plan, transpose: bool) -> torch.Tensor:
+    """The planned product of 2-D ``flat``."""
     _, transposed, algo, blocks = plan
     rows = g.num_src_nodes if transpose else g.num_dst_nodes
     if transpose:
-        out = _spmm(g.rowptr, g.col, value, flat.contiguous(), *transposed, rows, True, g.key,
-                    algo >> _BACKWARD_SHIFT)
-    elif blocks is not None:
+        return _spmm(g.rowptr, g.col, value, flat.contiguous(), *transposed, rows, True, g.key,
+                     algo >> _BACKWARD_SHIFT)
+    if blocks is not None:
         layout = g.wsb()
-        out = wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, rows, g.rowptr,
-                          g.col, value, *transposed, g.key, algo)
-    else:
-        out = _spmm(g.rowptr, g.col, value, flat, *transposed, rows, False, g.key, algo)
-    return out if x.dim() == 2 else out.reshape((rows,) + tuple(x.shape[1:]))
+        return wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, rows, g.rowptr,
+                           g.col, value, *transposed, g.key, algo)
+    return _spmm(g.rowptr, g.col, value, flat, *transposed, rows, False, g.key, algo)
+
+
+def product_runner(g: Graph, flat: torch.Tensor, key: tuple, edge_values,
+                   transpose: bool) -> Tuple[Callable[[torch.Tensor], torch.Tensor], bool]:
+    """``native_product`` without edge weights as a function of 2-D features with ``key``'s
+    signature (:func:`plan_key` of ``flat``), planned once, and whether the graph keeps that
+    plan (not with a transpose built per call, nor during a CUDA graph capture): only then
+    may a caller keep the runner (under ``key``) to repeat a product whose edge values are
+    fixed (the graph's norm coefficients, or ``edge_values`` kept with it)."""
+    value, plan, kept = _planned(g, flat, key, None, edge_values, transpose)
+    return (lambda x: _run(g, x, value, plan, transpose)), kept
 
 
 # ---- fake kernels of the native ops (their autograd is in C++: csrc/spmm_autograd.cpp) --------

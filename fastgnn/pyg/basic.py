@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 from fastgnn import ops
+from fastgnn.ops import minmax
 from fastgnn.ops.spmm import REDUCES as SPMM_REDUCES
 from fastgnn.ops.spmm import spmm_unchecked
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
@@ -35,7 +36,7 @@ def _reduce(structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tenso
     """``x`` has passed :func:`_prepare`'s checks (float, on the structure's device), so sum
     and mean skip the op's own. ``structure``: a Structure or a ``compiled.Pending``."""
     if isinstance(structure, compiled.Pending):
-        return compiled.spmm(structure, x, reduce)
+        return compiled.aggregate(structure, x, reduce, weight)
     if weight is None and reduce in SPMM_REDUCES:
         return spmm_unchecked(structure.graph, x, reduce=reduce)
     if weight is None:
@@ -44,14 +45,15 @@ def _reduce(structure, x: torch.Tensor, reduce: str, weight=None) -> torch.Tenso
     return ops.spmm(structure.graph, cast(x, dtype), edge_weight=weight, reduce=reduce)
 
 
-def _prepare(x, edge_index, size=None, deferrable: bool = False):
-    """Features, edges and the plain Structure for a layer without self-loops. ``deferrable``
-    (an unweighted sum or mean): under torch.compile a ``compiled.Pending`` may stand for the
-    Structure, which :func:`_reduce` then leaves to the compiled op to look up."""
+def _prepare(x, edge_index, reduce: str, size=None):
+    """Features, edges and the plain Structure for a layer without self-loops. Under
+    torch.compile a ``compiled.Pending`` may stand for the Structure, which :func:`_reduce`
+    then leaves to the compiled ops to look up."""
     x_src, x_dst = split_pair(x)
     distinct = (x_src,) if x_dst is x_src else (x_src, x_dst)
     check_features(*distinct)
-    if deferrable and x_dst is not None and compiled.applies(edge_index, "spmm", x_src.device):
+    op = "spmm" if reduce in SPMM_REDUCES else minmax.OP
+    if x_dst is not None and compiled.applies(edge_index, op, x_src.device):
         check_device(edge_index.device, *distinct)
         edges = Edges(edge_index, edge_index, None)
         pending = compiled.Pending(edge_index, *node_counts(edges, x_src, x_dst, size))
@@ -69,7 +71,7 @@ class SAGEConv(FastLayer, pyg_nn.SAGEConv):
 
     def _fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
-        x_src, x_dst, edges, structure = _prepare(x, edge_index, size, reduce in SPMM_REDUCES)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)
         weight = _weights(edges, None, reduce, sparse_tensor_values=False)
         modules = self._modules  # Module attribute lookups cost more than the checks here
         if self.project and "lin" in modules:
@@ -88,8 +90,7 @@ class GraphConv(FastLayer, pyg_nn.GraphConv):
 
     def _fused(self, x, edge_index, edge_weight=None, size=None):
         reduce = reduce_of(self.aggr)
-        x_src, x_dst, edges, structure = _prepare(
-            x, edge_index, size, edge_weight is None and reduce in SPMM_REDUCES)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)
         weight = _weights(edges, edge_weight, reduce)
         out = self.lin_rel(_reduce(structure, x_src, reduce, weight))
         return out if x_dst is None else out + self.lin_root(x_dst)
@@ -103,7 +104,7 @@ class GINConv(FastLayer, pyg_nn.GINConv):
 
     def _fused(self, x, edge_index, size=None):
         reduce = reduce_of(self.aggr)
-        x_src, x_dst, edges, structure = _prepare(x, edge_index, size, reduce in SPMM_REDUCES)
+        x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)
         out = _reduce(structure, x_src, reduce,
                       _weights(edges, None, reduce, sparse_tensor_values=False))
         if x_dst is not None:
@@ -120,8 +121,7 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
     def _fused(self, x, edge_index, edge_weight=None, size=None):
         reduce = reduce_of(self.aggr)
         if self.combine_root != "self_loop":
-            x_src, x_dst, edges, structure = _prepare(
-                x, edge_index, size, edge_weight is None and reduce in SPMM_REDUCES)
+            x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)
             weight = _weights(edges, edge_weight, reduce)
         else:
             if not isinstance(x, torch.Tensor) or (size is not None and size[0] != size[1]):

@@ -13,15 +13,8 @@ from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                               parameter)
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
-                                   gcn_normalised, gcn_unit_values, is_edge_tensor, lookup,
-                                   resolve, symmetric_values)
-
-
-def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
-    """add_remaining_self_loops on weights: the user's loops keep theirs, others get ``fill``."""
-    loops = weight.new_full((structure.num_loops,), fill)
-    loops[structure.loop_node] = weight[structure.loop_at]
-    return torch.cat([weight[structure.kept], loops])
+                                   gcn_normalised, gcn_structure, gcn_unit_values,
+                                   gcn_weighted_values, is_edge_tensor, lookup, resolve)
 
 
 class GCNConv(FastLayer, pyg_nn.GCNConv):
@@ -34,18 +27,13 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
         if isinstance(x, (tuple, list)):
             raise Unsupported("bipartite (tuple) node features")
         check_features(x)
+        if compiled.applies(edge_index, "spmm", x.device) and not self.cached:
+            return self._compiled(x, edge_index, edge_weight)
         num_nodes = x.shape[0]
         if (edge_weight is None and is_edge_tensor(edge_index) and self.normalize
                 and not self.cached):
             # The common training call: one lookup in the structure cache for the structure
             # and its coefficients (gcn_norm ignores `improved` without edge weights).
-            if compiled.applies(edge_index, "spmm", x.device):
-                check_device(edge_index.device, x)
-                h = self._modules["lin"](x)
-                pending = compiled.Pending(edge_index, num_nodes, num_nodes, x.dtype,
-                                           self.add_self_loops)
-                # The coefficients have x's dtype: h is cast as PyG's message promotes.
-                return self._add_bias(compiled.spmm(pending, cast(h, common_dtype(h, x))))
             structure, values = gcn_normalised(edge_index, num_nodes, self.add_self_loops,
                                                x.dtype)
             check_device(structure.graph.device, x)
@@ -74,15 +62,33 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
                 self._cached_edge_index = (structure.graph.edge_index(), values)
         return self._propagate(structure, self.lin(x), edge_values=values)
 
+    def _compiled(self, x: torch.Tensor, edge_index, edge_weight) -> torch.Tensor:
+        """Under torch.compile: one ``compiled.spmm`` op, which looks the structure up (and
+        derives the coefficients) when it runs."""
+        check_device(edge_index.device, x)
+        num_nodes = x.shape[0]
+        h = self._modules["lin"](x)
+        if self.normalize:
+            # The coefficients have x's dtype, or edge_weight's: h is cast as PyG's message
+            # promotes.
+            coefficients = x if edge_weight is None else edge_weight
+            pending = compiled.Pending(edge_index, num_nodes, num_nodes, coefficients.dtype,
+                                       self.add_self_loops, self._loop_weight())
+            h = cast(h, common_dtype(h, coefficients))
+        else:
+            pending = compiled.Pending(edge_index, num_nodes, num_nodes)
+        return self._add_bias(compiled.spmm(pending, h, edge_weight=edge_weight))
+
     def _normalised(self, edges: Edges, edge_weight, num_nodes: int, dtype: torch.dtype):
-        loops = "replace" if self.add_self_loops else None
-        structure = resolve(edges, num_nodes, num_nodes, loops, num_nodes, rebuild=True)
+        structure = gcn_structure(edges, num_nodes, self.add_self_loops)
         if edge_weight is None:
             return structure, gcn_unit_values(structure, num_nodes, dtype)
-        fill = 2.0 if self.improved else 1.0
-        extend = (lambda w: _loop_weights(structure, w, fill)) if self.add_self_loops else None
-        weight = structure.per_edge(edges, "edge_weight", edge_weight, extend)
-        return structure, symmetric_values(structure, weight, num_nodes)
+        return structure, gcn_weighted_values(structure, edges, edge_weight, num_nodes,
+                                              self.add_self_loops, self._loop_weight())
+
+    def _loop_weight(self) -> float:
+        """The weight of the self-loops gcn_norm adds to weighted edges."""
+        return 2.0 if self.improved else 1.0
 
     def _normalised_sparse(self, edges: Edges, num_nodes: int, dtype: torch.dtype):
         adj_t = edges.source

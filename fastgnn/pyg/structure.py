@@ -223,6 +223,18 @@ class Structure:
             values = extend(values)
         return values if self.order is None else values[self.order]
 
+    def per_edge_backward(self, edges: Edges, grad: torch.Tensor,
+                          unextend: Optional[Callable[[torch.Tensor], torch.Tensor]] = None):
+        """The gradient of :meth:`per_edge` in its values given theirs: ``grad`` back in the
+        user's edge order (``unextend``: the gradient of its ``extend``)."""
+        if not self.rebuilt:
+            return grad
+        if self.order is not None:
+            grad = grad.new_empty(grad.shape).index_put_((self.order,), grad)
+        if unextend is not None:
+            grad = unextend(grad)
+        return grad if edges.graph is None else edges.graph.edge_values_from_csr(grad)
+
 
 def _plain(edges: Edges, num_src: int, num_dst: int) -> Structure:
     if edges.graph is not None:
@@ -281,15 +293,37 @@ def _resolve(edges: Edges, num_src: int, num_dst: int, loops: Optional[str] = No
 resolve = _eager(_resolve)
 
 
-def symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """``w_ji / sqrt(deg_j deg_i)`` with in-degrees summed on the target side, as gcn_norm does
-    for flow source_to_target; zero degrees give zero coefficients."""
+def _degrees(structure: Structure, weight: torch.Tensor, num_nodes: int):
+    """(row, col, weighted in-degrees, their inverse square roots with zero for zero)."""
     g = structure.graph
     row, col = g.row.to(torch.int64), g.col.to(torch.int64)
     deg = weight.new_zeros(num_nodes).index_add_(0, row, weight)
     inv_sqrt = deg.pow(-0.5)
-    inv_sqrt = inv_sqrt.masked_fill(inv_sqrt == float("inf"), 0.0)
+    return row, col, deg, inv_sqrt.masked_fill(inv_sqrt == float("inf"), 0.0)
+
+
+def symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``w_ji / sqrt(deg_j deg_i)`` with in-degrees summed on the target side, as gcn_norm does
+    for flow source_to_target; zero degrees give zero coefficients."""
+    row, col, _, inv_sqrt = _degrees(structure, weight, num_nodes)
     return inv_sqrt[col] * weight * inv_sqrt[row]
+
+
+def _scatter_add(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    return values.new_zeros(size).index_put_((index,), values, accumulate=True)
+
+
+def _symmetric_values_backward(structure: Structure, weight: torch.Tensor, grad: torch.Tensor,
+                               num_nodes: int) -> torch.Tensor:
+    """The gradient of :func:`symmetric_values` in ``weight`` (autograd's, step by step)."""
+    row, col, deg, inv_sqrt = _degrees(structure, weight, num_nodes)
+    at_col, at_row = inv_sqrt[col], inv_sqrt[row]
+    grad_left = grad * at_row  # of inv_sqrt[col] * weight
+    grad_inv_sqrt = _scatter_add(grad_left * weight, col, num_nodes) + \
+        _scatter_add(grad * (at_col * weight), row, num_nodes)
+    grad_inv_sqrt = grad_inv_sqrt.masked_fill(deg == 0, 0.0)  # where deg^-0.5 was inf
+    grad_deg = grad_inv_sqrt * (-0.5 * deg.pow(-1.5))
+    return grad_left * at_col + grad_deg.index_select(0, row)
 
 
 def gcn_unit_values(structure: Structure, num_nodes: int, dtype: torch.dtype) -> torch.Tensor:
@@ -303,14 +337,69 @@ def gcn_unit_values(structure: Structure, num_nodes: int, dtype: torch.dtype) ->
     return structure.memo[key]
 
 
+def _loop_weights(structure: Structure, weight: torch.Tensor, fill: float) -> torch.Tensor:
+    """add_remaining_self_loops on weights: the user's loops keep theirs, others get ``fill``."""
+    loops = weight.new_full((structure.num_loops,), fill)
+    loops[structure.loop_node] = weight[structure.loop_at]
+    return torch.cat([weight[structure.kept], loops])
+
+
+def _loop_weights_backward(structure: Structure, grad: torch.Tensor,
+                           num_edges: int) -> torch.Tensor:
+    """The gradient of :func:`_loop_weights` in the user's ``num_edges`` weights."""
+    num_kept = structure.kept.numel()
+    grad_loops = grad[num_kept:][structure.loop_node]
+    out = _scatter_add(grad[:num_kept], structure.kept, num_edges)
+    return out.index_put_((structure.loop_at,), grad_loops, accumulate=True)
+
+
+def _extended_weights(structure: Structure, edges: Edges, edge_weight: torch.Tensor,
+                      add_self_loops: bool, loop_weight: float) -> torch.Tensor:
+    """The weights on GCNConv's ``structure``: the user's, with gcn_norm's self-loops."""
+    extend = (lambda w: _loop_weights(structure, w, loop_weight)) if add_self_loops else None
+    return structure.per_edge(edges, "edge_weight", edge_weight, extend)
+
+
+def gcn_weighted_values(structure: Structure, edges: Edges, edge_weight: torch.Tensor,
+                        num_nodes: int, add_self_loops: bool, loop_weight: float) -> torch.Tensor:
+    """gcn_norm's coefficients with edge weights (given in ``edges``' order) on GCNConv's
+    ``structure``: added self-loops weigh ``loop_weight`` (2 with ``improved``), the user's keep
+    their own. Differentiable in ``edge_weight``; eager and compiled layers compute them per
+    call."""
+    weight = _extended_weights(structure, edges, edge_weight, add_self_loops, loop_weight)
+    return symmetric_values(structure, weight, num_nodes)
+
+
+def gcn_weighted_values_backward(structure: Structure, edges: Edges, edge_weight: torch.Tensor,
+                                 grad: torch.Tensor, num_nodes: int, add_self_loops: bool,
+                                 loop_weight: float) -> torch.Tensor:
+    """The gradient of :func:`gcn_weighted_values` in ``edge_weight`` given the values' ``grad``:
+    autograd's formula written out, for the compiled layers' backward op, whose kernel may run
+    where autograd is off (under a dispatch mode)."""
+    weight = _extended_weights(structure, edges, edge_weight, add_self_loops, loop_weight)
+    grad = _symmetric_values_backward(structure, weight, grad, num_nodes)
+    unextend = (lambda g: _loop_weights_backward(structure, g, edge_weight.shape[0])) \
+        if add_self_loops else None
+    return structure.per_edge_backward(edges, grad, unextend)
+
+
+def _gcn_structure(edges: Edges, num_nodes: int, add_self_loops: bool) -> Structure:
+    """GCNConv's structure: rebuilt (the coefficients follow its CSR order), its self-loops
+    replaced by one per node with ``add_self_loops``."""
+    return _resolve(edges, num_nodes, num_nodes, "replace" if add_self_loops else None,
+                    num_nodes, rebuild=True)
+
+
+gcn_structure = _eager(_gcn_structure)
+
+
 @_eager
 def gcn_normalised(edge_index: torch.Tensor, num_nodes: int, add_self_loops: bool,
                    dtype: torch.dtype) -> Tuple[Structure, torch.Tensor]:
     """GCNConv's structure and coefficients (gcn_norm, no edge weights) of a plain edge_index
     in one cache lookup: the common training call, eager and compiled."""
     def build():
-        structure = _resolve(_as_edges(edge_index), num_nodes, num_nodes,
-                             "replace" if add_self_loops else None, num_nodes, rebuild=True)
+        structure = _gcn_structure(_as_edges(edge_index), num_nodes, add_self_loops)
         return structure, gcn_unit_values(structure, num_nodes, dtype)
     return cache.get(edge_index, ("gcn-normalised", num_nodes, add_self_loops, dtype), build)
 
