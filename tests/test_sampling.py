@@ -451,6 +451,119 @@ def test_gpu_bad_seeds_raise():
                 sample(torch.tensor([1, 1], device="cuda"))
 
 
+# ---- GPU paths: in-pass scans over many tiles, long warp-sorted rows, empty layers ----------
+def _ops_equal(want, got):
+    """Two sample_neighbors results (``got`` from the GPU): the same tensors and dtypes."""
+    for want_part, got_part in zip(want[:3], got[:3]):
+        assert len(want_part) == len(got_part)
+        for w, t in zip(want_part, got_part):
+            assert w.dtype == t.dtype and torch.equal(w, t.cpu())
+    assert torch.equal(want[3], got[3].cpu())
+
+
+def _gpu_against_cpu(g, weight, seeds, fanouts, expand_all, replace, edge_map=None):
+    layer_seeds = [31 + 7 * k for k in range(len(fanouts))]
+    args = (g, weight, edge_map, seeds, fanouts, layer_seeds, expand_all, replace)
+    got = _sample_neighbors(*args, "cuda")
+    _ops_equal(_sample_neighbors(*args, "cpu"), got)
+    return got
+
+
+def _large_graph():
+    """60k nodes, 600k edges plus a hub (node 0, in-degree 200k), and 4096 seeds with the hub
+    among them."""
+    g, _ = random_graph(60000, 600000, seed=9)
+    gen = torch.Generator().manual_seed(4)
+    seeds = torch.cat([torch.tensor([0]), torch.randperm(59999, generator=gen)[:4095] + 1])
+    return g, seeds
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts,replace,weighted", [
+    ([10, 10], False, False), ([10, 10], True, False), ([10, 10], False, True),
+    ([10, 10], True, True), ([25, 2, 40], False, False), ([3, 512], False, False)])
+@pytest.mark.parametrize("expand_all", [True, False])
+def test_gpu_matches_cpu_on_large_frontiers(fanouts, replace, weighted, expand_all):
+    """Frontiers of ~45k seeds and ~450k edges: the scans inside the count and first-edge passes
+    span hundreds of 256-item tiles (look-back across many 32-tile windows); rows of 25, 40 and
+    512 edges take several rounds of lanes in the warp row sort, 512 its largest shared-memory
+    slice."""
+    g, seeds = _large_graph()
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(3)) \
+        if weighted else None
+    got = _gpu_against_cpu(g, weight, seeds, fanouts, expand_all, replace)
+    assert max(rowptr.numel() for rowptr in got[0]) > 20 * 256  # a row-pointer scan of 20+ tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts", [[10, 10], [4, 6, 3]])
+def test_gpu_unordered_numbering_on_large_frontiers(fanouts):
+    """The unordered numbering over many tiles: the CPU's row sizes in the seed layer, and in
+    every layer valid rows (sources are the sampled edges' sources, ascending, no repeats)."""
+    g, seeds = _large_graph()
+    layer_seeds = [5 + k for k in range(len(fanouts))]
+    args = (g, None, None, seeds, fanouts, layer_seeds, True, False)
+    fast = _sample_neighbors(*args, "cuda", deterministic=False)
+    exact = _sample_neighbors(*args, "cpu")
+    assert torch.equal(fast[0][0].cpu(), exact[0][0])
+    nodes = fast[3].cpu()
+    assert torch.equal(nodes[:seeds.numel()], seeds)
+    assert torch.unique(nodes).numel() == nodes.numel()
+    col = g.col.long()
+    for rowptr, local, pos in zip(*(part for part in fast[:3])):
+        rowptr, local, pos = rowptr.cpu().long(), local.cpu().long(), pos.cpu()
+        rows = torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr.diff())
+        dst = nodes[rows]
+        assert bool(((pos >= g.rowptr[dst]) & (pos < g.rowptr[dst + 1])).all())
+        assert torch.equal(nodes[local], col[pos])
+        assert bool((local[1:] >= local[:-1])[rows[1:] == rows[:-1]].all())
+        assert torch.unique(rows * g.num_edges + pos).numel() == pos.numel()  # no repeats
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("fanouts", [[0, 3], [3, 0, 2], [4, 2], [-1, 3], [3, -1], [600, 2]])
+@pytest.mark.parametrize("seeds", [[77, 78, 79], [77, 5, 0]])
+@pytest.mark.parametrize("replace", [False, True])
+def test_gpu_matches_cpu_on_empty_layers(fanouts, seeds, replace):
+    """Seeds with no edges (77-79 receive none) and fanout 0: layers without edges, and (hops)
+    layers without seeds, before and after runs of long rows."""
+    g, _ = _graph()
+    seeds = torch.tensor(seeds)
+    for expand_all in (True, False):
+        _gpu_against_cpu(g, None, seeds, fanouts, expand_all, replace)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanout,replace,weighted", [
+    (40, False, False), pytest.param(40, True, True, marks=pytest.mark.sanitize),
+    pytest.param(512, False, False, marks=pytest.mark.sanitize), (512, True, False),
+    (600, True, True), (-1, False, False)])
+def test_gpu_matches_cpu_with_edge_map_and_hops(fanout, replace, weighted):
+    """Fanouts past most degrees (40, 512, 600) on the hub graph: user edge ids through an
+    edge map, weighted counts (positive weights counted only as far as the fanout needs),
+    subgraph hops after a layer of long rows."""
+    g, _ = _hub_graph()
+    weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(2))
+    weight[::3] = 0
+    edge_map = torch.randperm(g.num_edges, generator=torch.Generator().manual_seed(7))
+    seeds = torch.cat([torch.arange(5), torch.randperm(1995)[:300] + 5])
+    for fanouts in ([fanout], [2, fanout, 3]):
+        for expand_all in (True, False):
+            _gpu_against_cpu(g, weight if weighted else None, seeds, fanouts, expand_all, replace,
+                             edge_map)
+
+
+@pytest.mark.gpu
+def test_gpu_matches_cpu_with_int64_local_ids():
+    """Three fanouts of 512 bound the last layer past 2^31 nodes, so its local ids are int64 on
+    both devices (the warp row sort then keeps 512 int64 keys per warp in shared memory)."""
+    g, _ = random_graph(3000, 30000, seed=4)
+    seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:20]
+    got = _gpu_against_cpu(g, None, seeds, [512, 512, 512], True, False)
+    assert got[1][2].dtype == torch.int64 and got[1][0].dtype == torch.int32
+
+
 # ---- errors -----------------------------------------------------------------------------------
 def test_bad_arguments():
     g, _ = _graph()

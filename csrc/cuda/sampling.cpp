@@ -2,14 +2,19 @@
 // pinned host memory), allocation from host-known bounds, and the batch's one read-back.
 // Layers run in "runs": one starts at layer 0 or at a layer whose edge count no host bound
 // sizes (fanout -1, or rows too long to sort by warp: its count is read back first, a sync).
-// A run takes one scratch allocation (the counters and the hash table at its head, cleared by
-// one memset) and one node list; every layer's outputs get allocations of their own (outputs
-// of an op must not alias each other), narrowed to the true counts after the read-back at
-// the end.
+// A run takes one workspace allocation: [counters (the call's first run) | hash table | every
+// scan state of the run] cleared by one memset, then the arrays its layers share (they run in
+// stream order), the node list of a run that is not the last, and the row pointers that the
+// next run's first layer is counted into before its read-back. Every layer's outputs and the
+// last run's node list get allocations of their own (outputs of an op must not alias each
+// other), cut to the true counts in place after the read-back at the end. A batch whose layers
+// all sort by warp is one run: 1 workspace + 3 outputs per layer + the node list, one memset,
+// 4 launches per layer (3 unordered), one sync.
 #include <torch/library.h>
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/glue.h"
@@ -56,6 +61,12 @@ struct Carver {
   }
 };
 
+// A workspace allocation, kept alive until the read-back.
+char* workspace(size_t bytes, const at::TensorOptions& opts, TensorList& keep) {
+  keep.push_back(at::empty({int64_t(bytes)}, opts.dtype(at::kByte)));
+  return static_cast<char*>(keep.back().data_ptr());
+}
+
 // The counters (and, when given, one more value: a layer's edge count) copied back, in one sync.
 std::vector<int64_t> read_back(const int64_t* counters, int count, const int64_t* extra,
                                cudaStream_t s) {
@@ -88,6 +99,20 @@ struct LayerOutputs {
   at::Tensor rowptr, col, edge_ids;
 };
 
+// Cuts a bound-sized output to its true length in place (the op's own fresh tensor: no view op
+// through the dispatcher, as narrow was; the storage keeps its bound size, as narrow's did).
+void cut(at::Tensor& t, int64_t n) {
+  TORCH_INTERNAL_ASSERT(n >= 0 && n <= t.numel(), "sample_neighbors: a count past its bound");
+  t.unsafeGetTensorImpl()->set_sizes_contiguous({n});
+}
+
+// The row pointers that a run's long-row first layer is counted into before the run's
+// read-back (carved by the run before, or by the call's first allocation), and the count's scan.
+struct PreCount {
+  int64_t* ptr = nullptr;
+  ScanState scan{};
+};
+
 std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda(
     const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
     const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds, at::IntArrayRef fanouts,
@@ -103,6 +128,7 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
   const int64_t num_seeds = seeds.numel(), num_rows = rowptr.numel() - 1;
   const auto dtypes = sampling::layer_bounds(num_seeds, fanout_list, expand_all, col.numel());
   const auto opts = seeds.options();
+  constexpr size_t kWord = sizeof(int64_t);
 
   SampleLayer graph{};
   graph.rowptr = readable(rowptr, "rowptr");
@@ -116,7 +142,7 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
   graph.num_rows = num_rows;
   graph.replace = replace;
 
-  TensorList keep;  // scratch allocations, alive until the read-back
+  TensorList keep;  // workspaces, alive until the read-back
   int64_t* counters = nullptr;
   std::vector<LayerOutputs> outputs(num_layers);
   at::Tensor node_list;  // the last run's: every layer's nodes are a prefix of it
@@ -125,6 +151,7 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
   const int64_t* run_nodes = seeds.data_ptr<int64_t>();
   int64_t known_bound = num_seeds, new_bound = num_seeds;
   int64_t known_exact = num_seeds, begin_exact = 0;
+  PreCount pre;
 
   auto layer_input = [&](int l, const LayerPlan& plan) {
     SampleLayer in = graph;
@@ -148,46 +175,39 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
     const bool compact = !warp_sortable(fanout_list[l0]);
     int l1 = l0 + 1;
     while (l1 < num_layers && warp_sortable(fanout_list[l1])) ++l1;
+    const bool last_run = l1 == num_layers;  // else layer l1 starts a long-row run
 
-    // A compact first layer: its row pointers first, then the exact counts, in one sync.
-    at::Tensor pre;
-    LayerScratch pre_scratch{};
+    // A long-row first layer: its row pointers first, then the exact counts, in one sync.
     int64_t exact_edges = -1;
     const int64_t first_seeds = l0 == 0 ? num_seeds : expand_all ? known_bound : new_bound;
     if (compact) {
-      Carver carve;
-      const size_t counters_at = carve.add(l0 == 0 ? c.size() * sizeof(int64_t) : 0);
-      const size_t ptr_at = carve.add((first_seeds + 1) * sizeof(int64_t));
-      const size_t counts_at = carve.add(first_seeds * sizeof(int64_t));
-      const size_t temp_bytes = scan_temp_bytes(first_seeds);
-      const size_t temp_at = carve.add(temp_bytes);
-      pre = at::empty({int64_t(carve.total)}, opts.dtype(at::kByte));
-      char* base = static_cast<char*>(pre.data_ptr());
-      if (l0 == 0) {
+      if (l0 == 0) {  // the call's first allocation: [counters | the count's scan] cleared, ptr
+        Carver carve;
+        const size_t counters_at = carve.add(c.size() * kWord);
+        const size_t scan_at = carve.add(scan_words(first_seeds) * kWord);
+        const size_t cleared = carve.total;
+        const size_t ptr_at = carve.add((first_seeds + 1) * kWord);
+        char* base = workspace(carve.total, opts, keep);
+        C10_CUDA_CHECK(cudaMemsetAsync(base, 0xff, cleared, s));
         counters = reinterpret_cast<int64_t*>(base + counters_at);
-        C10_CUDA_CHECK(cudaMemsetAsync(counters, 0xff, c.size() * sizeof(int64_t), s));
+        pre.ptr = reinterpret_cast<int64_t*>(base + ptr_at);
+        pre.scan.words = reinterpret_cast<unsigned long long*>(base + scan_at);
       }
-      pre_scratch.ptr = reinterpret_cast<int64_t*>(base + ptr_at);
-      pre_scratch.counts = reinterpret_cast<int64_t*>(base + counts_at);
-      pre_scratch.temp = base + temp_at;
-      pre_scratch.temp_bytes = temp_bytes;
       SampleLayer in = layer_input(l0, {first_seeds, 0, dtypes[l0].local64});
       in.nodes = run_nodes;
       if (l0 == 0) in.known_host = num_seeds;
-      count_edges(in, RunStart{nullptr, 0}, SampleTable{}, pre_scratch, s);
+      count_edges(in, RunStart{nullptr, 0}, SampleTable{}, pre.ptr, pre.scan, s);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      const auto host = read_back(counters, c.size(), pre_scratch.ptr + first_seeds, s);
+      const auto host = read_back(counters, c.size(), pre.ptr + first_seeds, s);
       check_seeds(host, c, num_rows);
       known_exact = host[c.known(l0)];
       begin_exact = expand_all || l0 == 0 ? 0 : host[c.known(l0 - 1)];
       exact_edges = host[c.size()];
-      keep.push_back(pre);
     }
 
     // Bounds of the run's layers, from its exact start.
     std::vector<LayerPlan> plans;
     int64_t known = known_exact, fresh = new_bound, most_seeds = 0, most_edges = 0;
-    bool any64 = false;
     for (int l = l0; l < l1; ++l) {
       const int64_t seeds_bound = l == l0 ? first_seeds : expand_all ? known : fresh;
       const int64_t edges_bound = l == l0 && compact
@@ -198,55 +218,52 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
       known = std::min(known + fresh, known_exact + num_rows);
       most_seeds = std::max(most_seeds, seeds_bound);
       most_edges = std::max(most_edges, edges_bound);
-      any64 = any64 || dtypes[l].local64;
     }
     known_bound = known;
     new_bound = fresh;
+    const int64_t next_seeds = expand_all ? known : fresh;  // layer l1's, when it starts a run
 
-    // One scratch allocation: [counters | table keys | table values] (one memset), then the
-    // per-layer arrays, shared by the run's layers (they run in stream order).
+    // The run's workspace: [counters | table keys | table values | scan states] cleared by one
+    // memset, then the arrays.
     const uint64_t capacity = table_capacity(known);
     Carver carve;
     const bool own_counters = counters == nullptr;
-    const size_t counters_at = carve.add(own_counters ? c.size() * sizeof(int64_t) : 0);
-    const size_t keys_at = carve.add(capacity * sizeof(int64_t));
-    const size_t values_at = carve.add(capacity * sizeof(int64_t));
-    const size_t cleared = carve.total;
-    const size_t e8 = size_t(most_edges) * sizeof(int64_t);
-    const size_t ptr_at = carve.add((most_seeds + 1) * sizeof(int64_t));
-    const size_t counts_at = carve.add(most_seeds * sizeof(int64_t));
-    const size_t pos_at = carve.add(e8);
-    const size_t local_at = carve.add(size_t(most_edges) * (any64 ? 8 : 4));
-    const size_t value_of_at = carve.add(e8);
-    const size_t first_at = carve.add(e8);
-    const size_t rank_at = carve.add(e8);
-    size_t temp_bytes = std::max(scan_temp_bytes(most_seeds), scan_temp_bytes(most_edges));
-    if (compact) {
-      temp_bytes = std::max(temp_bytes, segmented_sort_temp_bytes(exact_edges, first_seeds,
-                                                                   dtypes[l0].local64));
+    const size_t counters_at = carve.add(own_counters ? c.size() * kWord : 0);
+    const size_t keys_at = carve.add(capacity * kWord);
+    const size_t values_at = carve.add(capacity * kWord);
+    std::vector<size_t> count_scan_at(plans.size()), first_scan_at(plans.size());
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const bool counted = compact && k == 0;  // counted into pre.ptr before the run
+      count_scan_at[k] = carve.add(counted ? 0 : scan_words(plans[k].seeds) * kWord);
+      first_scan_at[k] = carve.add(deterministic ? scan_words(plans[k].edges) * kWord : 0);
     }
+    const size_t next_scan_at = carve.add(last_run ? 0 : scan_words(next_seeds) * kWord);
+    const size_t cleared = carve.total;
+    const size_t edges_bytes = size_t(most_edges) * kWord;
+    const size_t ptr_at = carve.add((most_seeds + 1) * kWord);
+    const size_t pos_at = carve.add(edges_bytes);
+    const size_t value_of_at = carve.add(deterministic ? edges_bytes : 0);
+    const size_t rank_at = carve.add(deterministic ? edges_bytes : 0);
+    const size_t local_at =
+        carve.add(compact ? size_t(exact_edges) * (dtypes[l0].local64 ? 8 : 4) : 0);
+    const size_t temp_bytes =
+        compact ? segmented_sort_temp_bytes(exact_edges, first_seeds, dtypes[l0].local64) : 0;
     const size_t temp_at = carve.add(temp_bytes);
-    auto scratch_tensor = at::empty({int64_t(carve.total)}, opts.dtype(at::kByte));
-    keep.push_back(scratch_tensor);
-    char* base = static_cast<char*>(scratch_tensor.data_ptr());
+    const size_t nodes_at = carve.add(last_run ? 0 : size_t(known) * kWord);
+    const size_t next_ptr_at = carve.add(last_run ? 0 : size_t(next_seeds + 1) * kWord);
+    char* base = workspace(carve.total, opts, keep);
+    C10_CUDA_CHECK(cudaMemsetAsync(base, 0xff, cleared, s));
     if (own_counters) counters = reinterpret_cast<int64_t*>(base + counters_at);
-    C10_CUDA_CHECK(cudaMemsetAsync(base + (own_counters ? counters_at : keys_at), 0xff,
-                                   cleared - (own_counters ? counters_at : keys_at), s));
+    auto words = [&](size_t at) {
+      return ScanState{reinterpret_cast<unsigned long long*>(base + at)};
+    };
     const SampleTable table{reinterpret_cast<int64_t*>(base + keys_at),
                             reinterpret_cast<unsigned long long*>(base + values_at), capacity};
-    LayerScratch scratch{reinterpret_cast<int64_t*>(base + ptr_at),
-                         reinterpret_cast<int64_t*>(base + counts_at),
-                         reinterpret_cast<int64_t*>(base + pos_at),
-                         base + local_at,
-                         reinterpret_cast<int64_t*>(base + value_of_at),
-                         reinterpret_cast<int64_t*>(base + first_at),
-                         reinterpret_cast<int64_t*>(base + rank_at),
-                         base + temp_at,
-                         temp_bytes};
-
-    if (node_list.defined()) keep.push_back(node_list);  // the run copies its nodes from it
-    node_list = at::empty({known}, opts);
-    int64_t* nodes_out = node_list.data_ptr<int64_t>();
+    int64_t* nodes_out = reinterpret_cast<int64_t*>(base + nodes_at);
+    if (last_run) {
+      node_list = at::empty({known}, opts);
+      nodes_out = node_list.data_ptr<int64_t>();
+    }
 
     const RunStart start{run_nodes, known_exact};
     for (int l = l0; l < l1; ++l) {
@@ -265,19 +282,30 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
       o.edge_ids = at::empty({plan.edges}, opts);
       const LayerOutput out{o.rowptr.data_ptr(), o.col.data_ptr(),
                             o.edge_ids.data_ptr<int64_t>()};
-      LayerScratch layer_scratch = scratch;
       const bool counted = compact && l == l0;
+      const LayerScratch scratch{counted ? pre.ptr : reinterpret_cast<int64_t*>(base + ptr_at),
+                                 reinterpret_cast<int64_t*>(base + pos_at),
+                                 reinterpret_cast<int64_t*>(base + value_of_at),
+                                 reinterpret_cast<int64_t*>(base + rank_at),
+                                 words(first_scan_at[l - l0]),
+                                 base + local_at,
+                                 base + temp_at,
+                                 temp_bytes};
       if (counted) {
-        layer_scratch.ptr = pre_scratch.ptr;
-        layer_scratch.counts = pre_scratch.counts;
         start_run(in, start, table, s);
       } else {
-        count_edges(in, l == l0 ? start : RunStart{nullptr, 0}, table, layer_scratch, s);
+        count_edges(in, l == l0 ? start : RunStart{nullptr, 0}, table, scratch.ptr,
+                    words(count_scan_at[l - l0]), s);
       }
-      sample_and_relabel(in, deterministic, plan.local64, table, layer_scratch, s);
-      sort_rows(in, plan.local64, layer_scratch, out, counted ? exact_edges : -1, s);
+      sample_edges(in, deterministic, table, scratch, s);
+      write_rows(in, deterministic, plan.local64, table, scratch, out, counted ? exact_edges : -1,
+                 s);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (!last_run) {
+      pre.ptr = reinterpret_cast<int64_t*>(base + next_ptr_at);
+      pre.scan = words(next_scan_at);
+    }
     run_nodes = nodes_out;
     l0 = l1;
   }
@@ -288,12 +316,16 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cuda
   for (int l = 0; l < num_layers; ++l) {
     const int64_t begin = expand_all || l == 0 ? 0 : host[c.known(l - 1)];
     const int64_t layer_seeds_count = host[c.known(l)] - begin, num_edges = host[c.edges(l)];
-    const LayerOutputs& o = outputs[l];
-    rowptrs.push_back(o.rowptr.narrow(0, 0, layer_seeds_count + 1));
-    cols.push_back(o.col.narrow(0, 0, num_edges));
-    edge_ids.push_back(o.edge_ids.narrow(0, 0, num_edges));
+    LayerOutputs& o = outputs[l];
+    cut(o.rowptr, layer_seeds_count + 1);
+    cut(o.col, num_edges);
+    cut(o.edge_ids, num_edges);
+    rowptrs.push_back(std::move(o.rowptr));
+    cols.push_back(std::move(o.col));
+    edge_ids.push_back(std::move(o.edge_ids));
   }
-  return {rowptrs, cols, edge_ids, node_list.narrow(0, 0, host[c.known(num_layers)])};
+  cut(node_list, host[c.known(num_layers)]);
+  return {rowptrs, cols, edge_ids, node_list};
 }
 
 }  // namespace

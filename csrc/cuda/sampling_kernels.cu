@@ -4,11 +4,13 @@
 // draw. Sources are relabelled through a global open-addressing hash table (atomicCAS on
 // keys, atomicMin on first edge positions) that a run of layers shares: after a layer its
 // new nodes hold their ids, so the next layer starts from them without re-inserting. Each
-// block row is sorted by local id by one warp. Every pass runs over host-known bounds and
-// reads the true counts on the device, so a mini-batch needs no sync between its layers.
+// block row is sorted by local id by one warp, in the pass that assigns the local ids. Every
+// pass runs over host-known bounds and reads the true counts on the device, so a mini-batch
+// needs no sync between its layers. The two scans of a layer (row pointers, first edges) run
+// inside the passes that produce their items (decoupled look-back), so the host makes no
+// CUB call and no temp-size or occupancy query for them.
 #include <algorithm>
 
-#include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include "cuda/sampling_kernels.h"
@@ -66,6 +68,92 @@ __device__ int64_t warp_sum(int64_t x) {
   return x;
 }
 
+// ---- single-pass scan (decoupled look-back) ----------------------------------------------------
+// A pass whose threads each produce one item of a scan also scans them, in tiles of kThreads:
+// a block claims the next tile (so every earlier tile belongs to a block that already runs and
+// publishes without waiting on later ones), publishes its tile's sum, then adds the sums that
+// earlier tiles published, 32 at a time, back to the nearest one that published its inclusive
+// prefix, and publishes its own. A status word packs a flag and a 62-bit value, so one 64-bit
+// store publishes both; all-ones (the cleared state) is neither flag. (The sums here are edge
+// and node counts, far below 2^62.)
+constexpr unsigned long long kTilePending = ~0ull;
+constexpr unsigned long long kTileInclusive = 1ull << 63;
+constexpr unsigned long long kTileAggregate = 1ull << 62;
+constexpr unsigned long long kTileValue = kTileAggregate - 1;
+
+__host__ __device__ int64_t tiles_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
+
+// The block's tile (the counter starts cleared, at all-ones: the first claim gets 0). Every
+// thread of the block calls it, once per kernel.
+__device__ int64_t claim_tile(const ScanState& scan) {
+  __shared__ int64_t tile;
+  if (threadIdx.x == 0) tile = int64_t(atomicAdd(scan.words, 1ull) + 1ull);
+  __syncthreads();
+  return tile;
+}
+
+// x's exclusive prefix over the block's threads, and (*total) the block's sum. Every thread of
+// the block calls it, once per kernel.
+__device__ int64_t block_exclusive_sum(int64_t x, int64_t* total) {
+  __shared__ int64_t warp_sums[kWarpsPerBlock];
+  int64_t inclusive = x;
+  for (int o = 1; o < kWarp; o *= 2) {
+    const int64_t y = __shfl_up_sync(kFullMask, inclusive, o);
+    if (lane() >= o) inclusive += y;
+  }
+  const int warp = threadIdx.x / kWarp;
+  if (lane() == kWarp - 1) warp_sums[warp] = inclusive;
+  __syncthreads();
+  int64_t before = 0, sum = 0;
+  for (int w = 0; w < kWarpsPerBlock; ++w) {
+    before += w < warp ? warp_sums[w] : 0;
+    sum += warp_sums[w];
+  }
+  *total = sum;
+  return before + inclusive - x;
+}
+
+__device__ void publish(unsigned long long* word, unsigned long long flag, int64_t value) {
+  atomicExch(word, flag | (static_cast<unsigned long long>(value) & kTileValue));
+}
+
+// A tile's status once it has published (a spin; the tile's block runs, see above).
+__device__ unsigned long long published(const unsigned long long* word) {
+  unsigned long long status;
+  do {
+    status = *static_cast<const volatile unsigned long long*>(word);
+  } while (status == kTilePending);
+  return status;
+}
+
+// The sum of every tile before `tile`, whose own sum is `aggregate`. Warp 0 looks back; every
+// thread of the block calls it, once per kernel.
+__device__ int64_t tile_prefix(const ScanState& scan, int64_t tile, int64_t aggregate) {
+  __shared__ int64_t prefix;
+  unsigned long long* status = scan.words + 1;
+  if (threadIdx.x < kWarp) {
+    int64_t sum = 0;
+    if (tile > 0) {
+      if (lane() == 0) publish(&status[tile], kTileAggregate, aggregate);
+      // Lane j reads tile end - 1 - j; tile 0 is always inclusive, so the window that reaches
+      // it stops there (lanes before tile 0 read as an inclusive 0).
+      for (int64_t end = tile;; end -= kWarp) {
+        const int64_t p = end - 1 - lane();
+        const unsigned long long word = p >= 0 ? published(&status[p]) : kTileInclusive;
+        const unsigned inclusive = __ballot_sync(kFullMask, (word & kTileInclusive) != 0);
+        const int last = inclusive != 0 ? __ffs(int(inclusive)) - 1 : kWarp - 1;
+        sum += warp_sum(lane() <= last ? int64_t(word & kTileValue) : 0);
+        if (inclusive != 0) break;
+      }
+    }
+    if (lane() == 0) {
+      publish(&status[tile], kTileInclusive, sum + aggregate);
+      prefix = sum;
+    }
+  }
+  __syncthreads();
+  return prefix;
+}
 
 // ---- the hash table --------------------------------------------------------------------------
 // The slot holding `key`, inserting it when absent; *inserted says whether this call did.
@@ -111,37 +199,48 @@ __global__ void start_kernel(SampleLayer in, RunStart start, SampleTable t) {
 }
 
 // ---- row pointers ----------------------------------------------------------------------------
-// Warp i counts seed i's edges (0 past the true seed count, so the scan can run over the
-// bound). Thread 0 also resets the layer's counters.
+// How many edges seed i takes (0 past the true seed count, so the scan can run over the bound).
+// Weighted rows count their positive weights only as far as the count depends on them
+// (sample_count takes min(fanout, avail), or avail > 0 with replacement), four at a time.
 template <typename index_t>
-__global__ void counts_kernel(SampleLayer in, RunStart start, SampleTable t, int64_t* ptr,
-                              int64_t* counts) {
+__device__ int64_t seed_count(const SampleLayer& in, int64_t i) {
+  const int64_t first = seeds_begin(in);
+  if (i >= in.seeds_bound || i >= known_count(in) - first) return 0;
+  const int64_t v = in.nodes[first + i];
+  if (v < 0 || v >= in.num_rows) return 0;  // flagged by the run's start
+  const int64_t begin = row_begin<index_t>(in, v), degree = row_begin<index_t>(in, v + 1) - begin;
+  if (in.weight == nullptr || in.fanout < 0) {
+    return sample_count(degree, degree, in.fanout, in.replace);
+  }
+  const int64_t enough = in.fanout == 0 ? 0 : in.replace ? 1 : in.fanout;
+  const float* w = in.weight + begin;
+  int64_t positive = 0;
+  for (int64_t o = 0; o < degree && positive < enough; o += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) positive += o + u < degree && w[o + u] > 0.f;
+  }
+  return sample_count(degree, positive, in.fanout, in.replace);
+}
+
+// Thread i counts seed i's edges; the block scans its tile into ptr[i + 1] (ptr[0] = 0).
+// Thread 0 also resets the layer's counters; the run's start (when given) goes first.
+template <typename index_t>
+__global__ void __launch_bounds__(kThreads)
+    counts_kernel(SampleLayer in, RunStart start, SampleTable t, ScanState scan, int64_t* ptr) {
   start_nodes(in, start, t);
   if (thread_index() == 0) {
     ptr[0] = 0;
     *in.fresh = 0;
     if (in.known_host >= 0) *in.known = in.known_host;
   }
-  const int64_t i = warp_index();
-  if (i >= in.seeds_bound) return;
-  const int64_t first = seeds_begin(in);
-  if (i >= known_count(in) - first) {
-    if (lane() == 0) counts[i] = 0;
-    return;
-  }
-  const int64_t v = in.nodes[first + i];
-  if (v < 0 || v >= in.num_rows) {  // flagged by the run's start
-    if (lane() == 0) counts[i] = 0;
-    return;
-  }
-  const int64_t begin = row_begin<index_t>(in, v), degree = row_begin<index_t>(in, v + 1) - begin;
-  int64_t avail = degree;
-  if (in.weight != nullptr && in.fanout >= 0) {
-    int64_t positive = 0;
-    for (int64_t o = lane(); o < degree; o += kWarp) positive += in.weight[begin + o] > 0.f;
-    avail = warp_sum(positive);
-  }
-  if (lane() == 0) counts[i] = sample_count(degree, avail, in.fanout, in.replace);
+  const int64_t tile = claim_tile(scan);
+  if (tile >= tiles_for(in.seeds_bound)) return;  // the whole block (grids cover the start too)
+  const int64_t i = tile * kThreads + threadIdx.x;
+  const int64_t count = seed_count<index_t>(in, i);
+  int64_t total;
+  const int64_t before = block_exclusive_sum(count, &total);
+  const int64_t prefix = tile_prefix(scan, tile, total);
+  if (i < in.seeds_bound) ptr[i + 1] = prefix + before + count;
 }
 
 // ---- choice of a seed's edges (offsets into its row, by one warp) ------------------------------
@@ -268,98 +367,114 @@ __global__ void positions_kernel(SampleLayer in, bool deterministic, SampleTable
 }
 
 // ---- relabelling -----------------------------------------------------------------------------
-// Deterministic numbering, pass 1: value_of[e] = the slot value of edge e's source, first[e]
-// = whether e is its first edge (0 past the edge count, so the scan of first can run over the
-// bound).
+// Deterministic numbering: value_of[e] = the slot value of edge e's source (after
+// positions_kernel: the known node's id, or num_known + the position of its first edge), and
+// rank[e] = the first edges before e (a scan of "e is its source's first edge", in this pass).
 template <typename index_t>
-__global__ void first_edges_kernel(SampleLayer in, SampleTable t, const int64_t* pos,
-                                   const int64_t* num_edges, int64_t* value_of, int64_t* first) {
-  const int64_t e = thread_index();
-  if (e >= in.edges_bound) return;
-  if (e >= *num_edges) {
-    first[e] = 0;
-    return;
+__global__ void __launch_bounds__(kThreads)
+    first_edges_kernel(SampleLayer in, SampleTable t, ScanState scan, const int64_t* pos,
+                       const int64_t* num_edges_in, int64_t* value_of, int64_t* rank) {
+  const int64_t tile = claim_tile(scan), num_edges = *num_edges_in;
+  if (tile >= tiles_for(num_edges)) return;  // the whole block; no later tile waits on it
+  const int64_t e = tile * kThreads + threadIdx.x;
+  int64_t first = 0;
+  if (e < num_edges) {
+    const int64_t value = int64_t(t.values[find_slot(t, source_of<index_t>(in, pos[e]))]);
+    value_of[e] = value;
+    first = value == known_count(in) + e;
   }
-  const int64_t value = int64_t(t.values[find_slot(t, source_of<index_t>(in, pos[e]))]);
-  value_of[e] = value;
-  first[e] = value == known_count(in) + e;
+  int64_t total;
+  const int64_t before = block_exclusive_sum(first, &total);
+  const int64_t prefix = tile_prefix(scan, tile, total);
+  if (e < num_edges) rank[e] = prefix + before;
 }
 
-// Pass 2 (rank: inclusive scan of first): local ids, the new nodes' global ids, their ids in
-// the table for the next layer, and the layer's counts.
-template <typename index_t, typename out_t>
-__global__ void assign_kernel(SampleLayer in, SampleTable t, const int64_t* pos,
-                              const int64_t* num_edges_in, const int64_t* value_of,
-                              const int64_t* rank, out_t* local) {
-  const int64_t e = thread_index();
-  const int64_t num_edges = *num_edges_in, known = known_count(in);
-  if (e == 0) {
-    *in.known_next = known + (num_edges > 0 ? rank[num_edges - 1] : 0);
-    *in.num_edges = num_edges;
+// What the pass that assigns local ids reads.
+struct Relabel {
+  bool deterministic;
+  const int64_t* pos;
+  const int64_t* value_of;  // deterministic
+  const int64_t* rank;      // deterministic
+};
+
+// Edge e's local id. Deterministic: a known source's own id, else known + the rank of its
+// source's first edge; that first edge also writes the new node into nodes_out and its id into
+// the table for the run's next layer (this pass reads value_of, not the table). Unordered: the
+// id positions_kernel gave, from the table.
+template <typename index_t>
+__device__ int64_t local_id(const SampleLayer& in, const SampleTable& t, const Relabel& r,
+                            int64_t known, int64_t e) {
+  if (!r.deterministic) {
+    return int64_t(t.values[find_slot(t, source_of<index_t>(in, r.pos[e]))]);
   }
-  if (e >= in.edges_bound || e >= num_edges) return;
-  const int64_t value = value_of[e];
-  if (value < known) {
-    local[e] = out_t(value);
-    return;
-  }
-  const int64_t first = value - known;
-  const int64_t id = known + rank[first] - 1;  // rank is an inclusive scan
-  local[e] = out_t(id);
+  const int64_t value = r.value_of[e];
+  if (value < known) return value;
+  const int64_t first = value - known, id = known + r.rank[first];
   if (first == e) {
-    const int64_t key = source_of<index_t>(in, pos[e]);
+    const int64_t key = source_of<index_t>(in, r.pos[e]);
     in.nodes_out[id] = key;
     t.values[find_slot(t, key)] = (unsigned long long)id;
   }
+  return id;
 }
 
-// Unordered numbering's lookup of the ids positions_kernel gave.
-template <typename index_t, typename out_t>
-__global__ void lookup_kernel(SampleLayer in, SampleTable t, const int64_t* pos,
-                              const int64_t* num_edges_in, out_t* local) {
-  const int64_t e = thread_index();
-  const int64_t num_edges = *num_edges_in;
-  if (e == 0) {
-    *in.known_next = known_count(in) + *in.fresh;
-    *in.num_edges = num_edges;
+// The layer's counts (thread 0 of the pass that assigns local ids): the nodes known after it
+// and its edges.
+__device__ void write_counts(const SampleLayer& in, const Relabel& r, int64_t known,
+                             int64_t num_edges) {
+  int64_t added = 0;
+  if (!r.deterministic) {
+    added = *in.fresh;
+  } else if (num_edges > 0) {
+    const int64_t last = num_edges - 1;
+    added = r.rank[last] + (r.value_of[last] == known + last);
   }
-  if (e >= in.edges_bound || e >= num_edges) return;
-  local[e] = out_t(t.values[find_slot(t, source_of<index_t>(in, pos[e]))]);
+  *in.known_next = known + added;
+  *in.num_edges = num_edges;
 }
 
-// ---- row sort --------------------------------------------------------------------------------
 __device__ int64_t edge_id(const SampleLayer& in, int64_t position) {
   return in.edge_map == nullptr ? position : in.edge_map[position];
 }
 
-// Row i's pairs land at their rank: the number of pairs with a smaller local id, or an equal
-// one earlier in the row (stable, as the CPU's insertion sort). Warp num_seeds writes the
-// last row pointer.
-template <typename out_t>
-__global__ void sort_rows_kernel(SampleLayer in, const int64_t* ptr, const out_t* local,
-                                 const int64_t* pos, out_t* rowptr_out, out_t* local_out,
-                                 int64_t* edge_ids) {
-  const int64_t i = warp_index(), num_seeds = known_count(in) - seeds_begin(in);
+// ---- rows of at most kWarpSortMaxFanout edges: ids and sort in one pass ------------------------
+// Warp i assigns row i's local ids into its part of shared memory (fanout entries), then each
+// pair lands at its rank: the number of pairs with a smaller local id, or an equal one earlier
+// in the row (stable, as the CPU's insertion sort). Warp num_seeds writes the last row pointer.
+template <typename index_t, typename out_t>
+__global__ void __launch_bounds__(kThreads)
+    sort_rows_kernel(SampleLayer in, SampleTable t, Relabel r, const int64_t* ptr,
+                     out_t* rowptr_out, out_t* local_out, int64_t* edge_ids) {
+  extern __shared__ __align__(8) unsigned char row_keys[];
+  const int64_t known = known_count(in), num_seeds = known - seeds_begin(in);
+  if (thread_index() == 0) write_counts(in, r, known, ptr[in.seeds_bound]);
+  const int64_t i = warp_index();
   if (i > num_seeds) return;
   if (lane() == 0) rowptr_out[i] = out_t(ptr[i]);
   if (i == num_seeds) return;
-  const int64_t begin = ptr[i], length = ptr[i + 1] - begin;
-  for (int64_t a0 = 0; a0 < length; a0 += kWarp) {
-    const int64_t a = a0 + lane();
-    const out_t key = a < length ? local[begin + a] : out_t(0);
+  const int64_t begin = ptr[i], length = ptr[i + 1] - begin;  // <= fanout
+  out_t* keys = reinterpret_cast<out_t*>(row_keys) + (threadIdx.x / kWarp) * in.fanout;
+  for (int64_t a = lane(); a < length; a += kWarp) {
+    keys[a] = out_t(local_id<index_t>(in, t, r, known, begin + a));
+  }
+  __syncwarp();
+  for (int64_t a = lane(); a < length; a += kWarp) {
+    const out_t key = keys[a];
     int64_t rank = 0;
-    for (int64_t b0 = 0; b0 < length; b0 += kWarp) {
-      const out_t other_key = b0 + lane() < length ? local[begin + b0 + lane()] : out_t(0);
-      const int steps = int(length - b0 < kWarp ? length - b0 : kWarp);
-      for (int s = 0; s < steps; ++s) {
-        const out_t k = __shfl_sync(kFullMask, other_key, s);
-        rank += k < key || (k == key && b0 + s < a);
-      }
-    }
-    if (a < length) {
-      local_out[begin + rank] = key;
-      edge_ids[begin + rank] = edge_id(in, pos[begin + a]);
-    }
+    for (int64_t b = 0; b < length; ++b) rank += keys[b] < key || (keys[b] == key && b < a);
+    local_out[begin + rank] = key;
+    edge_ids[begin + rank] = edge_id(in, r.pos[begin + a]);
+  }
+}
+
+// ---- long rows (fanout -1 or > kWarpSortMaxFanout): ids, CUB's segmented sort, finish --------
+template <typename index_t, typename out_t>
+__global__ void assign_kernel(SampleLayer in, SampleTable t, Relabel r, int64_t num_edges,
+                              out_t* local) {
+  const int64_t known = known_count(in);
+  if (thread_index() == 0) write_counts(in, r, known, num_edges);
+  for (int64_t e = thread_index(); e < num_edges; e += thread_count()) {
+    local[e] = out_t(local_id<index_t>(in, t, r, known, e));
   }
 }
 
@@ -396,13 +511,6 @@ void by_local(bool local64, const Launch& launch) {
   }
 }
 
-void inclusive_scan(const LayerScratch& scratch, const int64_t* in, int64_t* out, int64_t n,
-                    cudaStream_t stream) {
-  if (n == 0) return;
-  size_t bytes = scratch.temp_bytes;
-  cub::DeviceScan::InclusiveSum(scratch.temp, bytes, in, out, n, stream);
-}
-
 // Blocks of kThreads for n threads (at least one: thread 0 writes counters).
 unsigned grid_for(int64_t n) { return std::max(1u, blocks_for(n)); }
 
@@ -414,21 +522,15 @@ uint64_t table_capacity(int64_t max_nodes) {
   return capacity;
 }
 
-size_t scan_temp_bytes(int64_t n) {
-  size_t bytes = 0;
-  cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr),
-                                static_cast<int64_t*>(nullptr), n);
-  return bytes;
-}
+size_t scan_words(int64_t n) { return size_t(1 + tiles_for(n)); }
 
 void count_edges(const SampleLayer& in, const RunStart& start, const SampleTable& table,
-                 const LayerScratch& scratch, cudaStream_t stream) {
-  const unsigned blocks = std::max({1u, warp_blocks_for(in.seeds_bound), blocks_for(start.count)});
+                 int64_t* ptr, const ScanState& scan, cudaStream_t stream) {
+  const unsigned blocks =
+      std::max({1u, unsigned(tiles_for(in.seeds_bound)), blocks_for(start.count)});
   by_index(in.index64, [&](auto index) {
-    counts_kernel<decltype(index)><<<blocks, kThreads, 0, stream>>>(in, start, table, scratch.ptr,
-                                                                    scratch.counts);
+    counts_kernel<decltype(index)><<<blocks, kThreads, 0, stream>>>(in, start, table, scan, ptr);
   });
-  inclusive_scan(scratch, scratch.counts, scratch.ptr + 1, in.seeds_bound, stream);
 }
 
 void start_run(const SampleLayer& in, const RunStart& start, const SampleTable& table,
@@ -436,31 +538,19 @@ void start_run(const SampleLayer& in, const RunStart& start, const SampleTable& 
   start_kernel<<<grid_for(start.count), kThreads, 0, stream>>>(in, start, table);
 }
 
-void sample_and_relabel(const SampleLayer& in, bool deterministic, bool local64,
-                        const SampleTable& table, const LayerScratch& scratch,
-                        cudaStream_t stream) {
-  const int64_t* num_edges = scratch.ptr + in.seeds_bound;
-  const unsigned blocks = grid_for(in.edges_bound);
+void sample_edges(const SampleLayer& in, bool deterministic, const SampleTable& table,
+                  const LayerScratch& scratch, cudaStream_t stream) {
   by_index(in.index64, [&](auto index) {
     using index_t = decltype(index);
     if (in.seeds_bound > 0) {
       positions_kernel<index_t><<<warp_blocks_for(in.seeds_bound), kThreads, 0, stream>>>(
           in, deterministic, table, scratch.ptr, scratch.pos);
     }
-    by_local(local64, [&](auto local_index) {
-      using out_t = decltype(local_index);
-      out_t* local = static_cast<out_t*>(scratch.local);
-      if (!deterministic) {
-        lookup_kernel<index_t, out_t><<<blocks, kThreads, 0, stream>>>(in, table, scratch.pos,
-                                                                       num_edges, local);
-        return;
-      }
-      first_edges_kernel<index_t><<<blocks, kThreads, 0, stream>>>(
-          in, table, scratch.pos, num_edges, scratch.value_of, scratch.first);
-      inclusive_scan(scratch, scratch.first, scratch.rank, in.edges_bound, stream);
-      assign_kernel<index_t, out_t><<<blocks, kThreads, 0, stream>>>(
-          in, table, scratch.pos, num_edges, scratch.value_of, scratch.rank, local);
-    });
+    if (deterministic) {
+      first_edges_kernel<index_t><<<grid_for(in.edges_bound), kThreads, 0, stream>>>(
+          in, table, scratch.first_scan, scratch.pos, scratch.ptr + in.seeds_bound,
+          scratch.value_of, scratch.rank);
+    }
   });
 }
 
@@ -478,28 +568,37 @@ size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool l
   return bytes;
 }
 
-void sort_rows(const SampleLayer& in, bool local64, const LayerScratch& scratch,
-               const LayerOutput& out, int64_t exact_edges, cudaStream_t stream) {
-  by_local(local64, [&](auto local_index) {
-    using out_t = decltype(local_index);
-    const out_t* local = static_cast<const out_t*>(scratch.local);
-    out_t* rowptr_out = static_cast<out_t*>(out.rowptr);
-    out_t* local_out = static_cast<out_t*>(out.col);
-    if (exact_edges < 0) {
-      sort_rows_kernel<out_t><<<warp_blocks_for(in.seeds_bound + 1), kThreads, 0, stream>>>(
-          in, scratch.ptr, local, scratch.pos, rowptr_out, local_out, out.edge_ids);
-      return;
-    }
-    if (exact_edges > 0) {
-      size_t bytes = scratch.temp_bytes;
-      cub::DeviceSegmentedSort::StableSortPairs(scratch.temp, bytes, local, local_out,
-                                                scratch.pos, out.edge_ids, exact_edges,
-                                                in.seeds_bound, scratch.ptr, scratch.ptr + 1,
-                                                stream);
-    }
-    finish_rows_kernel<out_t><<<grid_for(std::max(in.seeds_bound + 1, exact_edges)), kThreads, 0,
-                                stream>>>(in, scratch.ptr, exact_edges, rowptr_out,
-                                          out.edge_ids);
+void write_rows(const SampleLayer& in, bool deterministic, bool local64, const SampleTable& table,
+                const LayerScratch& scratch, const LayerOutput& out, int64_t exact_edges,
+                cudaStream_t stream) {
+  const Relabel r{deterministic, scratch.pos, scratch.value_of, scratch.rank};
+  by_index(in.index64, [&](auto index) {
+    using index_t = decltype(index);
+    by_local(local64, [&](auto local_index) {
+      using out_t = decltype(local_index);
+      out_t* rowptr_out = static_cast<out_t*>(out.rowptr);
+      out_t* local_out = static_cast<out_t*>(out.col);
+      if (exact_edges < 0) {
+        const size_t keys_bytes = size_t(kWarpsPerBlock) * size_t(in.fanout) * sizeof(out_t);
+        sort_rows_kernel<index_t, out_t>
+            <<<warp_blocks_for(in.seeds_bound + 1), kThreads, keys_bytes, stream>>>(
+                in, table, r, scratch.ptr, rowptr_out, local_out, out.edge_ids);
+        return;
+      }
+      out_t* local = static_cast<out_t*>(scratch.local);
+      assign_kernel<index_t, out_t><<<grid_for(exact_edges), kThreads, 0, stream>>>(
+          in, table, r, exact_edges, local);
+      if (exact_edges > 0) {
+        size_t bytes = scratch.temp_bytes;
+        cub::DeviceSegmentedSort::StableSortPairs(scratch.temp, bytes, local, local_out,
+                                                  scratch.pos, out.edge_ids, exact_edges,
+                                                  in.seeds_bound, scratch.ptr, scratch.ptr + 1,
+                                                  stream);
+      }
+      finish_rows_kernel<out_t><<<grid_for(std::max(in.seeds_bound + 1, exact_edges)),
+                                  kThreads, 0, stream>>>(in, scratch.ptr, exact_edges,
+                                                         rowptr_out, out.edge_ids);
+    });
   });
 }
 

@@ -2,6 +2,12 @@
 // of a mini-batch on one stream, sizing each from host-known bounds; the kernels read the
 // true counts (known nodes, seeds, edges) from device memory, so a batch needs no sync between
 // its layers. Grids cover the bounds and threads past the device-side counts exit.
+//
+// Launches per layer whose rows sort by warp (fanout 0..512): count_edges 1 (the row pointers'
+// scan included), sample_edges 1 + 1 deterministic (the first-edge scan), write_rows 1: 4
+// deterministic, 3 unordered. A layer with longer rows (fanout -1 or > 512) starts a run: its
+// count_edges runs before the read-back of its edge count, then start_run 1, sample_edges 1-2,
+// write_rows 2 + CUB's segmented sort.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,6 +56,14 @@ struct SampleTable {
 // Capacity for up to max_nodes keys (load at most 1/2).
 uint64_t table_capacity(int64_t max_nodes);
 
+// State of one single-pass scan (decoupled look-back) over up to n items: a tile counter and
+// one status word per tile, scan_words(n) words cleared to all-ones bytes before the pass
+// (with the table: one memset). Every scan of a run needs its own.
+struct ScanState {
+  unsigned long long* words;
+};
+size_t scan_words(int64_t n);
+
 // The known nodes a run starts from (count 0: the layer continues a run): copied into
 // nodes_out and inserted into the table with their positions as ids.
 struct RunStart {
@@ -57,19 +71,18 @@ struct RunStart {
   int64_t count;
 };
 
-// Per-layer scratch (sized for the layer's bounds; reusable by the next layer of the stream).
+// Per-layer scratch (sized for the layer's bounds; the arrays are reusable by the next layer
+// of the stream, the scan states are not).
 struct LayerScratch {
-  int64_t* ptr;      // seeds_bound + 1 row pointers; ptr[seeds_bound] is the edge count
-  int64_t* counts;   // seeds_bound
-  int64_t* pos;      // edges_bound sampled CSR positions, rows unsorted
-  void* local;       // edges_bound local source ids, rows unsorted
-  int64_t* value_of; // edges_bound (deterministic numbering)
-  int64_t* first;    // edges_bound
-  int64_t* rank;     // edges_bound
-  void* temp;        // CUB scratch (scans; a long-row layer's segmented sort)
+  int64_t* ptr;          // seeds_bound + 1 row pointers; ptr[seeds_bound] is the edge count
+  int64_t* pos;          // edges_bound sampled CSR positions, rows unsorted
+  int64_t* value_of;     // edges_bound: each edge's table value (deterministic numbering)
+  int64_t* rank;         // edges_bound: new nodes whose first edge precedes each edge (same)
+  ScanState first_scan;  // rank's scan (same)
+  void* local;           // long-row layers: exact-count local source ids, rows unsorted
+  void* temp;            // long-row layers: CUB's segmented sort scratch
   size_t temp_bytes;
 };
-size_t scan_temp_bytes(int64_t n);
 
 // A layer's outputs: row pointers (seeds_bound + 1) and local ids in the local id type, and
 // user edge ids (edges_bound).
@@ -79,29 +92,31 @@ struct LayerOutput {
   int64_t* edge_ids;
 };
 
-// Counts each seed's edges and scans them into scratch.ptr, after the run's start (when
-// start.count > 0, fused in: the table must be cleared).
+// Counts each seed's edges and scans them into ptr in the same pass, after the run's start
+// (when start.count > 0, fused in: the table must be cleared). One launch.
 void count_edges(const SampleLayer& in, const RunStart& start, const SampleTable& table,
-                 const LayerScratch& scratch, cudaStream_t stream);
+                 int64_t* ptr, const ScanState& scan, cudaStream_t stream);
 // A run's start on its own (when count_edges ran before the table existed).
 void start_run(const SampleLayer& in, const RunStart& start, const SampleTable& table,
                cudaStream_t stream);
-// Draws each seed's edges into scratch.pos (one warp per seed) and numbers their sources:
-// new nodes follow the known ones in the order of their first edge (deterministic) or as the
-// GPU meets them. Writes scratch.local, the new nodes into nodes_out, and the table's ids of
-// the new nodes for the run's next layer.
-void sample_and_relabel(const SampleLayer& in, bool deterministic, bool local64,
-                        const SampleTable& table, const LayerScratch& scratch,
-                        cudaStream_t stream);
+// Draws each seed's edges into scratch.pos (one warp per seed) and enters their sources in the
+// table: the unordered numbering gives a new node its id here; the deterministic one keeps
+// each source's first edge and then ranks the first edges (value_of, rank; a second launch).
+void sample_edges(const SampleLayer& in, bool deterministic, const SampleTable& table,
+                  const LayerScratch& scratch, cudaStream_t stream);
 
 // Whether a layer's rows (at most `fanout` edges) sort by warp; longer rows (fanout -1's hubs)
 // go through CUB's segmented sort, which needs the exact edge count.
 bool warp_sortable(int64_t fanout);
 size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool local64);
-// Each row's (local id, edge) pairs by local id (stable), the row pointers in the local id
-// type and the user edge ids. exact_edges: the edge count for the segmented sort (-1: warps).
-void sort_rows(const SampleLayer& in, bool local64, const LayerScratch& scratch,
-               const LayerOutput& out, int64_t exact_edges, cudaStream_t stream);
+// The blocks: each edge's local id (new nodes into nodes_out and, with their ids, into the
+// table for the run's next layer; the layer's counts), each row's (local id, edge) pairs by
+// local id (stable), the row pointers in the local id type and the user edge ids.
+// exact_edges: -1 for a warp-sortable layer (one launch: ids and sort fused), else the edge
+// count that the long-row path (ids into scratch.local, segmented sort, finish) needs.
+void write_rows(const SampleLayer& in, bool deterministic, bool local64, const SampleTable& table,
+                const LayerScratch& scratch, const LayerOutput& out, int64_t exact_edges,
+                cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fastgnn
