@@ -40,6 +40,14 @@ else:
 is_compiling = torch._dynamo.is_compiling
 
 
+def is_recording(device) -> bool:
+    """True while torch.compile traces or a CUDA graph is captured on ``device``: host work then
+    runs once, not per call (no timing, and a host value would be a constant of the graph)."""
+    if is_compiling():
+        return True
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def op(name: str):
     """The OpOverloadPacket ``torch.ops.fastgnn.<name>``."""
     return getattr(torch.ops.fastgnn, name)

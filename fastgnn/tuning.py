@@ -84,9 +84,7 @@ def make_key(op: str, graph, width: int, dtype: torch.dtype, device) -> str:
 
 def can_time(device) -> bool:
     """False while torch.compile traces or a CUDA graph is captured: no timing then."""
-    if _library.is_compiling():
-        return False
-    return not (torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing())
+    return not _library.is_recording(device)
 
 
 def time_once(fn: Callable[[], object], device: torch.device) -> float:

@@ -172,8 +172,7 @@ def _draw_seed(dropout: float, device: torch.device) -> Tuple[int, Optional[torc
     into the graph (one mask for every replay or call): the seed is then a seed_tensor."""
     if dropout == 0:
         return 0, None, 0
-    if _library.is_compiling() or (
-            device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+    if _library.is_recording(device):
         return 0, draw_seed_tensor(device), 0
     return int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64).item()), None, 0
 
@@ -315,10 +314,16 @@ def _make_backward(backward_op: str):
     return backward
 
 
-def _forward_fake(rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, coef,
-                  dropout, seed, seed_tensor, offset, light, heavy, heavy_warps):
+def forward_fake(a: torch.Tensor, b: torch.Tensor):
+    """``(out, lse)`` shaped as a native forward's on destination features ``a`` and source
+    features ``b`` ([nodes, heads, dim])."""
     out = b.new_empty((a.shape[0], b.shape[1], b.shape[2]))
     return out, a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype))
+
+
+def _forward_fake(rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, coef,
+                  dropout, seed, seed_tensor, offset, light, heavy, heavy_warps):
+    return forward_fake(a, b)
 
 
 def _backward_fake(grad_out, out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c,

@@ -15,7 +15,7 @@ from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, co
 from fastgnn.pyg.structure import Structure, Unsupported, as_edges, resolve
 
 
-def _deferred(layer, op: str, edge_index, edge_attr, *xs: torch.Tensor) -> bool:
+def _deferred(op: str, edge_index, edge_attr, *xs: torch.Tensor) -> bool:
     """Whether the call runs on ``compiled.attention_op``: under torch.compile, without edge
     features (their per-edge inputs follow the Structure's edge order)."""
     if edge_attr is not None or not compiled.applies(edge_index, op, xs[0].device):
@@ -106,7 +106,7 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         if x_dst is None:
             raise Unsupported("destination features None")
         check_features(x_src, x_dst)
-        deferred = _deferred(self, "gat_attention", edge_index, edge_attr, x_src, x_dst)
+        deferred = _deferred("gat_attention", edge_index, edge_attr, x_src, x_dst)
         if not deferred:
             edges = _attention_edges(edge_index)
             structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
@@ -157,7 +157,7 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
         check_features(x_src, x_dst)
         if edge_attr is not None and self.lin_edge is None:
             raise Unsupported("edge_attr without edge_dim")
-        deferred = _deferred(self, "gatv2_attention", edge_index, edge_attr, x_src, x_dst)
+        deferred = _deferred("gatv2_attention", edge_index, edge_attr, x_src, x_dst)
         if not deferred:
             edges = _attention_edges(edge_index)
             structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
@@ -203,7 +203,7 @@ class TransformerConv(FastLayer, pyg_nn.TransformerConv):
         if x_dst is None:
             raise Unsupported("destination features None")
         check_features(x_src, x_dst)
-        deferred = _deferred(self, "graph_attention", edge_index, edge_attr, x_src, x_dst)
+        deferred = _deferred("graph_attention", edge_index, edge_attr, x_src, x_dst)
         if not deferred:
             structure = resolve(_attention_edges(edge_index), x_src.size(0), x_dst.size(0))
 

@@ -24,7 +24,7 @@ from fastgnn import _library, _native, _validate, backends
 from fastgnn.graph import narrowest_index_dtype
 from fastgnn.ops import attention, minmax
 from fastgnn.ops.spmm import csr_values_backward, native_product, plan_key, product_runner
-from fastgnn.ops._common import acc_dtype, wants_grad
+from fastgnn.ops._common import wants_grad
 from fastgnn.pyg._base import cast, common_dtype
 from fastgnn.pyg.structure import (EdgeIndex, Edges, Structure, _gcn_structure, _resolve,
                                    gcn_normalised, gcn_weighted_values,
@@ -298,8 +298,7 @@ def _attention_impl(edge_index, a, b, c, op, coef, self_loops, grad, dropout, se
 
 
 def _attention_fake(edge_index, a, b, c, op, coef, self_loops, grad, dropout, seed_tensor):
-    return (b.new_empty((a.shape[0], b.shape[1], b.shape[2])),
-            a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype)))
+    return attention.forward_fake(a, b)
 
 
 def _attention_backward_impl(edge_index, grad_out, out, lse, a, b, c, op, coef, self_loops,

@@ -297,9 +297,13 @@ def _degrees(structure: Structure, weight: torch.Tensor, num_nodes: int):
     """(row, col, weighted in-degrees, their inverse square roots with zero for zero)."""
     g = structure.graph
     row, col = g.row.to(torch.int64), g.col.to(torch.int64)
-    deg = weight.new_zeros(num_nodes).index_add_(0, row, weight)
+    deg = _scatter_add(weight, row, num_nodes)
     inv_sqrt = deg.pow(-0.5)
     return row, col, deg, inv_sqrt.masked_fill(inv_sqrt == float("inf"), 0.0)
+
+
+def _scatter_add(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    return values.new_zeros(size).index_add_(0, index, values)
 
 
 def symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -307,10 +311,6 @@ def symmetric_values(structure: Structure, weight: torch.Tensor, num_nodes: int)
     for flow source_to_target; zero degrees give zero coefficients."""
     row, col, _, inv_sqrt = _degrees(structure, weight, num_nodes)
     return inv_sqrt[col] * weight * inv_sqrt[row]
-
-
-def _scatter_add(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
-    return values.new_zeros(size).index_put_((index,), values, accumulate=True)
 
 
 def _symmetric_values_backward(structure: Structure, weight: torch.Tensor, grad: torch.Tensor,

@@ -243,13 +243,12 @@ class NeighborSampler:
         num_nodes = [rowptr.numel() - 1 for rowptr in rowptrs]
         num_nodes.append(nodes.numel() - sum(num_nodes))
         num_edges = [c.numel() for c in cols]
-        graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges)
-        graph._kind = ("subgraph",) + tuple(hops)
+        graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges, ("subgraph",) + tuple(hops))
         return SampledSubgraph(graph, nodes, torch.cat(edge_ids), num_nodes, num_edges)
 
 
 def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
-               num_edges: List[int]) -> _SampledGraph:
+               num_edges: List[int], kind: tuple) -> _SampledGraph:
     """The hops' CSRs stacked: hop h's rows are the nodes hop h - 1 added, consecutive after
     the previous hop's, so the union is their row pointers shifted by the edges before them;
     the last hop's new nodes get empty rows."""
@@ -263,7 +262,9 @@ def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes:
     device = rowptrs[0].device
     parts.append(torch.full((num_nodes - rows + 1,), total, dtype=dtype, device=device))
     col = torch.cat([c.to(dtype) for c in cols])
-    return _SampledGraph(torch.cat(parts), col, num_nodes, None, _trusted=True)
+    graph = _SampledGraph(torch.cat(parts), col, num_nodes, None, _trusted=True)
+    graph._kind = kind
+    return graph
 
 
 def _check_fanouts(fanouts) -> List[int]:
