@@ -333,6 +333,35 @@ def test_timing_runs_warmup_then_repeats_batches(monkeypatch, warmup, repeats, b
     assert x.grad is None  # torch.autograd.grad leaves .grad alone
 
 
+def test_kernel_timing_is_call_timing_on_cpu(monkeypatch):
+    monkeypatch.setattr(_Square, "forwards", 0)
+    x = torch.randn(5)
+    assert measure.time_kernels(lambda: _Square.apply(x), torch.device("cpu"), 2, 3) > 0
+    assert _Square.forwards == 2 + 3
+
+
+@pytest.mark.gpu
+def test_kernel_timing_replays_one_captured_batch(monkeypatch):
+    """The Python function runs for the warmup and the capture only; every sample replays the
+    graph, whose work is what is timed: a call of 50 matrix products takes longer than one of
+    5, although the host issues both once."""
+    monkeypatch.setattr(_Square, "forwards", 0)
+    cuda = torch.device("cuda")
+    x = torch.randn(1024, 1024, device=cuda)
+
+    def products(count):
+        def run():
+            _Square.apply(x)
+            for _ in range(count):
+                x @ x
+        return run
+
+    short = measure.time_kernels(products(5), cuda, 2, 5)
+    assert _Square.forwards == 2 + measure.BATCH
+    long = measure.time_kernels(products(50), cuda, 2, 5)
+    assert 0 < short < long
+
+
 # ---- README section ----------------------------------------------------------------------------
 def test_replace_section_only_between_markers(tmp_path):
     path = tmp_path / "README.md"

@@ -187,25 +187,38 @@ def test_half_precision_gpu(dtype, graph_case):
     _check_spmm(g, x, 5, reduce="mean", tol=HALF_TOL[dtype])
 
 
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``t`` whose data starts one element past an aligned address."""
+    flat = t.new_empty(t.numel() + 1)[1:]
+    return flat.copy_(t.reshape(-1)).view(t.shape)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("chunk", [8, 256])
 @pytest.mark.parametrize("push", [0, 1])
-def test_gpu_kernel_variants(chunk, push):
-    """Every SpGEMM/SSpMM launch variant on a graph whose hub row spans several work items."""
+# k a multiple of 4, 2 or neither (packets of 4, 2, 1 entries); k over 32 packets of 4 (two
+# passes per edge); int16 indices
+@pytest.mark.parametrize("width, k", [(64, 12), (64, 6), (64, 7), (256, 200), (300, 16)])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_gpu_kernel_variants(chunk, push, width, k, aligned):
+    """Every SpGEMM/SSpMM launch variant on a graph whose hub row spans several work items;
+    CBSR arrays that start off the packet alignment take one-entry packets."""
     g, _ = random_graph(80, 900, seed=6, device="cuda")
-    x = torch.randn(80, 64, device="cuda")
-    h = maxk(x, 12)
+    x = torch.randn(80, width, device="cuda")
+    h = maxk(x, k)
+    values, indices = (h.values, h.indices) if aligned else \
+        (_misaligned(h.values), _misaligned(h.indices))
     value = g.norm_values("both")
     t_rowptr, t_col, t_perm = g.transpose()
     t_value = g.transposed_norm_values("both")
     dense = h.to_dense()
-    for reproducible in (0, 1 << 20):
-        out = torch.ops.fastgnn.maxk_spgemm(g.rowptr, g.col, value, h.values, h.indices, 64,
-                                            None, None, None, None, g.key, chunk | reproducible)
-        torch.testing.assert_close(out, reference.spmm(g, dense, norm="both"))
-    grad = torch.randn(80, 64, device="cuda")
+    runs = [torch.ops.fastgnn.maxk_spgemm(g.rowptr, g.col, value, values, indices, width, None,
+                                          None, None, None, g.key, chunk) for _ in range(2)]
+    torch.testing.assert_close(runs[0], reference.spmm(g, dense, norm="both"))
+    assert torch.equal(runs[0], runs[1])  # no atomics: bitwise reproducible
+    grad = torch.randn(80, width, device="cuda")
     got = torch.ops.fastgnn.maxk_sspmm(g.rowptr, g.col, value, t_rowptr, t_col, t_value, grad,
-                                       h.indices, g.key, push | chunk << 8)
+                                       indices, g.key, push | chunk << 8)
     full = reference.spmm(fastgnn.Graph.from_edge_index(g.edge_index()[[1, 0]], num_nodes=80),
                           grad, edge_values=value)
     torch.testing.assert_close(got, full.gather(1, h.indices.long()))

@@ -10,7 +10,7 @@ namespace cuda {
 namespace {
 
 constexpr int64_t kDefaultChunk = 256;
-constexpr int64_t kReproducibleBit = int64_t(1) << 20;  // maxk_spgemm config
+constexpr int64_t kChunkMask = (int64_t(1) << 20) - 1;  // maxk_spgemm config: the chunk
 constexpr int64_t kSspmmChunkShift = 8;                   // maxk_sspmm config
 
 at::ScalarType index_scalar_type(int64_t num_features) {
@@ -78,11 +78,11 @@ at::Tensor maxk_spgemm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   auto valc = values.contiguous(), idxc = indices.contiguous();
   auto out = at::empty({csr.rows, num_features}, values.options());
   if (csr.rows == 0 || num_features == 0) return out;
-  const auto work = split_work(rowptr, graph_key, 0, chunk_of(config & (kReproducibleBit - 1)));
+  const auto work = split_work(rowptr, graph_key, 0, chunk_of(config & kChunkMask));
   auto partial = at::empty({work->slots * num_features}, values.options().dtype(acc_type(values)));
   maxk_spgemm(float_type(values), cbsr_index_type(num_features), csr, data_or_null(value),
               valc.data_ptr(), idxc.data_ptr(), out.data_ptr(), partial.data_ptr(),
-              work->view(), num_features, k, (config & kReproducibleBit) != 0, stream());
+              work->view(), num_features, k, stream());
   return out;
 }
 

@@ -100,42 +100,93 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
 }
 
 // ---- forward SpGEMM --------------------------------------------------------------------------
+// Edges each lane group walks per step; their loads are in flight together.
+constexpr int kEdgeUnroll = 4;
+// Dense row buffers per warp of the SpGEMM (one per lane group).
+constexpr int kMaxGroups = 4;
+// Small blocks: a warp that ends early frees its slot sooner (items differ in length).
+constexpr int kSpgemmWarpsPerBlock = 2;
+
+// Sources and weights of the kEdgeUnroll edges e0, e0 + step, ... (source -1 past `end`).
+template <typename index_t, typename acc_t>
+__device__ __forceinline__ void load_edges(const index_t* __restrict__ col,
+                                           const acc_t* __restrict__ value, index_t e0,
+                                           index_t end, int step, index_t (&src)[kEdgeUnroll],
+                                           acc_t (&w)[kEdgeUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kEdgeUnroll; ++u) {
+    const index_t e = e0 + index_t(u * step);
+    src[u] = e < end ? col[e] : index_t(-1);
+    w[u] = e < end && value ? value[e] : acc_t(1);
+  }
+}
+
+// A warp per work item, its lanes in `groups` groups of 32 / groups lanes: at most max_groups,
+// and no more than give each group two of the item's edges. Group g takes edges begin + g,
+// begin + g + groups, ... into a dense row buffer of its own; the lanes of a group add an
+// edge's kept entries at distinct columns and the warp synchronises between edges, so no add
+// is atomic and every entry receives its adds in a fixed order (bitwise reproducible). The
+// next step's edges load while a step adds. The buffers are summed in group order at the end.
 template <typename scalar_t, typename index_t, typename cidx_t>
 __global__ void __launch_bounds__(kThreads)
 maxk_spgemm_items(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
                   const typename Scalar<scalar_t>::acc* __restrict__ value,
                   const scalar_t* __restrict__ values, const cidx_t* __restrict__ indices,
                   scalar_t* __restrict__ out, typename Scalar<scalar_t>::acc* __restrict__ partial,
-                  SplitWorkView work, int width, int k, int lanes, bool reproducible) {
+                  SplitWorkView work, int width, int k, int max_groups) {
   using acc_t = typename Scalar<scalar_t>::acc;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  acc_t* buffer = reinterpret_cast<acc_t*>(shared_raw) + int64_t(warp) * width;
+  acc_t* buffers = reinterpret_cast<acc_t*>(shared_raw) + int64_t(warp) * max_groups * width;
   const int64_t item = int64_t(blockIdx.x) * (blockDim.x / kWarp) + warp;
   if (item >= work.items) return;
   const int64_t row = static_cast<const index_t*>(work.item_row)[item];
   const index_t begin = static_cast<const index_t*>(work.item_start)[item];
   const index_t end = index_t(min(int64_t(begin) + work.chunk, int64_t(rowptr[row + 1])));
   const int64_t slot = static_cast<const index_t*>(work.item_slot)[item];
-  for (int f = lane; f < width; f += kWarp) buffer[f] = acc_t(0);
+  int groups = 1;
+  while (groups < max_groups && end - begin >= index_t(4 * groups)) groups *= 2;
+  for (int f = lane; f < groups * width; f += kWarp) buffers[f] = acc_t(0);
   __syncwarp();
-  const int group = lane / lanes, step = kWarp / lanes, first = lane % lanes;
-  for (index_t e = begin + group; e < end; e += step) {
-    const int64_t j = col[e];
-    const acc_t w = value ? value[e] : acc_t(1);
-    const scalar_t* vj = values + j * k;
-    const cidx_t* cj = indices + j * k;
-    for (int m = first; m < k; m += lanes)
-      atomicAdd(buffer + cj[m], w * Scalar<scalar_t>::load(vj[m]));
-    if (reproducible) __syncwarp();  // lanes == 32: every lane walks the same edges
+  const int lanes = kWarp / groups, group = lane / lanes, first = lane % lanes;
+  const index_t step = index_t(groups * kEdgeUnroll);
+  acc_t* buffer = buffers + group * width;
+  index_t src[kEdgeUnroll];
+  acc_t w[kEdgeUnroll];
+  load_edges(col, value, begin + group, end, groups, src, w);
+  // every lane runs the same trip counts, so the __syncwarp calls are uniform
+  for (index_t base = begin; base < end; base += step) {
+    index_t next_src[kEdgeUnroll];
+    acc_t next_w[kEdgeUnroll];
+    load_edges(col, value, base + step + group, end, groups, next_src, next_w);
+    for (int m0 = 0; m0 < k; m0 += lanes) {
+      const int m = m0 + first;
+      acc_t v[kEdgeUnroll];
+      int c[kEdgeUnroll];
+#pragma unroll
+      for (int u = 0; u < kEdgeUnroll; ++u) {
+        const bool live = src[u] >= 0 && m < k;
+        const int64_t at = int64_t(src[u]) * k + m;
+        v[u] = live ? w[u] * Scalar<scalar_t>::load(values[at]) : acc_t(0);
+        c[u] = live ? int(indices[at]) : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kEdgeUnroll; ++u) {
+        if (c[u] >= 0) buffer[c[u]] += v[u];
+        __syncwarp();  // the next edge may add at the same column from another lane
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kEdgeUnroll; ++u) {
+      src[u] = next_src[u];
+      w[u] = next_w[u];
+    }
   }
-  __syncwarp();
-  if (slot < 0) {
-    scalar_t* o = out + row * width;
-    for (int f = lane; f < width; f += kWarp) o[f] = Scalar<scalar_t>::store(buffer[f]);
-  } else {
-    acc_t* p = partial + slot * width;
-    for (int f = lane; f < width; f += kWarp) p[f] = buffer[f];
+  for (int f = lane; f < width; f += kWarp) {
+    acc_t sum = buffers[f];
+    for (int g = 1; g < groups; ++g) sum += buffers[g * width + f];
+    if (slot < 0) out[row * width + f] = Scalar<scalar_t>::store(sum);
+    else partial[slot * width + f] = sum;
   }
 }
 
@@ -175,7 +226,37 @@ maxk_sspmm_pull_items(const index_t* __restrict__ t_rowptr, const index_t* __res
 }
 
 // ---- backward SSpMM, pushed from a shared-memory row (outer product) -------------------------
-template <typename scalar_t, typename index_t, typename cidx_t>
+// acc[0..N) += v with one vector atomic where the chip has them (float2/float4 on sm_90).
+template <int N, typename T>
+__device__ __forceinline__ void atomic_add_packet(T* p, const T (&v)[N]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kVectorAtomic = std::is_same_v<T, float> && (N == 2 || N == 4);
+#else
+  constexpr bool kVectorAtomic = false;
+#endif
+  if constexpr (kVectorAtomic && N == 4) {
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+  } else if constexpr (kVectorAtomic && N == 2) {
+    atomicAdd(reinterpret_cast<float2*>(p), make_float2(v[0], v[1]));
+  } else {
+#pragma unroll
+    for (int q = 0; q < N; ++q) atomicAdd(p + q, v[q]);
+  }
+}
+
+// kVec consecutive kept columns of a CBSR row as one aligned access (the launcher checks the
+// alignment).
+template <typename cidx_t, int kVec>
+__device__ __forceinline__ void load_columns(const cidx_t* p, int (&column)[kVec]) {
+  const Packet<cidx_t, kVec> packet = *reinterpret_cast<const Packet<cidx_t, kVec>*>(p);
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) column[q] = int(packet.v[q]);
+}
+
+// A warp per work item; each edge's k columns are spread over `lanes` lanes of kVec, the
+// 32 / lanes lane groups take different edges, and each edge adds into its source's k
+// accumulators with vector atomics.
+template <typename scalar_t, typename index_t, typename cidx_t, int kVec>
 __global__ void __launch_bounds__(kThreads)
 maxk_sspmm_push_items(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
                       const typename Scalar<scalar_t>::acc* __restrict__ value,
@@ -195,23 +276,55 @@ maxk_sspmm_push_items(const index_t* __restrict__ rowptr, const index_t* __restr
   const scalar_t* dy = grad_out + row * width;
   for (int f = lane; f < width; f += kWarp) buffer[f] = Scalar<scalar_t>::load(dy[f]);
   __syncwarp();
-  const int group = lane / lanes, step = kWarp / lanes, first = lane % lanes;
-  for (index_t e = begin + group; e < end; e += step) {
-    const int64_t j = col[e];
-    const acc_t w = value ? value[e] : acc_t(1);
-    const cidx_t* cj = indices + j * k;
-    acc_t* aj = acc + j * k;
-    for (int m = first; m < k; m += lanes) atomicAdd(aj + m, w * buffer[cj[m]]);
+  const int groups = kWarp / lanes, first = (lane % lanes) * kVec, stride = lanes * kVec;
+  for (index_t e0 = begin + lane / lanes; e0 < end; e0 += index_t(groups * kEdgeUnroll)) {
+    index_t src[kEdgeUnroll];
+    acc_t w[kEdgeUnroll];
+    load_edges(col, value, e0, end, groups, src, w);
+    for (int m = first; m < k; m += stride) {
+      int c[kEdgeUnroll][kVec];
+#pragma unroll
+      for (int u = 0; u < kEdgeUnroll; ++u) {
+        if (src[u] >= 0) load_columns<cidx_t, kVec>(indices + int64_t(src[u]) * k + m, c[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kEdgeUnroll; ++u) {
+        if (src[u] < 0) continue;
+        acc_t add[kVec];
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) add[q] = w[u] * buffer[c[u][q]];
+        atomic_add_packet(acc + int64_t(src[u]) * k + m, add);
+      }
+    }
   }
 }
 
-// Warps per block whose dense row buffers fit the shared-memory budget, and the bytes.
+// Warps per block (at most max_warps) whose `buffers` dense row buffers each fit the
+// shared-memory budget, and the bytes.
 template <typename acc_t>
-void row_buffer_launch(int64_t width, int& warps, size_t& bytes) {
-  const int64_t per_warp = width * int64_t(sizeof(acc_t));
-  warps = int(per_warp > 0 ? kMaxkRowBufferBytes / per_warp : kWarpsPerBlock);
-  warps = warps < 1 ? 1 : (warps > kWarpsPerBlock ? kWarpsPerBlock : warps);
+void row_buffer_launch(int64_t width, int buffers, int max_warps, int& warps, size_t& bytes) {
+  const int64_t per_warp = width * buffers * int64_t(sizeof(acc_t));
+  warps = int(per_warp > 0 ? kMaxkRowBufferBytes / per_warp : max_warps);
+  warps = warps < 1 ? 1 : (warps > max_warps ? max_warps : warps);
   bytes = size_t(warps) * size_t(per_warp);
+}
+
+// Most lane groups of the SpGEMM: as many edges at a time as k leaves lanes for (at least
+// 32 / kMaxGroups lanes a group), while the groups' row buffers fit the budget.
+inline int spgemm_groups(int64_t k, int64_t row_bytes) {
+  int lanes = kWarp / kMaxGroups;
+  while (lanes < k && lanes < kWarp) lanes *= 2;
+  int groups = kWarp / lanes;
+  while (groups > 1 && groups * row_bytes > kMaxkRowBufferBytes) groups /= 2;
+  return groups;
+}
+
+// The widest packet (4, 2 or 1 entries) that divides k and keeps every CBSR row of both
+// arrays aligned.
+inline int cbsr_packet(int64_t k, int64_t bytes_a, const void* a, int64_t bytes_b,
+                       const void* b) {
+  const int pa = packet_size(k, bytes_a, a, a), pb = packet_size(k, bytes_b, b, b);
+  return pa < pb ? pa : pb;
 }
 
 template <typename F>
@@ -258,25 +371,24 @@ void maxk_select(FloatType type, CbsrIndexType index_type, const void* x, void* 
 
 void maxk_spgemm(FloatType type, CbsrIndexType index_type, CsrView csr, const void* value,
                  const void* values, const void* indices, void* out, void* partial,
-                 SplitWorkView work, int64_t width, int64_t k, bool reproducible,
-                 cudaStream_t stream) {
+                 SplitWorkView work, int64_t width, int64_t k, cudaStream_t stream) {
   if (work.items == 0 || width == 0) return;
-  const int lanes = reproducible ? kWarp : lanes_per_edge(k);
   dispatch_all(type, csr.index64, index_type, [&](auto s, auto i, auto c) {
     using scalar_t = decltype(s);
     using index_t = decltype(i);
     using cidx_t = decltype(c);
     using acc_t = typename Scalar<scalar_t>::acc;
+    const int groups = spgemm_groups(k, width * int64_t(sizeof(acc_t)));
     int warps;
     size_t bytes;
-    row_buffer_launch<acc_t>(width, warps, bytes);
+    row_buffer_launch<acc_t>(width, groups, kSpgemmWarpsPerBlock, warps, bytes);
     const auto blocks = unsigned(ceil_div(work.items, warps));
     auto* partials = static_cast<acc_t*>(partial);
     maxk_spgemm_items<scalar_t, index_t, cidx_t><<<blocks, warps * kWarp, bytes, stream>>>(
         static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
         static_cast<const acc_t*>(value), static_cast<const scalar_t*>(values),
         static_cast<const cidx_t*>(indices), static_cast<scalar_t*>(out), partials, work,
-        int(width), int(k), lanes, reproducible);
+        int(width), int(k), groups);
     if (work.split_rows > 0) {
       split_combine<scalar_t, index_t><<<grid_for(work.split_rows * width, kThreads), kThreads,
                                          0, stream>>>(partials, work,
@@ -317,21 +429,24 @@ void maxk_sspmm_push(FloatType type, CbsrIndexType index_type, CsrView csr, cons
                      const void* grad_out, const void* indices, void* acc, SplitWorkView work,
                      int64_t width, int64_t k, cudaStream_t stream) {
   if (work.items == 0 || width == 0) return;
-  const int lanes = lanes_per_edge(k);
   dispatch_all(type, csr.index64, index_type, [&](auto s, auto i, auto c) {
     using scalar_t = decltype(s);
     using index_t = decltype(i);
     using cidx_t = decltype(c);
     using acc_t = typename Scalar<scalar_t>::acc;
+    const int vec = cbsr_packet(k, sizeof(acc_t), acc, sizeof(cidx_t), indices);
+    const int lanes = lanes_per_edge(k / vec);
     int warps;
     size_t bytes;
-    row_buffer_launch<acc_t>(width, warps, bytes);
-    maxk_sspmm_push_items<scalar_t, index_t, cidx_t>
-        <<<unsigned(ceil_div(work.items, warps)), warps * kWarp, bytes, stream>>>(
-            static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
-            static_cast<const acc_t*>(value), static_cast<const scalar_t*>(grad_out),
-            static_cast<const cidx_t*>(indices), static_cast<acc_t*>(acc), work, int(width),
-            int(k), lanes);
+    row_buffer_launch<acc_t>(width, 1, kWarpsPerBlock, warps, bytes);
+    dispatch_vec(vec, [&](auto vec_c) {
+      maxk_sspmm_push_items<scalar_t, index_t, cidx_t, decltype(vec_c)::value>
+          <<<unsigned(ceil_div(work.items, warps)), warps * kWarp, bytes, stream>>>(
+              static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+              static_cast<const acc_t*>(value), static_cast<const scalar_t*>(grad_out),
+              static_cast<const cidx_t*>(indices), static_cast<acc_t*>(acc), work, int(width),
+              int(k), lanes);
+    });
   });
   check_launch("maxk_sspmm_push");
 }

@@ -17,7 +17,7 @@ namespace cuda {
 // Widest row the top-k keeps in registers (32 entries a lane).
 constexpr int64_t kMaxkSelectMaxWidth = 1024;
 
-// Shared-memory bytes of one warp's dense row buffer the SpGEMM and pushed SSpMM may take.
+// Shared-memory bytes of one warp's dense row buffers the SpGEMM and pushed SSpMM may take.
 constexpr int64_t kMaxkRowBufferBytes = 48 * 1024;
 
 // values/indices [rows, k] = the k largest entries of each row of x [rows, width], ascending
@@ -27,15 +27,14 @@ constexpr int64_t kMaxkRowBufferBytes = 48 * 1024;
 void maxk_select(FloatType type, CbsrIndexType index_type, const void* x, void* values,
                  void* indices, int64_t rows, int64_t width, int64_t k, cudaStream_t stream);
 
-// out [csr.rows, width] = A h: a warp per work item sums value[e] * h[col[e]] into a dense row
-// buffer in shared memory (shared atomics at the k kept columns), then writes the row (or its
+// out [csr.rows, width] = A h: a warp per work item sums value[e] * h[col[e]] into dense row
+// buffers in shared memory, one per lane group (each group adds one edge's k kept entries at a
+// time, without atomics, in a fixed order: bitwise reproducible), then writes the row (or its
 // partial, combined in item order by a second kernel). partial holds work.slots * width
-// accumulators. reproducible: one edge per step, so each buffer entry gets its adds in edge
-// order (bitwise reproducible); otherwise 32 / k lane groups take different edges.
+// accumulators.
 void maxk_spgemm(FloatType type, CbsrIndexType index_type, CsrView csr, const void* value,
                  const void* values, const void* indices, void* out, void* partial,
-                 SplitWorkView work, int64_t width, int64_t k, bool reproducible,
-                 cudaStream_t stream);
+                 SplitWorkView work, int64_t width, int64_t k, cudaStream_t stream);
 
 // grad_values [t_csr.rows, k] = (A^T grad_out) at the CBSR pattern, pulled over the transposed
 // CSR: a warp per work item gathers grad_out[t_col[e], indices[j, m]] for its source j

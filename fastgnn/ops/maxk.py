@@ -11,13 +11,13 @@ through edge weights (NotImplementedError).
 
 CUDA: the SpGEMM and the pulled SSpMM run over work items of at most ``chunk`` edges (the
 work list shared with SpMM, cached per graph), so hub rows spread over many warps; partial
-rows are summed in item order. The SSpMM is either pulled per source over the cached
-transpose (deterministic) or pushed per destination from its dense gradient row held in
-shared memory (the paper's outer product, atomic adds): ``fastgnn.tuning`` times both once
-per (graph, k, width, dtype); under ``torch.use_deterministic_algorithms(True)`` the pull and
-the SpGEMM's one-edge-per-step mode are used. CPU: the SSpMM pushes into a [num_src, k]
-buffer per thread while those fit ``_CPU_PUSH_BUFFER_BYTES`` and pulls beyond; both are
-deterministic for a given thread count.
+rows are summed in item order. The SpGEMM adds without atomics (each lane group of a warp
+owns a row buffer), so it is deterministic. The SSpMM is either pulled per source over the
+cached transpose (deterministic) or pushed per destination from its dense gradient row held
+in shared memory (the paper's outer product, atomic adds): ``fastgnn.tuning`` times both once
+per (graph, k, width, dtype); under ``torch.use_deterministic_algorithms(True)`` it pulls.
+CPU: the SSpMM pushes into a [num_src, k] buffer per thread while those fit
+``_CPU_PUSH_BUFFER_BYTES`` and pulls beyond; both are deterministic for a given thread count.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ _CUDA_SELECT_MAX_WIDTH = 1024
 _CUDA_ROW_BUFFER_BYTES = 48 * 1024
 _CHUNKS = (64, 256, 1024)  # edges per work item the tuner tries
 _DEFAULT_CHUNK = 256
-_REPRODUCIBLE_BIT = 1 << 20  # maxk_spgemm config: one edge per step
+_CHUNK_MASK = (1 << 20) - 1  # maxk_spgemm config: bits 0-19 the edges per work item
 _PUSH_BIT = 1 << 21  # maxk_spgemm config: its backward pushes (maxk_sspmm config bit 0)
 _SSPMM_CHUNK_SHIFT = 8
 
@@ -105,9 +105,9 @@ def _row_buffer_fits(h: CBSR) -> bool:
 
 
 def _cuda_config(g: Graph, h: CBSR, value: Optional[torch.Tensor], transposed, grad: bool) -> int:
-    """The SpGEMM's config int (edges per item, reproducible mode, the backward's push)."""
+    """The SpGEMM's config int (edges per item, the backward's push)."""
     if torch.are_deterministic_algorithms_enabled():
-        return _DEFAULT_CHUNK | _REPRODUCIBLE_BIT
+        return _DEFAULT_CHUNK  # the SpGEMM is deterministic; the SSpMM pulls
     values, indices, width = h.values.detach(), h.indices, h.num_features
     value = None if value is None else value.detach()
     op = torch.ops.fastgnn
@@ -223,7 +223,7 @@ def _spgemm_backward(ctx, grad_out):
         if value is not None and t_value is None and t_perm is not None:
             t_value = value.index_select(0, t_perm.to(torch.int64))
         push = 1 if ctx.config & _PUSH_BIT else 0
-        chunk = ctx.config & (_REPRODUCIBLE_BIT - 1)
+        chunk = ctx.config & _CHUNK_MASK
         # through the autograd-registered call (not the raw op): on torch < 2.4 the op itself
         # carries no autograd, and the double backward needs it
         grad_values = _sspmm(
