@@ -122,7 +122,7 @@ __device__ __forceinline__ void load_edges(const index_t* __restrict__ col,
 }
 
 // A warp per work item, its lanes in `groups` groups of 32 / groups lanes: at most max_groups,
-// and no more than give each group two of the item's edges. Group g takes edges begin + g,
+// and no more than gives each group two of the item's edges. Group g takes edges begin + g,
 // begin + g + groups, ... into a dense row buffer of its own; the lanes of a group add an
 // edge's kept entries at distinct columns and the warp synchronises between edges, so no add
 // is atomic and every entry receives its adds in a fixed order (bitwise reproducible). The

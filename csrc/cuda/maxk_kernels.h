@@ -17,7 +17,8 @@ namespace cuda {
 // Widest row the top-k keeps in registers (32 entries a lane).
 constexpr int64_t kMaxkSelectMaxWidth = 1024;
 
-// Shared-memory bytes of one warp's dense row buffers the SpGEMM and pushed SSpMM may take.
+// Shared-memory bytes the dense row buffers of one block of the SpGEMM or pushed SSpMM may take
+// (a warp's buffers at least: a row of this many bytes is the widest they take).
 constexpr int64_t kMaxkRowBufferBytes = 48 * 1024;
 
 // values/indices [rows, k] = the k largest entries of each row of x [rows, width], ascending
