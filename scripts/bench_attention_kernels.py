@@ -4,8 +4,9 @@ plan: shows where each plan wins, apart from per-call overhead and the tuner's c
     python3 scripts/bench_attention_kernels.py [--graphs tolokers,roads-ny]
         [--configs gatv2:8x128,dot:4x128] [--plans rows,q0.75w8]
 
-A config is ``<kind>:<heads>x<head dim>`` (kind ``gatv2`` or ``dot``); plans are named as in
-``fastgnn.ops.attention.LAUNCH_PLANS``. Times are ``fastgnn.bench.measure.time_forward``'s
+A config is ``<kind>:<heads>x<head dim>`` (kind ``gatv2``, ``gat`` (v1) or ``dot``); plans are named as in
+``fastgnn.ops.attention.launch_plans`` (default: each op's own; a plan an op does not have
+prints as "-"). Times are ``fastgnn.bench.measure.time_forward``'s
 (medians of back-to-back batches), in ms: the forward op, and the backward op from a fixed
 output gradient.
 """
@@ -20,9 +21,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from fastgnn.bench import graphs, measure, report  # noqa: E402
-from fastgnn.ops.attention import LAUNCH_PLANS, plan_buckets, structure_args  # noqa: E402
+from fastgnn.ops.attention import launch_plans, plan_buckets, structure_args  # noqa: E402
 
-OPS = {"gatv2": "gatv2", "dot": "graph_attention"}
+OPS = {"gatv2": "gatv2", "gat": "gat", "dot": "graph_attention"}  # native op name prefixes
+TUNED_AS = {"gatv2": "gatv2_attention", "gat": "gat_attention", "dot": "graph_attention"}
 
 
 def inputs(kind: str, g, heads: int, dim: int, device):
@@ -31,6 +33,9 @@ def inputs(kind: str, g, heads: int, dim: int, device):
     if kind == "gatv2":
         return rand(g.num_dst_nodes, heads, dim), rand(g.num_src_nodes, heads, dim), \
             rand(heads, dim), 0.2
+    if kind == "gat":  # per-node scores alpha_dst [T, H], x_src [S, H, D], alpha_src [S, H]
+        return rand(g.num_dst_nodes, heads), rand(g.num_src_nodes, heads, dim), \
+            rand(g.num_src_nodes, heads), 0.2
     return rand(g.num_dst_nodes, heads, dim), rand(g.num_src_nodes, heads, dim), \
         rand(g.num_src_nodes, heads, dim), dim ** -0.5
 
@@ -55,13 +60,14 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graphs", default="tolokers,ogbn-arxiv,flickr,roads-ny")
     p.add_argument("--configs", default="gatv2:8x128,dot:4x128,gatv2:2x64,dot:2x64")
-    p.add_argument("--plans", default=",".join(LAUNCH_PLANS))
+    p.add_argument("--plans", default="",
+                   help="comma-separated plan names (default: every plan of any op)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
     device = torch.device("cuda")
-    plans = args.plans.split(",")
+    plans = args.plans.split(",") if args.plans else list(launch_plans("gat_attention"))
     print(f"{report.describe_run(device)}; ms per call, forward / backward\n")
     print("| graph | config | " + " | ".join(plans) + " |")
     print("|---|---|" + "---|" * len(plans))
@@ -70,7 +76,9 @@ def main() -> int:
         for config in args.configs.split(","):
             kind, shape = config.split(":")
             heads, dim = (int(v) for v in shape.split("x"))
-            cells = ["%.3f / %.3f" % times(kind, g, heads, dim, plan, device) for plan in plans]
+            own = launch_plans(TUNED_AS[kind])
+            cells = ["%.3f / %.3f" % times(kind, g, heads, dim, plan, device) if plan in own
+                     else "-" for plan in plans]
             print(f"| {name} | {config} | " + " | ".join(cells) + " |", flush=True)
     return 0
 

@@ -2,6 +2,7 @@
 // backward's source traversal (transposed CSR, or the CSR itself on a symmetric graph).
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <tuple>
 #include <vector>
@@ -15,6 +16,9 @@ namespace fastgnn {
 namespace cuda {
 namespace {
 
+// Warps a heavy row may get: 8 blocks' worth (split rows, merged through a workspace).
+constexpr int64_t kMaxWarpsPerRow = 64;
+
 bool aligned16(const at::Tensor& t) {
   return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
@@ -25,6 +29,30 @@ struct Prepared {
   std::vector<RowSet> dst_sets;  // light and heavy rows, or every row
   at::ScalarType acc;
 };
+
+// Workspaces of the row sets whose rows are split over several blocks, into `p`'s part_*
+// pointers; `with_src`: the backward's double alpha_src partials too. Returned to be kept alive
+// while the kernels are queued (the caching allocator reuses them in stream order).
+std::vector<at::Tensor> split_workspace(GatParams& p, const std::vector<RowSet>& sets,
+                                        const at::TensorOptions& acc_options, bool with_src) {
+  int64_t slots = 0;
+  for (const RowSet& rows : sets)
+    if (rows.warps_per_row > gat::kWarpsPerBlock)
+      slots = std::max(slots, rows.num_rows * (rows.warps_per_row / gat::kWarpsPerBlock));
+  if (slots == 0) return {};
+  const int64_t pairs = slots * p.heads;
+  std::vector<at::Tensor> keep{at::empty({pairs * (p.dim + 2)}, acc_options)};
+  char* base = static_cast<char*>(keep[0].data_ptr());
+  const int64_t size = keep[0].element_size();
+  p.part_acc = base;
+  p.part_peak = base + pairs * p.dim * size;
+  p.part_total = base + pairs * (p.dim + 1) * size;
+  if (with_src) {
+    keep.push_back(at::empty({pairs}, acc_options.dtype(at::kDouble)));
+    p.part_src = keep[1].data_ptr<double>();
+  }
+  return keep;
+}
 
 Prepared prepare(const at::Tensor& rowptr, const at::Tensor& col,
                  const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
@@ -80,7 +108,8 @@ Prepared prepare(const at::Tensor& rowptr, const at::Tensor& col,
     TORCH_CHECK(light_rows->scalar_type() == col.scalar_type() &&
                     heavy_rows->scalar_type() == col.scalar_type(),
                 op, ": row buckets must have the index dtype");
-    const int warps = heavy_warps >= 8 ? 8 : heavy_warps >= 4 ? 4 : heavy_warps >= 2 ? 2 : 1;
+    int warps = 1;  // a power of two up to kMaxWarpsPerRow; above a block's 8, rows are split
+    while (warps * 2 <= std::min<int64_t>(heavy_warps, kMaxWarpsPerRow)) warps *= 2;
     r.dst_sets.push_back({light_rows->data_ptr(), light_rows->numel(), 1});
     r.dst_sets.push_back({heavy_rows->data_ptr(), heavy_rows->numel(), warps});
   } else {
@@ -106,6 +135,7 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cuda(
   auto lse = at::empty({r.p.csr.rows, r.p.heads}, r.x_src.options().dtype(r.acc));
   r.p.out = out.data_ptr();
   r.p.lse = lse.data_ptr();
+  const auto workspace = split_workspace(r.p, r.dst_sets, lse.options(), false);
   for (const RowSet& rows : r.dst_sets) gat_forward(r.p, rows, stream());
   return {out, lse};
 }
@@ -157,6 +187,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
   r.p.src_perm = t_perm_c.data_ptr();
   r.p.aligned = r.p.aligned && aligned16(gout);
   if (symmetric) {  // the CSR is its own transpose: its rows are the sources too
+    const auto workspace = split_workspace(r.p, r.dst_sets, delta.options(), true);
     for (const RowSet& rows : r.dst_sets) gat_backward(r.p, rows, stream());
   } else {
     GatParams t = r.p;
@@ -164,7 +195,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
     TORCH_CHECK(t.csr.index64 == r.p.csr.index64, op, ": transposed CSR index dtype differs");
     gat_backward(t, RowSet{nullptr, t.csr.rows, 1}, stream());
   }
-  gat_backward_dst(r.p, stream());
+  for (const RowSet& rows : r.dst_sets) gat_backward_dst(r.p, rows, stream());
   if (alpha_edge.has_value()) grad_edge = grad_edge.to(alpha_edge->scalar_type());
   return {grad_dst, grad_x, grad_src, grad_edge};
 }

@@ -8,7 +8,9 @@ void gat_backward(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
   gat::launch<true>(p, rows, stream);
 }
 
-void gat_backward_dst(const GatParams& p, cudaStream_t stream) { gat::launch_dst(p, stream); }
+void gat_backward_dst(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
+  gat::launch_dst(p, rows, stream);
+}
 
 }  // namespace cuda
 }  // namespace fastgnn

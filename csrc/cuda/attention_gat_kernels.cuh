@@ -7,7 +7,9 @@
 // - general: a group of G lanes owns one (row, head) pair and each lane K consecutive features
 //   of that head (G * K >= D; above D = 256, blockIdx.z picks a 256-feature chunk), so a warp
 //   serves 32 / G heads of a row. Heavy rows get several warps, which split the edge list and
-//   merge through shared memory.
+//   merge through shared memory. Split rows (more than a block's warps per row) also spread a
+//   row over `pieces` blocks: each block writes its partial state to a workspace, and a merge
+//   kernel combines the pieces in order (so a hub row no longer sets the kernel's length).
 //
 // Forward: online softmax statistics per (row, head), saved as lse = max + log(sum).
 // Backward (see attention_gat.cpp for the formulas): one pass over the sources (the transposed
@@ -18,6 +20,7 @@
 // no atomics. The scalar alpha-gradient sums are double: their terms nearly cancel.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "attention_dropout.h"
@@ -28,8 +31,8 @@ namespace fastgnn {
 namespace cuda {
 namespace gat {
 
-constexpr int kWarpsPerBlock = 8;
 constexpr int kEdges = 4;  // edges whose gathers are in flight together in the forward
+constexpr int kMergeThreads = 256;
 
 template <typename T, typename I>
 struct Args {
@@ -39,7 +42,8 @@ struct Args {
   const I* src_perm;
   const I* rows;
   int64_t num_rows;
-  int warps_per_row;
+  int warps_per_row;   // of one block: the group that owns a row (or a row's piece)
+  int pieces;          // blocks sharing a row (1: the group owns the whole row)
   int lanes_per_head;  // packed kernels
   const I* edge_perm;
   const T* alpha_dst;
@@ -61,6 +65,11 @@ struct Args {
   T* grad_x_src;
   T* grad_alpha_src;
   T* grad_alpha_edge;
+  // split rows: per (row of the set, piece, head) partial states, in the statistics type
+  acc_t* part_acc;    // [.., D] weighted sums (forward) or x_src gradients (backward)
+  acc_t* part_peak;   // forward: the piece's largest logit
+  acc_t* part_total;  // forward: its sum of exp(logit - peak)
+  double* part_src;   // backward: its alpha_src gradient sum
 };
 
 template <typename T, int N>
@@ -104,8 +113,8 @@ __device__ __forceinline__ V group_max(V v) {
 
 // The (row, head, features) this lane works on and its warp's place in its group.
 struct Slot {
-  int warp, lane, member, group_size, chunk;
-  int64_t r, h, f0;
+  int warp, lane, member, group_size, chunk, piece;
+  int64_t index, r, h, f0;  // index: the row's position in the row set; r: the row
   bool valid;    // the warp has a row (uniform over the warp)
   bool head_ok;  // the lane has a head (lanes past H shadow head 0 and write nothing)
   bool leader;   // first lane of its head group in chunk 0: writes the per-(row, head) scalars
@@ -118,7 +127,10 @@ __device__ __forceinline__ Slot slot_of(const Args<T, I>& a) {
   s.lane = threadIdx.x % kWarp;
   s.group_size = a.warps_per_row;
   s.member = s.warp % s.group_size;
-  const int64_t r = int64_t(blockIdx.x) * (kWarpsPerBlock / s.group_size) + s.warp / s.group_size;
+  s.piece = int(blockIdx.x % unsigned(a.pieces));
+  const int64_t r = int64_t(blockIdx.x / unsigned(a.pieces)) * (kWarpsPerBlock / s.group_size) +
+                    s.warp / s.group_size;
+  s.index = r;
   s.valid = r < a.num_rows;
   s.r = s.valid ? (a.rows ? int64_t(a.rows[r]) : r) : 0;
   const int64_t h = int64_t(blockIdx.y) * (kWarp / G) + s.lane / G;
@@ -130,14 +142,22 @@ __device__ __forceinline__ Slot slot_of(const Args<T, I>& a) {
   return s;
 }
 
-// The CSR positions [begin, end) this warp walks: a contiguous share of its row's edges.
+// The CSR positions [begin, end) this warp walks: a contiguous share of its row's edges, the
+// row split into pieces x group_size shares.
 template <typename T, typename I>
 __device__ __forceinline__ void edge_share(const Args<T, I>& a, const Slot& s, int64_t& begin,
                                            int64_t& end) {
   const int64_t first = a.rowptr[s.r], last = a.rowptr[s.r + 1];
-  const int64_t per = (last - first + s.group_size - 1) / s.group_size;
-  begin = min(last, first + s.member * per);
+  const int64_t shares = int64_t(s.group_size) * a.pieces;
+  const int64_t per = (last - first + shares - 1) / shares;
+  begin = min(last, first + (int64_t(s.piece) * s.group_size + s.member) * per);
   end = min(last, begin + per);
+}
+
+// Where a split row's piece keeps its per-(row, head) partials.
+template <typename T, typename I>
+__device__ __forceinline__ int64_t piece_slot(const Args<T, I>& a, const Slot& s) {
+  return (s.index * a.pieces + s.piece) * a.heads + s.h;
 }
 
 template <typename T, typename I>
@@ -292,7 +312,43 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const A
     }
   }
   if (!s.valid || s.member != 0 || !s.head_ok) return;
+  if (a.pieces > 1) {  // a piece of a split row: its softmax state, merged by forward_merge_kernel
+    const int64_t slot = piece_slot(a, s);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (s.f0 + k < a.dim) a.part_acc[slot * a.dim + s.f0 + k] = acc[k];
+    if (s.leader) {
+      a.part_peak[slot] = peak;
+      a.part_total[slot] = total;
+    }
+    return;
+  }
   store_softmax<K>(a, s.r, s.h, s.f0, s.leader, acc, peak, total);
+}
+
+// Split rows' forward results: a thread per (row, head, feature) combines the row's pieces in
+// piece order, as the block merge does its warps.
+template <typename T, typename I>
+__global__ void forward_merge_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.num_rows * a.heads * a.dim) return;
+  const int64_t f = i % a.dim, pair = i / a.dim, h = pair % a.heads, index = pair / a.heads;
+  const int64_t first = index * a.pieces * a.heads + h;
+  acc_t top = -INFINITY;
+  for (int p = 0; p < a.pieces; ++p) top = max(top, a.part_peak[first + p * a.heads]);
+  acc_t total = 0, sum = 0;
+  for (int p = 0; p < a.pieces; ++p) {
+    const int64_t slot = first + p * a.heads;
+    const acc_t peak = a.part_peak[slot];
+    const acc_t rescale = peak == -INFINITY ? acc_t(0) : exp(peak - top);
+    total += a.part_total[slot] * rescale;
+    sum += a.part_acc[slot * a.dim + f] * rescale;
+  }
+  const int64_t r = a.rows ? int64_t(a.rows[index]) : index;
+  const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
+  a.out[(r * a.heads + h) * a.dim + f] = Scalar<T>::store(sum * inv);
+  if (f == 0) a.lse[r * a.heads + h] = total > 0 ? top + log(total) : acc_t(-INFINITY);
 }
 
 // Source side of the backward: the walked row n is the source of edge src_perm[q] into col[q].
@@ -355,11 +411,39 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_kernel(const 
     }
   }
   if (!s.valid || s.member != 0 || !s.head_ok) return;
+  if (a.pieces > 1) {  // a piece of a split row: its sums, added up by backward_merge_kernel
+    const int64_t slot = piece_slot(a, s);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (s.f0 + k < a.dim) a.part_acc[slot * a.dim + s.f0 + k] = grad_x[k];
+    if (s.leader) a.part_src[slot] = sum_src;
+    return;
+  }
   if (s.leader) a.grad_alpha_src[n * heads + h] = Scalar<T>::store(acc_t(sum_src));
   T* gx = a.grad_x_src + (n * heads + h) * a.dim;
 #pragma unroll
   for (int k = 0; k < K; ++k)
     if (s.f0 + k < a.dim) gx[s.f0 + k] = Scalar<T>::store(grad_x[k]);
+}
+
+// Split rows' source-side gradients: a thread per (row, head, feature) adds the row's pieces in
+// piece order.
+template <typename T, typename I>
+__global__ void backward_merge_kernel(const Args<T, I> a) {
+  using acc_t = typename Scalar<T>::acc;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.num_rows * a.heads * a.dim) return;
+  const int64_t f = i % a.dim, pair = i / a.dim, h = pair % a.heads, index = pair / a.heads;
+  const int64_t first = index * a.pieces * a.heads + h;
+  acc_t sum = 0;
+  double src = 0;
+  for (int p = 0; p < a.pieces; ++p) {
+    sum += a.part_acc[(first + p * a.heads) * a.dim + f];
+    if (f == 0) src += a.part_src[first + p * a.heads];
+  }
+  const int64_t n = a.rows ? int64_t(a.rows[index]) : index;
+  a.grad_x_src[(n * a.heads + h) * a.dim + f] = Scalar<T>::store(sum);
+  if (f == 0) a.grad_alpha_src[n * a.heads + h] = Scalar<T>::store(acc_t(src));
 }
 
 // ---- packed rows: a team of heads * lanes_per_head lanes owns a whole row, every head ----------
@@ -494,16 +578,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     if (t.f0 + k < a.dim) gx[t.f0 + k] = Scalar<T>::store(grad_x[k]);
 }
 
-// Destination side of the backward: a warp per forward CSR row sums its edges' grad_logit per
-// head (lane l takes head l % heads and every (32 / heads)-th edge; the partial sums combine
-// in lane order), in double, and copies them to grad_alpha_edge in input edge order.
+// Destination side of the backward: a group of warps_per_row warps per forward CSR row (one for
+// light rows) sums its edges' grad_logit per head, in double, and copies them to
+// grad_alpha_edge in input edge order. Each warp takes a contiguous share of the row; within it
+// lane l takes head l % heads and every (32 / heads)-th edge. Partial sums combine in lane
+// order, then in warp order: deterministic.
 template <typename T, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_dst_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
-  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (r >= a.num_rows) return;  // uniform over the warp
-  const int lane = threadIdx.x % kWarp;
-  const int64_t begin = a.rowptr[r], end = a.rowptr[r + 1], heads = a.heads;
+  __shared__ double sh_sum[kWarpsPerBlock][kWarp];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, group = a.warps_per_row;
+  const int member = warp % group;
+  const int64_t index = int64_t(blockIdx.x) * (kWarpsPerBlock / group) + warp / group;
+  const bool valid = index < a.num_rows;  // uniform over the group
+  if (group == 1 && !valid) return;  // no block barrier below when a warp owns its row
+  const int64_t r = valid ? (a.rows ? int64_t(a.rows[index]) : index) : 0;
+  int64_t begin = 0, end = 0;
+  if (valid) {
+    const int64_t first = a.rowptr[r], last = a.rowptr[r + 1];
+    const int64_t per = (last - first + group - 1) / group;
+    begin = min(last, first + member * per);
+    end = min(last, begin + per);
+  }
+  const int64_t heads = a.heads;
   for (int64_t h0 = 0; h0 < heads; h0 += kWarp) {
     const int span = int(min(int64_t(kWarp), heads - h0));
     const int stride = kWarp / span, offset = lane / span;
@@ -522,7 +619,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_dst_kernel(co
     double total = 0;
     for (int w = 0; w < stride; ++w)
       total += __shfl_sync(0xffffffffu, sum, int(h - h0) + w * span);
-    if (offset == 0) a.grad_alpha_dst[r * heads + h] = Scalar<T>::store(acc_t(total));
+    if (group > 1) {  // the group's warps, in order, into its first warp
+      sh_sum[warp][lane] = total;
+      __syncthreads();
+      if (member == 0)
+        for (int w = 1; w < group; ++w) total += sh_sum[warp + w][lane];
+      __syncthreads();
+    }
+    if (valid && member == 0 && offset == 0)
+      a.grad_alpha_dst[r * heads + h] = Scalar<T>::store(acc_t(total));
   }
 }
 
@@ -550,6 +655,10 @@ void dispatch_plan(const DimPlan& plan, F&& f) {
   return f.template operator()<8, 32>();
 }
 
+inline int split_pieces(const RowSet& rows) {
+  return std::max(1, rows.warps_per_row / kWarpsPerBlock);
+}
+
 template <typename T, typename I>
 Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks, int lanes_per_head) {
   using acc_t = typename Scalar<T>::acc;
@@ -559,7 +668,8 @@ Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks, int lan
   a.src_perm = static_cast<const I*>(p.src_perm);
   a.rows = static_cast<const I*>(rows.rows);
   a.num_rows = rows.num_rows;
-  a.warps_per_row = rows.warps_per_row;
+  a.warps_per_row = std::min(rows.warps_per_row, kWarpsPerBlock);
+  a.pieces = split_pieces(rows);
   a.lanes_per_head = lanes_per_head;
   a.edge_perm = static_cast<const I*>(p.edge_perm);
   a.alpha_dst = static_cast<const T*>(p.alpha_dst);
@@ -582,6 +692,10 @@ Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks, int lan
   a.grad_x_src = static_cast<T*>(p.grad_x_src);
   a.grad_alpha_src = static_cast<T*>(p.grad_alpha_src);
   a.grad_alpha_edge = static_cast<T*>(p.grad_alpha_edge);
+  a.part_acc = static_cast<acc_t*>(p.part_acc);
+  a.part_peak = static_cast<acc_t*>(p.part_peak);
+  a.part_total = static_cast<acc_t*>(p.part_total);
+  a.part_src = p.part_src;
   return a;
 }
 
@@ -634,7 +748,10 @@ void launch(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
   const DimPlan plan = plan_dim(p.dim);
   const dim3 grid =
       packed ? dim3(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock * (kWarp / pack.team))))
-             : dim3(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock / rows.warps_per_row)),
+             : dim3(unsigned(ceil_div(rows.num_rows,
+                                      kWarpsPerBlock / std::min(rows.warps_per_row,
+                                                                kWarpsPerBlock)) *
+                             split_pieces(rows)),
                     unsigned(ceil_div(p.heads, kWarp / plan.g)), unsigned(plan.chunks));
   dispatch_float(p.type, [&](auto s) {
     using T = decltype(s);
@@ -648,20 +765,28 @@ void launch(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
         launcher.template packed<4>();
       else
         launcher.template packed<8>();
+      if (a.pieces > 1) {
+        const unsigned blocks = unsigned(ceil_div(rows.num_rows * p.heads * p.dim, kMergeThreads));
+        if constexpr (kBackward)
+          backward_merge_kernel<T, I><<<blocks, kMergeThreads, 0, stream>>>(a);
+        else
+          forward_merge_kernel<T, I><<<blocks, kMergeThreads, 0, stream>>>(a);
+      }
     });
   });
   check_launch(kBackward ? "gat_backward" : "gat_forward");
 }
 
-inline void launch_dst(const GatParams& p, cudaStream_t stream) {
-  if (p.csr.rows == 0 || p.heads == 0) return;
-  const RowSet rows{nullptr, p.csr.rows, 1};
+inline void launch_dst(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
+  if (rows.num_rows == 0 || p.heads == 0) return;
+  const int group = std::min(rows.warps_per_row, kWarpsPerBlock);  // split rows: a whole block
   dispatch_float(p.type, [&](auto s) {
     using T = decltype(s);
     dispatch_index(p.csr.index64, [&](auto i) {
       using I = decltype(i);
-      const Args<T, I> a = make_args<T, I>(p, rows, 1, 1);
-      backward_dst_kernel<T, I><<<unsigned(ceil_div(rows.num_rows, kWarpsPerBlock)),
+      Args<T, I> a = make_args<T, I>(p, rows, 1, 1);
+      a.pieces = 1;
+      backward_dst_kernel<T, I><<<unsigned(ceil_div(rows.num_rows, kWarpsPerBlock / group)),
                                   kWarpsPerBlock * kWarp, 0, stream>>>(a);
     });
   });

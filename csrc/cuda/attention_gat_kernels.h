@@ -37,7 +37,19 @@ struct GatParams {
   void* grad_x_src;
   void* grad_alpha_src;
   void* grad_alpha_edge;
+  // split rows (a row set with more warps per row than a block has): per-piece partial states,
+  // [rows of the set, pieces, H] (x D for part_acc) in the statistics type; part_src double
+  void* part_acc;
+  void* part_peak;
+  void* part_total;
+  double* part_src;
 };
+
+namespace gat {
+// Warps of a kernel block. A row set with more warps per row than this splits each row over
+// warps_per_row / kWarpsPerBlock blocks (and needs GatParams' part_* workspaces).
+constexpr int kWarpsPerBlock = 8;
+}  // namespace gat
 
 void gat_forward(const GatParams& p, const RowSet& rows, cudaStream_t stream);
 
@@ -45,8 +57,9 @@ void gat_forward(const GatParams& p, const RowSet& rows, cudaStream_t stream);
 // Writes the gradients of x_src and alpha_src, and grad_logit of every walked edge.
 void gat_backward(const GatParams& p, const RowSet& rows, cudaStream_t stream);
 
-// Destination side over the forward CSR: grad_alpha_dst (and grad_alpha_edge) from grad_logit.
-void gat_backward_dst(const GatParams& p, cudaStream_t stream);
+// Destination side over the forward CSR rows of `rows`: grad_alpha_dst (and grad_alpha_edge)
+// from grad_logit.
+void gat_backward_dst(const GatParams& p, const RowSet& rows, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fastgnn
