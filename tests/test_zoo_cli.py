@@ -45,6 +45,8 @@ def test_configs_shipped():
             assert f"{model}-{family}.yaml" in names
     for family in ("ogbn-arxiv", "amazon", "coauthor"):
         assert f"maxk-sage-{family}.yaml" in names
+    for graph in ("tolokers", "ogbn-arxiv", "powerlaw"):  # the sampling issue's mini-batch set
+        assert f"sage-{graph}-minibatch.yaml" in names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)

@@ -40,9 +40,26 @@ def test_csbm_seeds_and_splits():
     assert not torch.equal(a.x, other_seed.x)
 
 
+def test_csbm_heavy_tailed_degrees():
+    """degree_exponent > 0 keeps the average degree and the homophily but grows hubs; 0 keeps
+    the Poisson graph (the default, unchanged by the option's existence)."""
+    kw = dict(num_nodes=20000, avg_degree=12.0, homophily=0.8, num_channels=4)
+    flat, skewed = CSBM(**kw).load(), CSBM(degree_exponent=0.7, **kw).load()
+    assert torch.equal(CSBM(degree_exponent=0.0, **kw).load().edge_index, flat.edge_index)
+    for data in (flat, skewed):
+        degree = torch.bincount(data.edge_index[1], minlength=20000).double()
+        assert degree.mean().item() == pytest.approx(12.0, rel=0.1)
+        src, dst = data.edge_index
+        assert (data.y[src] == data.y[dst]).float().mean().item() == pytest.approx(0.8, abs=0.05)
+    flat_max = torch.bincount(flat.edge_index[1]).max().item()
+    skewed_degree = torch.bincount(skewed.edge_index[1], minlength=20000).double()
+    assert flat_max < 40 and skewed_degree.max().item() > 50 * skewed_degree.median().item()
+
+
 @pytest.mark.parametrize("option, value", [
     ("num_nodes", 1), ("num_classes", 1), ("homophily", 1.5), ("avg_degree", -1.0),
-    ("val_ratio", 0.95), ("seed", -1), ("num_channels", 2.5),
+    ("val_ratio", 0.95), ("seed", -1), ("num_channels", 2.5), ("degree_exponent", -0.5),
+    ("degree_exponent", 3.0),
 ])
 def test_csbm_bad_options(option, value):
     with pytest.raises(ValueError, match=option):

@@ -124,8 +124,8 @@ class SampledSubgraph:
 
 def _layer_seeds(count: int, generator: Optional[torch.Generator]) -> List[int]:
     """One draw from ``generator`` a batch, spread over the layers by splitmix64's increment
-    (the kernels mix each seed before use). A draw per layer cost a tensor round trip each:
-    about 20 us a batch on the H100's host, a sixth of a GPU batch."""
+    (the kernels mix each seed before use): each draw is a tensor round trip, host time that a
+    GPU batch of about 100 us feels."""
     base = int(torch.randint(0, _SEED_BOUND, (), generator=generator))
     return [(base + layer * _GOLDEN_GAMMA) % _SEED_BOUND for layer in range(count)]
 

@@ -5,6 +5,10 @@ Gaussian noise, with class means drawn once from ``N(0, feature_signal**2 / num_
 per coordinate, so one node's features alone classify it poorly. Each node sends
 ``avg_degree / 2`` edges on average (Poisson); an edge stays in its class with probability
 ``homophily`` and otherwise goes to a node of another class; the graph is made undirected.
+``degree_exponent > 0`` makes the degrees heavy-tailed: the node of rank ``r`` (in a random
+order) sends edges at a rate proportional to ``r ** -degree_exponent``, still
+``avg_degree / 2`` on average, so a few hubs gather a large share of the edges, as in social
+and web graphs.
 Averaging over neighbours that mostly share the class cancels the noise: a GNN clearly beats
 an MLP there, which ``tests/test_zoo_data.py`` checks.
 
@@ -38,12 +42,14 @@ class CSBM(GraphDataModule):
     def __init__(self, root: Optional[str] = None, split: int = 0, download: bool = True,
                  num_nodes: int = 2000, num_classes: int = 5, num_channels: int = 64,
                  avg_degree: float = 10.0, homophily: float = 0.7, feature_signal: float = 1.5,
-                 train_ratio: float = 0.1, val_ratio: float = 0.1, seed: int = 0, **options):
+                 train_ratio: float = 0.1, val_ratio: float = 0.1, seed: int = 0,
+                 degree_exponent: float = 0.0, **options):
         super().__init__(root, split=split, download=download, **options)
         _check("num_nodes", num_nodes, 2, kind=int)
         _check("num_classes", num_classes, 2, num_nodes, kind=int)
         _check("num_channels", num_channels, 1, kind=int)
         _check("avg_degree", avg_degree, 0.0)
+        _check("degree_exponent", degree_exponent, 0.0, 2.0)
         _check("homophily", homophily, 0.0, 1.0)
         _check("feature_signal", feature_signal, 0.0)
         _check("train_ratio", train_ratio, 0.0, 1.0)
@@ -53,6 +59,7 @@ class CSBM(GraphDataModule):
         self.num_nodes, self.num_classes, self.num_channels = num_nodes, num_classes, num_channels
         self.avg_degree, self.homophily, self.feature_signal = avg_degree, homophily, feature_signal
         self.train_ratio, self.val_ratio, self.seed = train_ratio, val_ratio, seed
+        self.degree_exponent = degree_exponent
 
     def load(self) -> Data:
         gen = torch.Generator().manual_seed(self.seed)
@@ -66,6 +73,10 @@ class CSBM(GraphDataModule):
     def _edges(self, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         n, c = self.num_nodes, self.num_classes
         rate = torch.full((n,), self.avg_degree / 2)
+        if self.degree_exponent > 0:  # rank r's rate ~ r^-exponent, ranks in a random order
+            weight = torch.arange(1, n + 1, dtype=torch.float64).pow(-self.degree_exponent)
+            weight = weight[torch.randperm(n, generator=gen)]
+            rate = (weight * (n * self.avg_degree / 2 / weight.sum())).float()
         src = torch.repeat_interleave(torch.arange(n), torch.poisson(rate, generator=gen).long())
         # Destination class: the source's with probability homophily, else another one.
         same = torch.rand(src.numel(), generator=gen) < self.homophily
