@@ -71,6 +71,26 @@ def test_reordered_graph_predicts_under_the_original_ids():
     torch.testing.assert_close(b["pred"][order], a["pred"][torch.argsort(a["node"])])
 
 
+def test_sample_on_gpu_needs_a_cuda_trainer():
+    data = tiny_csbm(num_nodes=100, batch_size=16, fanouts=[3], sample_on_gpu=True)
+    with pytest.raises(ValueError, match="sample_on_gpu needs a trainer on a CUDA device"):
+        fit_test(data, "sage", "fastgnn", max_epochs=1, hidden_channels=8)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend", ["pyg", "fastgnn"])
+def test_sample_on_gpu_trains_and_scores_every_seed(backend):
+    data = tiny_csbm(num_nodes=300, batch_size=32, fanouts=[5, 5], sample_on_gpu=True)
+    module, metrics = fit_test(data, "sage", backend, max_epochs=3, device="cuda",
+                               hidden_channels=16)
+    assert data._sampling_graph.device.type == "cuda"
+    assert 0.0 <= metrics["test_acc"] <= 1.0
+    predictions = quiet_trainer(1, "cuda").predict(module, data)
+    nodes = torch.cat([p["node"].cpu() for p in predictions])
+    assert torch.equal(torch.sort(nodes).values, torch.arange(300))
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(batch_size=8), "batch_size and fanouts"),
     (dict(batch_size=0, fanouts=[2]), "batch_size"),

@@ -124,7 +124,7 @@ class GraphDataModule(pl.LightningDataModule):
         if self._sampling_graph is None:
             graph = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
             if self.sample_on_gpu:
-                device = self.trainer.strategy.root_device if self._trainer else None
+                device = self.trainer.strategy.root_device if self.trainer else None
                 if device is None or device.type != "cuda":
                     raise ValueError("sample_on_gpu needs a trainer on a CUDA device")
                 graph = graph.to(device)
