@@ -359,11 +359,17 @@ class Graph:
 
     # ---- devices ----------------------------------------------------------------------------
     def to(self, device, non_blocking: bool = False) -> "Graph":
-        """A Graph on ``device`` (self when already there). Derived caches are rebuilt there."""
+        """A Graph on ``device`` (self when already there, as for tensors: ``"cuda"`` names
+        the current CUDA device). Derived caches are rebuilt there."""
         device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         if device == self.device:
             return self
-        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return self._moved(lambda t: None if t is None else t.to(device, non_blocking=non_blocking))
+
+    def _moved(self, move: Callable[[Optional[torch.Tensor]], Optional[torch.Tensor]]) -> "Graph":
+        """This graph's arrays through ``move`` (subclasses keep their own kind and fields)."""
         return Graph(move(self._rowptr), move(self._col), self._num_src, move(self._edge_perm),
                      cache_transpose=self.cache_transpose, _trusted=True)
 

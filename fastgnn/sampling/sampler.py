@@ -59,6 +59,12 @@ class _SampledGraph(Graph):
             size_class(self.num_src_nodes), size_class(self.num_dst_nodes),
             size_class(self.num_edges)))
 
+    def _moved(self, move) -> "_SampledGraph":
+        graph = _SampledGraph(move(self.rowptr), move(self.col), self.num_src_nodes, None,
+                              _trusted=True)
+        graph._kind = self._kind
+        return graph
+
 
 class Block(_SampledGraph):
     """One sampled layer: a bipartite Graph from ``src_ids`` to ``dst_ids`` (global node ids;
@@ -77,11 +83,7 @@ class Block(_SampledGraph):
     def dst_ids(self) -> torch.Tensor:
         return self.src_ids[: self.num_dst_nodes]
 
-    def to(self, device, non_blocking: bool = False) -> "Block":
-        device = torch.device(device)
-        if device == self.device:
-            return self
-        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+    def _moved(self, move) -> "Block":
         return Block(move(self.rowptr), move(self.col), move(self.src_ids), move(self.edge_ids),
                      self.fanout)
 
