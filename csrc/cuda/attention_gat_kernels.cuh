@@ -326,29 +326,47 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) forward_kernel(const A
   store_softmax<K>(a, s.r, s.h, s.f0, s.leader, acc, peak, total);
 }
 
+// A merge kernel thread's (row of the set, head, feature), and where the row's first piece
+// keeps that head's partials (piece p's are p * heads further).
+struct MergeItem {
+  bool valid;
+  int64_t f, h, index, first;
+};
+
+template <typename T, typename I>
+__device__ __forceinline__ MergeItem merge_item(const Args<T, I>& a) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  MergeItem m;
+  m.valid = i < a.num_rows * a.heads * a.dim;
+  m.f = i % a.dim;
+  const int64_t pair = i / a.dim;
+  m.h = pair % a.heads;
+  m.index = pair / a.heads;
+  m.first = m.index * a.pieces * a.heads + m.h;
+  return m;
+}
+
 // Split rows' forward results: a thread per (row, head, feature) combines the row's pieces in
 // piece order, as the block merge does its warps.
 template <typename T, typename I>
 __global__ void forward_merge_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.num_rows * a.heads * a.dim) return;
-  const int64_t f = i % a.dim, pair = i / a.dim, h = pair % a.heads, index = pair / a.heads;
-  const int64_t first = index * a.pieces * a.heads + h;
+  const MergeItem m = merge_item(a);
+  if (!m.valid) return;
   acc_t top = -INFINITY;
-  for (int p = 0; p < a.pieces; ++p) top = max(top, a.part_peak[first + p * a.heads]);
+  for (int p = 0; p < a.pieces; ++p) top = max(top, a.part_peak[m.first + p * a.heads]);
   acc_t total = 0, sum = 0;
   for (int p = 0; p < a.pieces; ++p) {
-    const int64_t slot = first + p * a.heads;
+    const int64_t slot = m.first + p * a.heads;
     const acc_t peak = a.part_peak[slot];
     const acc_t rescale = peak == -INFINITY ? acc_t(0) : exp(peak - top);
     total += a.part_total[slot] * rescale;
-    sum += a.part_acc[slot * a.dim + f] * rescale;
+    sum += a.part_acc[slot * a.dim + m.f] * rescale;
   }
-  const int64_t r = a.rows ? int64_t(a.rows[index]) : index;
+  const int64_t r = a.rows ? int64_t(a.rows[m.index]) : m.index;
   const acc_t inv = total > 0 ? acc_t(1) / total : acc_t(0);
-  a.out[(r * a.heads + h) * a.dim + f] = Scalar<T>::store(sum * inv);
-  if (f == 0) a.lse[r * a.heads + h] = total > 0 ? top + log(total) : acc_t(-INFINITY);
+  a.out[(r * a.heads + m.h) * a.dim + m.f] = Scalar<T>::store(sum * inv);
+  if (m.f == 0) a.lse[r * a.heads + m.h] = total > 0 ? top + log(total) : acc_t(-INFINITY);
 }
 
 // Source side of the backward: the walked row n is the source of edge src_perm[q] into col[q].
@@ -431,19 +449,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_kernel(const 
 template <typename T, typename I>
 __global__ void backward_merge_kernel(const Args<T, I> a) {
   using acc_t = typename Scalar<T>::acc;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.num_rows * a.heads * a.dim) return;
-  const int64_t f = i % a.dim, pair = i / a.dim, h = pair % a.heads, index = pair / a.heads;
-  const int64_t first = index * a.pieces * a.heads + h;
+  const MergeItem m = merge_item(a);
+  if (!m.valid) return;
   acc_t sum = 0;
   double src = 0;
   for (int p = 0; p < a.pieces; ++p) {
-    sum += a.part_acc[(first + p * a.heads) * a.dim + f];
-    if (f == 0) src += a.part_src[first + p * a.heads];
+    sum += a.part_acc[(m.first + p * a.heads) * a.dim + m.f];
+    if (m.f == 0) src += a.part_src[m.first + p * a.heads];
   }
-  const int64_t n = a.rows ? int64_t(a.rows[index]) : index;
-  a.grad_x_src[(n * a.heads + h) * a.dim + f] = Scalar<T>::store(sum);
-  if (f == 0) a.grad_alpha_src[n * a.heads + h] = Scalar<T>::store(acc_t(src));
+  const int64_t n = a.rows ? int64_t(a.rows[m.index]) : m.index;
+  a.grad_x_src[(n * a.heads + m.h) * a.dim + m.f] = Scalar<T>::store(sum);
+  if (m.f == 0) a.grad_alpha_src[n * a.heads + m.h] = Scalar<T>::store(acc_t(src));
 }
 
 // ---- packed rows: a team of heads * lanes_per_head lanes owns a whole row, every head ----------
