@@ -157,12 +157,13 @@ LAUNCH_PLANS = {"rows": None, "q0.5w8": (0.5, 8), "q0.75w8": (0.75, 8), "q0.9w8"
 # hub setting the length of the whole forward. Only the top 1% of rows: each split row takes
 # a workspace of pieces x H x D statistics.
 SPLIT_PLANS = {"q0.99w32": (0.99, 32), "q0.99w64": (0.99, 64)}
+_GAT_PLANS = {**LAUNCH_PLANS, **SPLIT_PLANS}
 DEFAULT_PLAN = "q0.9w8"
 
 
 def launch_plans(op_name: str) -> dict:
     """The launch plans op ``op_name`` (e.g. ``"gat_attention"``) is tuned over."""
-    return {**LAUNCH_PLANS, **SPLIT_PLANS} if op_name == "gat_attention" else LAUNCH_PLANS
+    return _GAT_PLANS if op_name == "gat_attention" else LAUNCH_PLANS
 
 
 _SEED_BOUND = 2**62
@@ -201,7 +202,7 @@ def structure_args(g: Graph, needs_grad: bool):
 
 def plan_buckets(g: Graph, plan: str):
     """(light_rows, heavy_rows, heavy_warps) for a launch plan; no buckets on CPU."""
-    spec = {**LAUNCH_PLANS, **SPLIT_PLANS}[plan]
+    spec = _GAT_PLANS[plan]  # every op's plans are among the GAT op's
     if spec is None or g.device.type != "cuda":
         return None, None, 1
     quantile, warps = spec
