@@ -9,6 +9,7 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.utils import scatter
 
 from fastgnn import ops
+from fastgnn._gat_scores import bias_free_weight, gat_scores
 from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                                parameter, split_pair)
@@ -112,15 +113,18 @@ class GATConv(FastLayer, pyg_nn.GATConv):
             structure = _looped_structure(self, edges, x_src.size(0), x_dst.size(0))
 
         residual = self.res(x_dst) if self.res is not None else None
+        att_src, att_dst = parameter(self, "att_src"), parameter(self, "att_dst")
         lin = self.lin
-        if lin is not None:
-            h_src = lin(x_src).view(-1, heads, channels)
-            h_dst = h_src if isinstance(x, torch.Tensor) else lin(x_dst).view(-1, heads, channels)
+        if lin is not None and isinstance(x, torch.Tensor):
+            h_src = h_dst = lin(x_src).view(-1, heads, channels)
+            alpha_src, alpha_dst = gat_scores(x_src, bias_free_weight(lin), h_src, att_src,
+                                              att_dst)
         else:
-            h_src = self.lin_src(x_src).view(-1, heads, channels)
-            h_dst = self.lin_dst(x_dst).view(-1, heads, channels)
-        alpha_src = (h_src * parameter(self, "att_src")).sum(dim=-1)
-        alpha_dst = (h_dst * parameter(self, "att_dst")).sum(dim=-1)
+            lin_src, lin_dst = (lin, lin) if lin is not None else (self.lin_src, self.lin_dst)
+            h_src = lin_src(x_src).view(-1, heads, channels)
+            h_dst = lin_dst(x_dst).view(-1, heads, channels)
+            alpha_src, = gat_scores(x_src, bias_free_weight(lin_src), h_src, att_src)
+            alpha_dst, = gat_scores(x_dst, bias_free_weight(lin_dst), h_dst, att_dst)
         alpha_edge = None
         lin_edge = self.lin_edge
         if edge_attr is not None and lin_edge is not None:  # PyG ignores edge_attr otherwise

@@ -6,20 +6,22 @@ import dgl.nn.pytorch as dgl_nn
 import torch
 
 from fastgnn import ops
+from fastgnn._gat_scores import bias_free_weight, gat_scores
 from fastgnn.dgl._graphs import Unsupported
 from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, dropout_rate,
                                   graph_of)
 
 
 def _node_pair(layer, graph, feat, project_src, project_dst, dropout=None):
-    """(h_dst, feat_src [S,H,D], feat_dst [T,H,D]) as DGL's attention layers derive them: a
-    pair projected by two maps, else one projection whose first rows are a block's
-    destinations. ``project_dst`` None: the destinations share the sources' projection."""
+    """(h_src, h_dst, feat_src [S,H,D], feat_dst [T,H,D]) as DGL's attention layers derive
+    them, h_* being the inputs after feature dropout: a pair projected by two maps, else one
+    projection whose first rows are a block's destinations. ``project_dst`` None: the
+    destinations share the sources' projection."""
     heads, width = layer._num_heads, layer._out_feats
     drop = dropout if dropout is not None else (lambda x: x)
     if isinstance(feat, tuple):
         h_src, h_dst = drop(feat[0]), drop(feat[1])
-        return (h_dst, project_src(h_src).view(-1, heads, width),
+        return (h_src, h_dst, project_src(h_src).view(-1, heads, width),
                 (project_dst or project_src)(h_dst).view(-1, heads, width))
     h_src = h_dst = drop(feat)
     feat_src = project_src(h_src).view(-1, heads, width)
@@ -27,7 +29,7 @@ def _node_pair(layer, graph, feat, project_src, project_dst, dropout=None):
         h_dst = h_dst[:graph.num_dst_nodes()]
     feat_dst = feat_src[:h_dst.shape[0]] if project_dst is None else \
         project_dst(h_dst).view(-1, heads, width)
-    return h_dst, feat_src, feat_dst
+    return h_src, h_dst, feat_src, feat_dst
 
 
 def _check(layer, graph, feat, get_attention):
@@ -55,15 +57,17 @@ class GATConv(FastLayer, dgl_nn.GATConv):
         if edge_weight is not None:
             raise Unsupported("edge_weight (it scales the attention after the softmax)")
         modules = self._modules
-        if "fc_src" in modules:
-            h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, modules["fc_src"],
-                                                   modules["fc_dst"], self.feat_drop)
+        fc_src, fc_dst = (modules["fc_src"], modules["fc_dst"]) if "fc_src" in modules else \
+            (modules["fc"], modules["fc"] if isinstance(feat, tuple) else None)
+        h_src, h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, fc_src, fc_dst,
+                                                      self.feat_drop)
+        if fc_dst is None:  # one projection: both scores from one product over the sources
+            alpha_src, alpha_dst = gat_scores(h_src, bias_free_weight(fc_src), feat_src,
+                                              self.attn_l, self.attn_r)
+            alpha_dst = alpha_dst[:feat_dst.shape[0]]
         else:
-            fc = modules["fc"]
-            h_dst, feat_src, feat_dst = _node_pair(
-                self, graph, feat, fc, fc if isinstance(feat, tuple) else None, self.feat_drop)
-        alpha_src = (feat_src * self.attn_l).sum(dim=-1)
-        alpha_dst = (feat_dst * self.attn_r).sum(dim=-1)
+            alpha_src, = gat_scores(h_src, bias_free_weight(fc_src), feat_src, self.attn_l)
+            alpha_dst, = gat_scores(h_dst, bias_free_weight(fc_dst), feat_dst, self.attn_r)
         out = ops.gat_attention(g, feat_src, alpha_src, alpha_dst,
                                 self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
         if self.res_fc is not None:
@@ -82,8 +86,8 @@ class GATv2Conv(FastLayer, dgl_nn.GATv2Conv):
     def _fused(self, graph, feat, get_attention=False):
         g = _check(self, graph, feat, get_attention)
         shared = self.share_weights and not isinstance(feat, tuple)
-        h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, self.fc_src,
-                                               None if shared else self.fc_dst, self.feat_drop)
+        _, h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, self.fc_src,
+                                                  None if shared else self.fc_dst, self.feat_drop)
         out = ops.gatv2_attention(g, feat_dst, feat_src, self.attn.view(self._num_heads, -1),
                                   self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
         if self.res_fc is not None:
@@ -103,7 +107,8 @@ class DotGatConv(FastLayer, dgl_nn.DotGatConv):
         if isinstance(feat, tuple):
             if "fc_src" not in modules:
                 raise StockRaises()  # a pair for a layer built for one node type: DGL's error
-            _, keys, queries = _node_pair(self, graph, feat, modules["fc_src"], modules["fc_dst"])
+            _, _, keys, queries = _node_pair(self, graph, feat, modules["fc_src"],
+                                             modules["fc_dst"])
         else:
-            _, keys, queries = _node_pair(self, graph, feat, modules["fc"], None)
+            _, _, keys, queries = _node_pair(self, graph, feat, modules["fc"], None)
         return ops.graph_attention(g, queries, keys, keys, scale=self._out_feats ** -0.5)
