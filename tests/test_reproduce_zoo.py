@@ -46,10 +46,24 @@ def test_rows_name_shipped_configs_and_cite_every_number():
     assert all(r.baseline in keys for r in rows if r.baseline)
     # the issue's grid: 4 models on 11 datasets
     grid = {(r.model, r.dataset) for r in rows}
-    for model in ("GCN", "SAGE", "GATv2", "GT"):
+    for model in ("GCN", "SAGE", "GAT", "GATv2", "GT"):
         for dataset in ("Cora", "CiteSeer", "Computers", "Photo", "CS", "Physics", "tolokers",
                         "minesweeper", "actor", "squirrel-filtered", "chameleon-filtered"):
             assert (model, dataset) in grid
+
+
+def test_gat_rows_carry_gat_v1_numbers():
+    """The published GAT numbers are GAT v1's: the GAT rows reproduce them, and the GATv2 rows
+    show the same numbers beside them."""
+    by_key = {r.key: r for r in repro.all_rows()}
+    assert by_key["GAT/Cora"].published == (83.0, 0.7)
+    assert by_key["GAT/minesweeper"].published == (92.01, 0.68)
+    assert by_key["GAT/Physics"].published == (92.5, 0.9)
+    assert by_key["SAGE/minesweeper"].published == (93.51, 0.57)
+    assert by_key["GT/tolokers"].published == (83.23, 0.64)
+    for key in ("Cora", "minesweeper", "Physics"):
+        assert by_key[f"GATv2/{key}"].published == by_key[f"GAT/{key}"].published
+    assert by_key["GAT/Cora"].config == "gat-planetoid.yaml"
 
 
 def test_split_per_seed_follows_the_dataset():

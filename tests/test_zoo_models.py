@@ -21,6 +21,7 @@ ARCH_OPTIONS = {
     "gcn": {"norm": "batch"},
     "sage": {"aggr": "max", "residual": True, "input_mlp": True, "norm": "layer"},
     "gin": {"train_eps": True},
+    "gat": {"heads": 2, "hidden_channels": 16, "input_dropout": 0.3, "activation": "elu"},
     "gatv2": {"heads": 2, "hidden_channels": 16},
     "gt": {"heads": 2, "hidden_channels": 16, "beta": True, "output_mlp": True},
     "maxk-sage": {"k": 4, "hidden_channels": 16},
@@ -125,10 +126,30 @@ def test_maxk_models_run_on_the_fused_layers(data, arch):
     ("maxk-sage", {"k": 65}, "k must be an int"),
     ("maxk-gcn", {"activation": "relu"}, "uses MaxK"),
     ("gcn", {"dropout": 1.0}, "dropout must be in"),
+    ("gcn", {"input_dropout": -0.1}, "input_dropout must be in"),
+    ("gcn-gru", {"input_dropout": 0.5}, "does not support input_dropout"),
 ])
 def test_bad_options(arch, options, match):
     with pytest.raises(ValueError, match=match):
         build_model(arch, 8, 3, **options)
+
+
+@pytest.mark.parametrize("arch", ["gat", "maxk-sage"])
+def test_input_dropout_reaches_the_first_layer_in_training_only(arch):
+    """GAT's input dropout: the first layer (or input MLP) sees about that share of zeroed
+    features while training, and the features themselves in evaluation."""
+    model = build_model(arch, 64, 3, input_dropout=0.5, heads=1, hidden_channels=16,
+                        **({"k": 4} if arch.startswith("maxk") else {}))
+    seen = []
+    first = model.lin_in if model.lin_in is not None else model.convs[0]  # MaxK: an input MLP
+    first.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    x = torch.rand(200, 64) + 0.5
+    edge_index = torch.randint(0, 200, (2, 800))
+    model.train()(x, edge_index)
+    share = float((seen[-1] == 0).float().mean())
+    assert 0.45 < share < 0.55, share
+    model.eval()(x, edge_index)
+    assert torch.equal(seen[-1], x)
 
 
 def test_bad_backend_and_task():

@@ -132,8 +132,9 @@ class NodePropertyModule(pl.LightningModule):
 
     def __init__(self, arch: str = "gcn", backend: str = "pyg", hidden_channels: int = 64,
                  num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
-                 residual: bool = False, norm: str = "none", input_mlp: bool = False,
-                 output_mlp: bool = False, activation: Optional[str] = None,
+                 input_dropout: float = 0.0, residual: bool = False, norm: str = "none",
+                 input_mlp: bool = False, output_mlp: bool = False,
+                 activation: Optional[str] = None,
                  aggr: Optional[str] = None, k: Optional[int] = None,
                  train_eps: Optional[bool] = None, beta: Optional[bool] = None,
                  root_weight: Optional[bool] = None, edge_dim: Optional[int] = None,
@@ -154,7 +155,8 @@ class NodePropertyModule(pl.LightningModule):
             arch, num_features, num_outputs, backend,
             _wants_sparse_inputs(sparse_inputs, backend, feature_density),
             hidden_channels=hidden_channels,
-            num_layers=num_layers, heads=heads, dropout=dropout, residual=residual, norm=norm,
+            num_layers=num_layers, heads=heads, dropout=dropout, input_dropout=input_dropout,
+            residual=residual, norm=norm,
             input_mlp=input_mlp, output_mlp=output_mlp, activation=activation, aggr=aggr, k=k,
             train_eps=train_eps, beta=beta, root_weight=root_weight, edge_dim=edge_dim,
             cached=cached)

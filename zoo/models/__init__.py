@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fastgnn.zoo.models.backbone import Backbone
+from fastgnn.zoo.models.gat import GAT
 from fastgnn.zoo.models.gatv2 import GATv2
 from fastgnn.zoo.models.gcn import GCN
 from fastgnn.zoo.models.gcn_gru import GCNGRU
@@ -16,6 +17,7 @@ MODELS = {
     "gcn": GCN,
     "sage": SAGE,
     "gin": GIN,
+    "gat": GAT,
     "gatv2": GATv2,
     "gt": GraphTransformer,
     "maxk-sage": MaxKSAGE,
@@ -24,5 +26,5 @@ MODELS = {
     "gcn-gru": GCNGRU,
 }
 
-__all__ = ["MODELS", "Backbone", "MLP", "GCN", "SAGE", "GIN", "GATv2", "GraphTransformer",
+__all__ = ["MODELS", "Backbone", "MLP", "GCN", "SAGE", "GIN", "GAT", "GATv2", "GraphTransformer",
            "MaxK", "MaxKSAGE", "MaxKGCN", "MaxKGIN", "GCNGRU"]

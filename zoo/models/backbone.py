@@ -3,6 +3,7 @@ benchmark (Platonov et al., 2023) and GraphLand (Bazhenov et al.) around one PyG
 
 Layout, for ``num_layers`` convs:
 
+- input dropout (optional, GAT's): ``x -> dropout(x)`` with its own rate;
 - input MLP (optional): ``x -> dropout(act(Linear(x)))`` to the hidden width;
 - each hidden layer, without residual connections (PyG's ``BasicGNN`` order):
   ``h -> dropout(act(norm(conv(h))))``;
@@ -49,15 +50,18 @@ class Backbone(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 64,
                  num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
                  residual: bool = False, norm: str = "none", input_mlp: bool = False,
-                 output_mlp: bool = False, activation: str = "relu"):
+                 output_mlp: bool = False, activation: str = "relu",
+                 input_dropout: float = 0.0):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
                             ("hidden_channels", hidden_channels), ("num_layers", num_layers),
                             ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        for name, rate in (("dropout", dropout), ("input_dropout", input_dropout)):
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) \
+                    or not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
         _choice("norm", norm, NORMS)
         if heads != 1 and not self.attention:
             raise ValueError(f"heads applies to attention models only; "
@@ -69,6 +73,7 @@ class Backbone(nn.Module):
         self.hidden_channels, self.heads, self.dropout_rate = hidden_channels, heads, dropout
         self.residual = residual
         self.dropout = nn.Dropout(dropout)
+        self.input_dropout = nn.Dropout(input_dropout) if input_dropout else None
         self.act = self.make_activation(activation)
         self.lin_in = nn.Linear(in_channels, hidden_channels) if input_mlp else None
         width = hidden_channels if input_mlp else in_channels
@@ -93,6 +98,9 @@ class Backbone(nn.Module):
         _choice("activation", activation, tuple(ACTIVATIONS))
         return ACTIVATIONS[activation]()
 
+    def drop_input(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.input_dropout is None else self.input_dropout(x)
+
     def conv(self, index: int, h: torch.Tensor, edge_index, edge_attr) -> torch.Tensor:
         conv = self.convs[index]
         if edge_attr is not None:
@@ -103,7 +111,7 @@ class Backbone(nn.Module):
                 edge_attr: Optional[torch.Tensor] = None) -> torch.Tensor:
         if not self.takes_edge_attr:
             edge_attr = None
-        h = x
+        h = self.drop_input(x)
         if self.lin_in is not None:
             h = self.dropout(self.act(self.lin_in(h)))
         for i, norm in enumerate(self.norms):

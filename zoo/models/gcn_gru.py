@@ -19,7 +19,7 @@ from fastgnn.nn import SnapshotGCNGRU
 from fastgnn.snapshots import SnapshotGraph
 
 _SUPPORTED = {"heads": 1, "residual": False, "norm": "none", "input_mlp": False,
-              "output_mlp": False}
+              "output_mlp": False, "input_dropout": 0.0}
 
 
 class GCNGRU(nn.Module):
@@ -29,10 +29,10 @@ class GCNGRU(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 64,
                  num_layers: int = 2, dropout: float = 0.5, heads: int = 1,
                  residual: bool = False, norm: str = "none", input_mlp: bool = False,
-                 output_mlp: bool = False):
+                 output_mlp: bool = False, input_dropout: float = 0.0):
         super().__init__()
         given = {"heads": heads, "residual": residual, "norm": norm, "input_mlp": input_mlp,
-                 "output_mlp": output_mlp}
+                 "output_mlp": output_mlp, "input_dropout": input_dropout}
         for name, value in given.items():
             if value != _SUPPORTED[name]:
                 raise ValueError(f"gcn-gru does not support {name}={value!r}")

@@ -99,6 +99,7 @@ class MaxKMixin:
         if self.residual:
             return super().forward(x, edge_index, edge_attr)
         # the Backbone's order, with MaxK and dropout deferred to the conv that consumes them
+        x = self.drop_input(x)
         h, pre = (self.lin_in(x), True) if self.lin_in is not None else (x, False)
         for i, norm in enumerate(self.norms):
             h, pre = norm(self._conv_on(i, h, pre, edge_index)), True
