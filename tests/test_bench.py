@@ -163,6 +163,30 @@ def test_wrong_implementation_is_caught_and_not_timed(tmp_path):
     assert "output" in rows["wrong"]["error"] and "grad[0]" in rows["wrong-grad"]["error"]
 
 
+def test_gradients_by_norm_pass_an_isolated_outlier_and_catch_a_wrong_gradient():
+    """GATConv's check: a float32 rounding that puts one edge across a LeakyReLU kink moves a
+    few gradient entries by O(1); by norm that passes, element by element it does not. A
+    gradient off everywhere (or a missing one) fails either way."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4000, 64, generator=gen, requires_grad=True)
+    grad_output = torch.randn(4000, 64, generator=gen)
+    expected = measure.Expected(x.detach() * 2, [grad_output * 2])
+    outlier = torch.zeros(4000, 64)
+    outlier[7, :3] = 0.5  # one row's few entries, as a kink flip moves them
+
+    def kinked():
+        return x * 2 + (x * outlier).detach() - (x * outlier)  # the same output
+
+    measure.check(kinked, [x], grad_output, expected, 1e-3, "norm")
+    with pytest.raises(measure.Mismatch, match="max abs error"):
+        measure.check(kinked, [x], grad_output, expected, 1e-3, "elementwise")
+    with pytest.raises(measure.Mismatch, match="relative error"):
+        measure.check(lambda: x * 2.01, [x], grad_output,
+                      measure.Expected(x.detach() * 2.01, [grad_output * 2]), 1e-3, "norm")
+    with pytest.raises(ValueError, match="grad_check"):
+        measure.check(kinked, [x], grad_output, expected, 1e-3, "loose")
+
+
 @pytest.mark.parametrize("exc_type", [getattr(torch, "OutOfMemoryError", MemoryError),
                                       MemoryError])
 def test_out_of_memory_and_errors_become_rows(tmp_path, exc_type):

@@ -96,7 +96,9 @@ def expected_result(forward: Forward, inputs: Sequence[torch.Tensor],
 
 
 def compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
-             rtol: float) -> None:
+            rtol: float, by_norm: bool = False) -> None:
+    """Element by element: every error within ``rtol`` times the largest expected magnitude
+    (at least 1). ``by_norm``: the relative Frobenius error within ``rtol`` instead."""
     if actual is None or expected is None:
         if (actual is None) != (expected is None):
             raise Mismatch(f"{name}: gradient missing on one side")
@@ -104,26 +106,42 @@ def compare(name: str, actual: Optional[torch.Tensor], expected: Optional[torch.
     if actual.shape != expected.shape:
         raise Mismatch(f"{name}: shape {list(actual.shape)} != expected {list(expected.shape)}")
     actual, expected = actual.detach().double(), expected.detach().double()
+    err = (actual - expected).abs().nan_to_num(nan=float("inf"))
+    err = err.masked_fill(actual.isnan() & expected.isnan(), 0)
+    if by_norm:
+        scale = float(expected.norm()) if expected.numel() else 0.0
+        relative = float(err.norm()) / scale if scale > 0 else float(err.norm())
+        if not relative <= rtol:
+            raise Mismatch(f"{name}: relative error {relative:.3g} > tolerance {rtol:.3g}")
+        return
     scale = float(expected.abs().max()) if expected.numel() else 0.0
     tol = rtol * max(scale, 1.0)
-    err = (actual - expected).abs().nan_to_num(nan=float("inf"))
-    both_nan = actual.isnan() & expected.isnan()
-    worst = float(err.masked_fill(both_nan, 0).max()) if err.numel() else 0.0
+    worst = float(err.max()) if err.numel() else 0.0
     if worst > tol:
         raise Mismatch(f"{name}: max abs error {worst:.3g} > tolerance {tol:.3g}")
 
 
+#: How an implementation's gradients are checked against the oracle's: element by element;
+#: by relative norm, where a float32 rounding difference may put a rare edge on the other side
+#: of a LeakyReLU kink (GAT's per-node scores: one such edge moves two rows of gradient by
+#: O(1), while the whole gradient stays within rounding); or not at all, where the libraries
+#: legitimately differ at ties (scatter-style min/max split them among tied sources).
+GRAD_CHECKS = ("elementwise", "norm", "none")
+
+
 def check(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
-          expected: Expected, rtol: float, grads: bool = True) -> None:
-    """Raises :class:`Mismatch` unless the output and (with ``grads``) every input gradient
-    match, within ``rtol`` times the largest expected magnitude (at least 1)."""
+          expected: Expected, rtol: float, grad_check: str = "elementwise") -> None:
+    """Raises :class:`Mismatch` unless the output matches element by element and every input
+    gradient matches as ``grad_check`` says (one of :data:`GRAD_CHECKS`)."""
+    if grad_check not in GRAD_CHECKS:
+        raise ValueError(f"grad_check must be one of {GRAD_CHECKS}, got {grad_check!r}")
     output = forward()
     compare("output", output, expected.output, rtol)
-    if not grads:
+    if grad_check == "none":
         return
     for index, (grad, want) in enumerate(zip(gradients(output, inputs, grad_output),
                                              expected.grads)):
-        compare(f"grad[{index}]", grad, want, rtol)
+        compare(f"grad[{index}]", grad, want, rtol, by_norm=grad_check == "norm")
 
 
 def _batch(device: torch.device) -> int:

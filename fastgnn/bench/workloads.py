@@ -38,9 +38,8 @@ class Implementation:
     forward: Optional[Callable[[], torch.Tensor]] = None
     backend: str = ""  # the fastgnn backend that runs, or the library
     skip: Optional[str] = None  # why it was not run
-    # False where gradients legitimately differ at ties: scatter-style min/max split them
-    # among tied sources, fastgnn gives them to the smallest source. Only the output is checked.
-    grads_checked: bool = True
+    # how the gradients are checked: measure.GRAD_CHECKS says which and why
+    grad_check: str = "elementwise"
 
 
 @dataclass
@@ -166,13 +165,13 @@ def _dgl_graph(ctx: Context):
         device=ctx.device)), None
 
 
-def _guarded(name: str, kind: str, library: str, make, grads_checked: bool = True):
+def _guarded(name: str, kind: str, library: str, make, grad_check: str = "elementwise"):
     """``make()`` returns ``(forward, None)`` or ``(None, reason)``; any exception is a skip."""
     try:
         forward, reason = make()
     except Exception as exc:  # noqa: BLE001
         forward, reason = None, f"{type(exc).__name__}: {exc}"
-    return Implementation(name, kind, forward, library, reason, grads_checked)
+    return Implementation(name, kind, forward, library, reason, grad_check)
 
 
 # ---- spmm per norm -----------------------------------------------------------------------------
@@ -241,8 +240,8 @@ def _minmax_case(ctx: Context, reduce: str) -> Case:
         return (lambda: op(block, x)), None
 
     impls += [_guarded("pyg-scatter", BASELINE, "torch_geometric", pyg_scatter,
-                       grads_checked=False),
-              _guarded(f"dgl-copy_u_{reduce}", BASELINE, "dgl", dgl_copy_u, grads_checked=False)]
+                       grad_check="none"),
+              _guarded(f"dgl-copy_u_{reduce}", BASELINE, "dgl", dgl_copy_u, grad_check="none")]
     return Case([x], lambda: reference.aggregate(g, x, reduce), impls)
 
 
@@ -338,7 +337,7 @@ def graph_attention(ctx: Context) -> Case:
 
 # ---- layers: stock PyG vs after fastgnn.enable --------------------------------------------------
 def _layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Module],
-                bipartite_ok: bool = True, ties_split: bool = False) -> Case:
+                bipartite_ok: bool = True, grad_check: str = "elementwise") -> Case:
     """The stock layer is the oracle and the baseline; the fastgnn row runs the same layer
     (same parameters) after ``fastgnn.enable``, and is skipped when enable swaps nothing."""
     g = ctx.graph
@@ -364,8 +363,7 @@ def _layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Module],
         return run(fast), None
 
     impls = [Implementation("pyg-stock", BASELINE, run(stock), "torch_geometric"),
-             _guarded("pyg+fastgnn.enable", FASTGNN, "fastgnn.enable", enabled,
-                      grads_checked=not ties_split)]
+             _guarded("pyg+fastgnn.enable", FASTGNN, "fastgnn.enable", enabled, grad_check)]
     return Case(inputs, run(stock), impls, oracle_name="pyg-stock")
 
 
@@ -381,25 +379,27 @@ def _pyg_layer(class_name: str, multi_head: bool = False, **kwargs):
     return make
 
 
-# name: (layer factory, runs on bipartite blocks, max aggregation: gradients split at ties)
+# name: (layer factory, runs on bipartite blocks, how gradients are checked: GATConv's scores
+# are rounded differently by the adapter (fastgnn._gat_scores), max aggregation splits ties)
 _LAYERS = {
     "gatv2conv": (_pyg_layer("GATv2Conv", multi_head=True, add_self_loops=False, bias=False),
-                  True, False),
+                  True, "elementwise"),
     "transformerconv": (_pyg_layer("TransformerConv", multi_head=True, root_weight=False,
-                                   bias=False), True, False),
-    "gcnconv": (_pyg_layer("GCNConv"), False, False),
+                                   bias=False), True, "elementwise"),
+    "gcnconv": (_pyg_layer("GCNConv"), False, "elementwise"),
     "gatconv": (_pyg_layer("GATConv", multi_head=True, add_self_loops=False, bias=False), True,
-                False),
-    "sageconv-max": (_pyg_layer("SAGEConv", aggr="max"), True, True),
+                "norm"),
+    "sageconv-max": (_pyg_layer("SAGEConv", aggr="max"), True, "none"),
 }
-for _name, (_make, _bipartite_ok, _ties_split) in _LAYERS.items():
+for _name, (_make, _bipartite_ok, _grad_check) in _LAYERS.items():
     register(_name, "layer")(functools.partial(_layer_case, make_layer=_make,
                                                bipartite_ok=_bipartite_ok,
-                                               ties_split=_ties_split))
+                                               grad_check=_grad_check))
 
 
 # ---- layers: stock DGL vs after fastgnn.enable --------------------------------------------------
-def _dgl_layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Module]) -> Case:
+def _dgl_layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Module],
+                    grad_check: str = "elementwise") -> Case:
     """The stock DGL layer on a block of the graph's edges is the oracle and the baseline; the
     fastgnn row runs the same layer (same parameters) after ``fastgnn.enable``."""
     x = ctx.features(ctx.graph.num_src_nodes, ctx.width)
@@ -421,7 +421,7 @@ def _dgl_layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Modu
         return run(fast), None
 
     impls = [Implementation("dgl-stock", BASELINE, run(stock), "dgl"),
-             _guarded("dgl+fastgnn.enable", FASTGNN, "fastgnn.enable", enabled)]
+             _guarded("dgl+fastgnn.enable", FASTGNN, "fastgnn.enable", enabled, grad_check)]
     return Case([x] + [p for p in stock.parameters() if p.requires_grad], run(stock), impls,
                 oracle_name="dgl-stock")
 
@@ -435,14 +435,16 @@ def _dgl_layer(class_name: str, multi_head: bool = False, *args, **kwargs):
     return make
 
 
+# name: (layer factory, how gradients are checked, as in _LAYERS)
 _DGL_LAYERS = {
     # GraphConv without weight and bias: the normalised propagation alone
-    "dgl-graphconv": _dgl_layer("GraphConv", weight=False, bias=False,
-                                allow_zero_in_degree=True),
-    "dgl-gatconv": _dgl_layer("GATConv", True, allow_zero_in_degree=True),
-    "dgl-gatv2conv": _dgl_layer("GATv2Conv", True, allow_zero_in_degree=True),
-    "dgl-dotgatconv": _dgl_layer("DotGatConv", True, allow_zero_in_degree=True),
-    "dgl-sageconv-pool": _dgl_layer("SAGEConv", False, "pool"),
+    "dgl-graphconv": (_dgl_layer("GraphConv", weight=False, bias=False,
+                                 allow_zero_in_degree=True), "elementwise"),
+    "dgl-gatconv": (_dgl_layer("GATConv", True, allow_zero_in_degree=True), "norm"),
+    "dgl-gatv2conv": (_dgl_layer("GATv2Conv", True, allow_zero_in_degree=True), "elementwise"),
+    "dgl-dotgatconv": (_dgl_layer("DotGatConv", True, allow_zero_in_degree=True), "elementwise"),
+    "dgl-sageconv-pool": (_dgl_layer("SAGEConv", False, "pool"), "elementwise"),
 }
-for _name, _make in _DGL_LAYERS.items():
-    register(_name, "layer")(functools.partial(_dgl_layer_case, make_layer=_make))
+for _name, (_make, _grad_check) in _DGL_LAYERS.items():
+    register(_name, "layer")(functools.partial(_dgl_layer_case, make_layer=_make,
+                                               grad_check=_grad_check))
