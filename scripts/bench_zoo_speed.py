@@ -23,7 +23,7 @@ from fastgnn.zoo.compare import main as compare
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "zoo",
                        "configs")
-MODELS = ("gcn", "sage", "gatv2", "gt", "maxk-sage")
+MODELS = ("gcn", "sage", "gat", "gatv2", "gt", "maxk-sage")
 
 
 def configs(families: List[str]) -> List[str]:
