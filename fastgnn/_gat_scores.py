@@ -22,7 +22,7 @@ def gat_scores(x: torch.Tensor, weight: Optional[torch.Tensor], h: torch.Tensor,
     ``h [N, H, C]`` is ``x [N, F] @ weight.T``. ``weight`` None (a projection that is not one
     bias-free linear map) takes the elementwise form."""
     heads, channels = h.shape[1], h.shape[2]
-    if weight is None or weight.dim() != 2 or x.dim() != 2 or x.shape[1] > heads * channels:
+    if weight is None or x.shape[-1] > heads * channels:
         return tuple((h * att).sum(dim=-1) for att in atts)
     per_head = weight.view(heads, channels, -1)
     folded = torch.cat([(per_head * att.reshape(heads, channels, 1)).sum(dim=1) for att in atts])
