@@ -24,13 +24,12 @@ import os
 import shutil
 import statistics
 import threading
-import time
 import warnings
 from typing import Dict, List, Optional
 
 import torch
-from lightning.pytorch.callbacks import Callback
 
+from fastgnn.zoo.callbacks import EpochTimer
 from fastgnn.zoo.cli import PROG, ConfigError, ZooCLI
 from fastgnn.zoo.module import BACKENDS
 
@@ -67,39 +66,6 @@ class _RssSampler:
     @property
     def increase(self) -> Optional[int]:
         return None if self.start is None else max(0, self.peak - self.start)
-
-
-class EpochTimer(Callback):
-    """Wall time of the training steps of each epoch."""
-
-    def __init__(self):
-        self.epoch_times: List[float] = []
-        self._epoch = 0.0
-        self._start = 0.0
-
-    @staticmethod
-    def _sync(pl_module):
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)
-
-    def on_train_epoch_start(self, trainer, pl_module):
-        self._epoch = 0.0
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._sync(pl_module)
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self._sync(pl_module)
-        self._epoch += time.perf_counter() - self._start
-
-    def on_train_epoch_end(self, trainer, pl_module):
-        self.epoch_times.append(self._epoch)
-
-    @property
-    def time_per_epoch(self) -> float:
-        steady = self.epoch_times[1:] or self.epoch_times
-        return statistics.median(steady) if steady else float("nan")
 
 
 def seed_overrides(seed: int, split_per_seed: bool) -> List[str]:

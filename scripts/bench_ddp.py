@@ -1,0 +1,179 @@
+"""Multi-GPU scaling of zoo mini-batch training: each config and model trained with Lightning
+DDP on 1, 2, 4, ... devices of one host (``fastgnn-zoo fit --trainer.strategy ddp``, one
+process per device, each rank sampling its own share of the seeds).
+
+    python scripts/bench_ddp.py --configs sage-powerlaw-minibatch,sage-ogbn-arxiv-minibatch \\
+        --archs sage,gatv2 --devices 1,2,4 --epochs 4 -- --data.init_args.sample_on_gpu=true
+
+Arguments after ``--`` go to every ``fit``. Per run: the training epoch's wall time (steps
+plus the time spent waiting for batches, the slowest rank's, median over the epochs after the
+first), the share of it spent waiting, and the best validation metric. Scaling is the
+one-device epoch time over the N-device one; efficiency is scaling / N. Rows are appended to a
+``.jsonl`` and the table is written beside it as ``.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from fastgnn.bench.report import device_name, device_tag, git_commit  # noqa: E402
+
+#: per model, the options that make it the issue's 3-layer, 256-wide model
+ARCH_OPTIONS = {"sage": [], "gatv2": ["--model.heads=4"], "gat": ["--model.heads=4"],
+                "gcn": [], "gin": []}
+TIMER = ["--trainer.callbacks+=fastgnn.zoo.callbacks.EpochTimer",
+         "--trainer.callbacks.log=true"]
+
+
+def fit_command(config: str, arch: str, devices: int, epochs: int, accelerator: str,
+                extra: List[str]) -> List[str]:
+    return [sys.executable, "-m", "fastgnn.zoo", "fit", "--config", config,
+            f"--model.arch={arch}", *ARCH_OPTIONS[arch], "--model.backend=fastgnn",
+            f"--trainer.accelerator={accelerator}", f"--trainer.devices={devices}",
+            "--trainer.strategy=" + ("ddp" if devices > 1 else "auto"),
+            f"--trainer.max_epochs={epochs}", "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false", *TIMER, *extra]
+
+
+def read_metrics(run_dir: str) -> Dict[int, Dict[str, float]]:
+    """The CSV logger's rows (rank 0's, values already reduced over ranks), merged per epoch."""
+    logs = glob.glob(os.path.join(run_dir, "lightning_logs", "*", "metrics.csv"))
+    if len(logs) != 1:
+        raise RuntimeError(f"expected one metrics.csv under {run_dir}, found {logs}")
+    epochs: Dict[int, Dict[str, float]] = {}
+    with open(logs[0]) as f:
+        for row in csv.DictReader(f):
+            values = {k: float(v) for k, v in row.items() if v not in ("", None)}
+            epochs.setdefault(int(values["epoch"]), {}).update(values)
+    return epochs
+
+
+def summarise(epochs: Dict[int, Dict[str, float]]) -> dict:
+    timed = [e for e in sorted(epochs) if "time/steps_s" in epochs[e]]
+    steady = timed[1:] or timed  # the first epoch builds caches and tunes kernels
+    walls = [epochs[e]["time/steps_s"] + epochs[e]["time/data_wait_s"] for e in steady]
+    waits = [epochs[e]["time/data_wait_s"] for e in steady]
+    metric = "val_acc" if any("val_acc" in v for v in epochs.values()) else next(
+        k for v in epochs.values() for k in v if k.startswith("val_") and k != "val_loss")
+    return {"epoch_s": statistics.median(walls),
+            "data_wait_share": statistics.median(w / t for w, t in zip(waits, walls)),
+            "epochs_timed": len(steady), "metric": metric,
+            "best_val": max(v[metric] for v in epochs.values() if metric in v)}
+
+
+def add_scaling(rows: List[dict]) -> None:
+    """Scaling against the same config and model on one device (absent: no scaling)."""
+    single = {(r["config"], r["arch"]): r["epoch_s"] for r in rows if r["devices"] == 1}
+    for r in rows:
+        base = single.get((r["config"], r["arch"]))
+        r["scaling"] = None if base is None else base / r["epoch_s"]
+        r["efficiency"] = None if base is None else r["scaling"] / r["devices"]
+
+
+def markdown(rows: List[dict]) -> str:
+    lines = ["| config | model | devices | epoch (s) | waiting for data | best val | scaling "
+             "| efficiency |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        scaling = "n/a" if r["scaling"] is None else f"{r['scaling']:.2f}x"
+        efficiency = "n/a" if r["efficiency"] is None else f"{100 * r['efficiency']:.0f}%"
+        lines.append(f"| {r['config']} | {r['arch']} | {r['devices']} | {r['epoch_s']:.3f} | "
+                     f"{100 * r['data_wait_share']:.1f}% | {r['metric']} {r['best_val']:.4f} | "
+                     f"{scaling} | {efficiency} |")
+    return "\n".join(lines) + "\n"
+
+
+def _list(text: str, kind=str) -> list:
+    return [kind(item) for item in text.split(",") if item.strip()]
+
+
+def main(argv=None) -> List[dict]:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default="sage-powerlaw-minibatch,sage-ogbn-arxiv-minibatch",
+                        help="zoo config names (zoo/configs/NAME.yaml) or paths")
+    parser.add_argument("--archs", default="sage,gatv2", help=f"of {', '.join(ARCH_OPTIONS)}")
+    parser.add_argument("--devices", default="1,2,4")
+    parser.add_argument("--epochs", type=int, default=4, help="the first is not timed")
+    parser.add_argument("--accelerator", default="gpu")
+    parser.add_argument("--work", default="bench-out/ddp", help="run folders")
+    parser.add_argument("--out", default=None, help="the .jsonl to append to (default: "
+                        "benchmarks/results/<date>-<device>-ddp-<commit>.jsonl)")
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    archs = _list(args.archs)
+    unknown = [a for a in archs if a not in ARCH_OPTIONS]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(ARCH_OPTIONS)}")
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    commit = git_commit()
+    device = torch.device("cuda" if args.accelerator in ("gpu", "cuda") else "cpu")
+    host = {"device_name": device_name(device), "device_count": torch.cuda.device_count(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__}
+    out = args.out or os.path.join(ROOT, "benchmarks", "results",
+                                   f"{date[:10]}-{device_tag(device)}-ddp-{commit}.jsonl")
+    rows, failed = [], []
+    for config in _list(args.configs):
+        path = config if config.endswith(".yaml") else os.path.join(
+            ROOT, "zoo", "configs", config + ".yaml")
+        name = os.path.splitext(os.path.basename(path))[0]
+        for arch in archs:
+            for devices in _list(args.devices, int):
+                run_dir = os.path.abspath(os.path.join(args.work, f"{name}-{arch}-{devices}"))
+                shutil.rmtree(run_dir, ignore_errors=True)
+                os.makedirs(run_dir)
+                # One rank per device shares the host's cores; torch would give each all.
+                threads = str(max(1, (os.cpu_count() or 1) // devices))
+                env = dict(os.environ, PYTHONUNBUFFERED="1",
+                           OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", threads))
+                command = fit_command(os.path.abspath(path), arch, devices, args.epochs,
+                                      args.accelerator, extra)
+                print(f"{name} {arch} devices={devices}", flush=True)
+                start = time.perf_counter()
+                with open(os.path.join(run_dir, "fit.log"), "w") as log:
+                    code = subprocess.run(command, cwd=run_dir, env=env, stdout=log,
+                                          stderr=subprocess.STDOUT).returncode
+                if code != 0:  # the other runs still go ahead
+                    print(f"  fit failed (exit {code}); see {run_dir}/fit.log", flush=True)
+                    failed.append(f"{name} {arch} devices={devices}")
+                    continue
+                row = {"config": name, "arch": arch, "devices": devices,
+                       "accelerator": args.accelerator, "epochs": args.epochs,
+                       "fit_wall_s": time.perf_counter() - start,
+                       **summarise(read_metrics(run_dir)), "extra": extra, **host,
+                       "fastgnn_commit": commit, "date": date}
+                print(f"  epoch {row['epoch_s']:.3f} s, waiting {100 * row['data_wait_share']:.1f}%"
+                      f", best {row['metric']} {row['best_val']:.4f}", flush=True)
+                rows.append(row)
+    add_scaling(rows)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    table = markdown(rows)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(f"DDP scaling on {host['device_name']} (host: {host['device_count']} GPUs, "
+                f"{host['cpu_count']} cores), {date}, commit {commit}, fit arguments {extra}"
+                "\n\n" + table)
+    print("\n" + table + f"\nappended to {out}", flush=True)
+    if failed:
+        sys.exit(f"failed: {'; '.join(failed)}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
