@@ -51,15 +51,9 @@ class StructureCache:
         ``structure._eager`` functions and ``structure.lookup``)."""
         key = (id(source), options)
         stamp = self._stamp(source)
-        # A hit takes no lock: dict reads and move_to_end are atomic, and a racing eviction
-        # (KeyError) only makes this call a miss.
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is source and entry[1] == stamp:
-            try:
-                self._entries.move_to_end(key)
-            except KeyError:
-                pass
-            return entry[2]
+        hit = self._hit(key, source, stamp)
+        if hit is not None:
+            return hit
         value = build()
         ref = weakref.ref(source, lambda dead, key=key: self._forget(key, dead))
         with self._lock:
@@ -69,6 +63,23 @@ class StructureCache:
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
         return value
+
+    def peek(self, source, options: Tuple):
+        """The value ``get`` would return for ``source`` and ``options`` without building:
+        None when there is none, or when ``source`` changed since."""
+        return self._hit((id(source), options), source, self._stamp(source))
+
+    def _hit(self, key, source, stamp):
+        # A hit takes no lock: dict reads and move_to_end are atomic, and a racing eviction
+        # (KeyError) only makes this call a miss.
+        entry = self._entries.get(key)
+        if entry is None or entry[0]() is not source or entry[1] != stamp:
+            return None
+        try:
+            self._entries.move_to_end(key)
+        except KeyError:
+            pass
+        return entry[2]
 
     def _forget(self, key, dead_ref) -> None:
         with self._lock:

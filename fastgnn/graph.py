@@ -373,6 +373,12 @@ class Graph:
         return Graph(move(self._rowptr), move(self._col), self._num_src, move(self._edge_perm),
                      cache_transpose=self.cache_transpose, _trusted=True)
 
+    def _derive(self, rowptr: torch.Tensor, col: torch.Tensor, num_src_nodes: int,
+                tag: tuple) -> "Graph":
+        """A trusted CSR graph built from this one (e.g. with self-loops added); ``tag`` names
+        the change. Subclasses keep their tuning class (a sampled batch's stays a size class)."""
+        return Graph(rowptr, col, num_src_nodes, None, _trusted=True)
+
     def cuda(self, device=None) -> "Graph":
         return self.to(device if device is not None else "cuda")
 

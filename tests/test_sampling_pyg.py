@@ -137,6 +137,30 @@ def test_loader_subgraph_layout_runs_enabled_models():
             torch.testing.assert_close(out[: b.batch_size], full[b.seeds], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("conv", ["gcn", "gatv2"])
+def test_self_loop_layers_keep_a_sampled_batch_in_its_tuning_size_class(conv):
+    """GCN and GAT layers rebuild a batch's structure with self-loops. The rebuilt graph must
+    keep the batch's size-class signature: an exact one (sizes, degree quantiles) makes the GPU
+    tuner time the kernels' launch plans again for every batch."""
+    from torch_geometric.nn import GATv2Conv, GCNConv
+    from fastgnn.sampling.sampler import _SampledGraph
+    data = _data(num_nodes=300, num_edges=3000)
+    graph = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)
+    layer = fastgnn.enable(GCNConv(6, 8) if conv == "gcn" else GATv2Conv(6, 4, heads=2))
+    loader = fastgnn.sampling.NeighborLoader(graph, [4, 4], torch.arange(300), batch_size=32,
+                                             features=data.x, layout="subgraph")
+    signatures = set()
+    for batch in loader:
+        layer(batch.x, batch.edge_index)
+        n = batch.graph.num_src_nodes
+        rebuilt = fastgnn.pyg.structure_cache.peek(batch.edge_index, ("rebuilt", "replace", n,
+                                                                      n, n))
+        assert rebuilt is not None and isinstance(rebuilt.graph, _SampledGraph)
+        assert rebuilt.graph.num_edges > batch.graph.num_edges - n  # its loops are in
+        signatures.add(rebuilt.graph.signature())
+    assert 1 <= len(signatures) <= 3  # size classes (powers of two), not one per batch
+
+
 def test_blocks_through_enabled_layers_equal_full_graph():
     data = _data()
     graph = fastgnn.Graph.from_edge_index(data.edge_index, num_nodes=data.num_nodes)

@@ -77,6 +77,16 @@ def test_sample_on_gpu_needs_a_cuda_trainer():
         fit_test(data, "sage", "fastgnn", max_epochs=1, hidden_channels=8)
 
 
+def test_features_too_large_for_the_gpu_stay_in_host_memory(monkeypatch):
+    from fastgnn.zoo.data.base import _storage_on
+    x, y = torch.randn(100, 8), torch.arange(100)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (2 * x.nbytes, 2**40))
+    with pytest.warns(UserWarning, match="stay in host memory"):
+        kept = _storage_on(torch.device("cuda", 0), x, y, None)
+    assert kept[0] is x and kept[1] is y and kept[2] is None
+    assert _storage_on(torch.device("cpu"), x, y, None)[0] is x
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("backend", ["pyg", "fastgnn"])
@@ -85,6 +95,7 @@ def test_sample_on_gpu_trains_and_scores_every_seed(backend):
     module, metrics = fit_test(data, "sage", backend, max_epochs=3, device="cuda",
                                hidden_channels=16)
     assert data._sampling_graph.device.type == "cuda"
+    assert all(t is None or t.is_cuda for t in data._storage)  # batches never leave the GPU
     assert 0.0 <= metrics["test_acc"] <= 1.0
     predictions = quiet_trainer(1, "cuda").predict(module, data)
     nodes = torch.cat([p["node"].cpu() for p in predictions])

@@ -252,6 +252,11 @@ def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
     keeps existing loops (PyG's add_self_loops), ``replace`` drops them first
     (remove_self_loops + add_self_loops, add_remaining_self_loops)."""
     graph = edges.graph
+    if graph is None:  # an edge_index registered with its graph (a sampled batch's)
+        registered = cache.peek(edges.source, ("plain", num_src, num_dst))
+        origin = registered.graph if registered is not None else None
+    else:
+        origin = graph
 
     def build():
         index = graph.edge_index() if graph is not None else edges.index.to(torch.int64)
@@ -267,7 +272,8 @@ def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
             new_loops = torch.arange(num_loops, device=index.device).repeat(2, 1)
             index = torch.cat([index, new_loops], 1)
         built = Graph.from_edge_index(index, num_src_nodes=num_src, num_dst_nodes=num_dst)
-        in_csr_order = Graph(built.rowptr, built.col, num_src, None, _trusted=True)
+        in_csr_order = (origin if origin is not None else built)._derive(
+            built.rowptr, built.col, num_src, ("loops", loops))
         return Structure(in_csr_order, True, built.edge_perm, kept, kept_dst, loop_at, loop_node,
                          num_loops if loops is not None else 0)
     return cache.get(edges.source, ("rebuilt", loops, num_src, num_dst, num_loops), build)

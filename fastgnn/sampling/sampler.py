@@ -60,9 +60,13 @@ class _SampledGraph(Graph):
             size_class(self.num_edges)))
 
     def _moved(self, move) -> "_SampledGraph":
-        graph = _SampledGraph(move(self.rowptr), move(self.col), self.num_src_nodes, None,
-                              _trusted=True)
-        graph._kind = self._kind
+        return self._derive(move(self.rowptr), move(self.col), self.num_src_nodes, ())
+
+    def _derive(self, rowptr, col, num_src_nodes, tag) -> "_SampledGraph":
+        # A layer's rebuilt structure (GCN's or GAT's self-loops) keeps the size class: with an
+        # exact signature every batch would time the kernels' launch choices again.
+        graph = _SampledGraph(rowptr, col, num_src_nodes, None, _trusted=True)
+        graph._kind = self._kind + tag
         return graph
 
 

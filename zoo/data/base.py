@@ -17,7 +17,10 @@ Options every data module takes (keyword arguments, after its own):
   ``batch_size`` nodes of a batch are its seeds). ``fanouts`` lists the neighbours drawn per
   layer, input layer first (-1: all). Under DDP each rank draws its own share of the seeds.
   Batches carry their sampled edges' ``edge_attr`` where the dataset has one.
-  ``sample_on_gpu`` keeps the graph on the training GPU and samples there.
+  ``sample_on_gpu`` keeps the graph on the training GPU and samples there; the features,
+  labels and edge features go there too when they take at most half of its free memory (else
+  they stay in host memory, with a warning), so that a batch never leaves the GPU. Under DDP
+  every rank holds its own copy on its own GPU.
 - ``reorder``: relabel the nodes once at load (``fastgnn.reorder``: "rcm", "degree" or
   "metis") so that neighbours get nearby ids; ``data.n_id`` keeps each node's original id, and
   predictions are written under it.
@@ -28,6 +31,7 @@ from typing import List, Optional
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 import fastgnn
@@ -69,6 +73,7 @@ class GraphDataModule(pl.LightningDataModule):
         self._data = None
         self._feature_density = None
         self._sampling_graph = None
+        self._storage = None  # (features, labels, edge features) where batches gather them
 
     def load(self):
         """Returns the PyG ``Data`` of split ``self.split`` (masks set), downloading only when
@@ -129,10 +134,12 @@ class GraphDataModule(pl.LightningDataModule):
                     raise ValueError("sample_on_gpu needs a trainer on a CUDA device")
                 graph = graph.to(device)
             self._sampling_graph = graph
+            self._storage = _storage_on(graph.device, data.x, data.y,
+                                        getattr(data, "edge_attr", None))
+        features, labels, edge_features = self._storage
         return NeighborLoader(self._sampling_graph, self.fanouts, seeds,
-                              batch_size=self.batch_size, shuffle=shuffle, features=data.x,
-                              labels=data.y, edge_features=getattr(data, "edge_attr", None),
-                              layout="subgraph",
+                              batch_size=self.batch_size, shuffle=shuffle, features=features,
+                              labels=labels, edge_features=edge_features, layout="subgraph",
                               device=self._sampling_graph.device)
 
     def train_dataloader(self):
@@ -148,3 +155,19 @@ class GraphDataModule(pl.LightningDataModule):
         if self.batch_size is None:
             return self._full_batch()
         return self._loader(torch.ones(self.data.num_nodes, dtype=torch.bool), shuffle=False)
+
+
+def _storage_on(device: torch.device, *tensors: Optional[torch.Tensor]) -> tuple:
+    """``tensors`` moved to ``device`` when it is a GPU with room for them (at most half of its
+    free memory), else as they are: a GPU sampler's batches then gather on the GPU instead of
+    copying their node ids to the host and their rows back."""
+    if device.type != "cuda":
+        return tensors
+    size = sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    free, _ = torch.cuda.mem_get_info(device)
+    if size > free // 2:
+        rank_zero_warn(f"sample_on_gpu: the features ({size / 2**30:.1f} GiB) stay in host "
+                       f"memory ({free / 2**30:.1f} GiB free on {device}); each batch gathers "
+                       f"its rows there")
+        return tensors
+    return tuple(None if t is None else t.to(device) for t in tensors)
