@@ -6,8 +6,11 @@ process per device, each rank sampling its own share of the seeds).
         --archs sage,gatv2 --devices 1,2,4 --epochs 4 -- --data.init_args.sample_on_gpu=true
 
 Arguments after ``--`` go to every ``fit``. Per run: the training epoch's wall time (steps
-plus the time spent waiting for batches, the slowest rank's, median over the epochs after the
-first), the share of it spent waiting, and the best validation metric. Scaling is the
+plus the time between them, the slowest rank's, median over the epochs after the
+first), the share of it spent between steps (fetching and moving batches, Lightning's hooks;
+see ``fastgnn.zoo.callbacks.EpochTimer``), the share spent fetching batches alone (waiting
+for data, from Lightning's SimpleProfiler, the slowest rank's over all epochs), and the best
+validation metric. Scaling is the
 one-device epoch time over the N-device one; efficiency is scaling / N. Rows are appended to a
 ``.jsonl`` and the table is written beside it as ``.md``.
 """
@@ -38,6 +41,10 @@ ARCH_OPTIONS = {"sage": [], "gatv2": ["--model.heads=4"], "gat": ["--model.heads
                 "gcn": [], "gin": []}
 TIMER = ["--trainer.callbacks+=fastgnn.zoo.callbacks.EpochTimer",
          "--trainer.callbacks.log=true"]
+# Lightning's SimpleProfiler, one report per rank in the run folder: it times the batch fetch
+PROFILER = ["--trainer.profiler=lightning.pytorch.profilers.SimpleProfiler",
+            "--trainer.profiler.dirpath=.", "--trainer.profiler.filename=profile"]
+FETCH, EPOCH = "[_TrainingEpochLoop].train_dataloader_next", "run_training_epoch"
 
 
 def fit_command(config: str, arch: str, devices: int, epochs: int, accelerator: str,
@@ -47,7 +54,7 @@ def fit_command(config: str, arch: str, devices: int, epochs: int, accelerator: 
             f"--trainer.accelerator={accelerator}", f"--trainer.devices={devices}",
             "--trainer.strategy=" + ("ddp" if devices > 1 else "auto"),
             f"--trainer.max_epochs={epochs}", "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false", *TIMER, *extra]
+            "--trainer.enable_model_summary=false", *TIMER, *PROFILER, *extra]
 
 
 def read_metrics(run_dir: str) -> Dict[int, Dict[str, float]]:
@@ -63,15 +70,32 @@ def read_metrics(run_dir: str) -> Dict[int, Dict[str, float]]:
     return epochs
 
 
+def fetch_share(run_dir: str) -> float:
+    """The share of the training epochs (all of them) that the slowest rank spent fetching
+    batches: the data wait, from the ranks' SimpleProfiler reports."""
+    shares = []
+    for path in glob.glob(os.path.join(run_dir, "fit-profile*.txt")):
+        totals = {}
+        with open(path) as f:
+            for line in f:
+                cells = [cell.strip() for cell in line.split("|")]
+                if len(cells) > 4 and cells[1] in (FETCH, EPOCH):
+                    totals[cells[1]] = float(cells[4])
+        shares.append(totals[FETCH] / totals[EPOCH])
+    if not shares:
+        raise RuntimeError(f"no profiler report under {run_dir}")
+    return max(shares)
+
+
 def summarise(epochs: Dict[int, Dict[str, float]]) -> dict:
     timed = [e for e in sorted(epochs) if "time/steps_s" in epochs[e]]
     steady = timed[1:] or timed  # the first epoch builds caches and tunes kernels
-    walls = [epochs[e]["time/steps_s"] + epochs[e]["time/data_wait_s"] for e in steady]
-    waits = [epochs[e]["time/data_wait_s"] for e in steady]
+    walls = [epochs[e]["time/steps_s"] + epochs[e]["time/between_steps_s"] for e in steady]
+    between = [epochs[e]["time/between_steps_s"] for e in steady]
     metric = "val_acc" if any("val_acc" in v for v in epochs.values()) else next(
         k for v in epochs.values() for k in v if k.startswith("val_") and k != "val_loss")
     return {"epoch_s": statistics.median(walls),
-            "data_wait_share": statistics.median(w / t for w, t in zip(waits, walls)),
+            "between_steps_share": statistics.median(b / t for b, t in zip(between, walls)),
             "epochs_timed": len(steady), "metric": metric,
             "best_val": max(v[metric] for v in epochs.values() if metric in v)}
 
@@ -86,13 +110,14 @@ def add_scaling(rows: List[dict]) -> None:
 
 
 def markdown(rows: List[dict]) -> str:
-    lines = ["| config | model | devices | epoch (s) | waiting for data | best val | scaling "
-             "| efficiency |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | model | devices | epoch (s) | waiting for data | between steps | best val "
+             "| scaling | efficiency |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         scaling = "n/a" if r["scaling"] is None else f"{r['scaling']:.2f}x"
         efficiency = "n/a" if r["efficiency"] is None else f"{100 * r['efficiency']:.0f}%"
         lines.append(f"| {r['config']} | {r['arch']} | {r['devices']} | {r['epoch_s']:.3f} | "
-                     f"{100 * r['data_wait_share']:.1f}% | {r['metric']} {r['best_val']:.4f} | "
+                     f"{100 * r['data_wait_share']:.1f}% | {100 * r['between_steps_share']:.1f}% | "
+                     f"{r['metric']} {r['best_val']:.4f} | "
                      f"{scaling} | {efficiency} |")
     return "\n".join(lines) + "\n"
 
@@ -154,9 +179,12 @@ def main(argv=None) -> List[dict]:
                 row = {"config": name, "arch": arch, "devices": devices,
                        "accelerator": args.accelerator, "epochs": args.epochs,
                        "fit_wall_s": time.perf_counter() - start,
-                       **summarise(read_metrics(run_dir)), "extra": extra, **host,
+                       **summarise(read_metrics(run_dir)),
+                       "data_wait_share": fetch_share(run_dir), "extra": extra, **host,
                        "fastgnn_commit": commit, "date": date}
-                print(f"  epoch {row['epoch_s']:.3f} s, waiting {100 * row['data_wait_share']:.1f}%"
+                print(f"  epoch {row['epoch_s']:.3f} s, waiting for data "
+                      f"{100 * row['data_wait_share']:.1f}%, between steps "
+                      f"{100 * row['between_steps_share']:.1f}%"
                       f", best {row['metric']} {row['best_val']:.4f}", flush=True)
                 rows.append(row)
     add_scaling(rows)

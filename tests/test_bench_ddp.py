@@ -16,20 +16,20 @@ bench_ddp = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_ddp)
 
 
-def test_summary_skips_the_first_epoch_and_adds_the_waiting():
-    epochs = {0: {"time/steps_s": 9.0, "time/data_wait_s": 9.0, "val_acc": 0.5},
-              1: {"time/steps_s": 1.5, "time/data_wait_s": 0.5, "val_acc": 0.7},
-              2: {"time/steps_s": 2.5, "time/data_wait_s": 0.5, "val_acc": 0.6},
-              3: {"time/steps_s": 3.0, "time/data_wait_s": 1.0}}
+def test_summary_skips_the_first_epoch_and_adds_the_time_between_steps():
+    epochs = {0: {"time/steps_s": 9.0, "time/between_steps_s": 9.0, "val_acc": 0.5},
+              1: {"time/steps_s": 1.5, "time/between_steps_s": 0.5, "val_acc": 0.7},
+              2: {"time/steps_s": 2.5, "time/between_steps_s": 0.5, "val_acc": 0.6},
+              3: {"time/steps_s": 3.0, "time/between_steps_s": 1.0}}
     row = bench_ddp.summarise(epochs)
     assert row["epoch_s"] == 3.0  # median of 2.0, 3.0, 4.0
-    assert row["data_wait_share"] == pytest.approx(0.25)  # median of 1/4, 1/6 and 1/4
+    assert row["between_steps_share"] == pytest.approx(0.25)  # median of 1/4, 1/6 and 1/4
     assert row["epochs_timed"] == 3
     assert (row["metric"], row["best_val"]) == ("val_acc", 0.7)
 
 
 def test_summary_falls_back_to_the_task_metric():
-    epochs = {0: {"time/steps_s": 1.0, "time/data_wait_s": 0.0, "val_loss": 0.1,
+    epochs = {0: {"time/steps_s": 1.0, "time/between_steps_s": 0.0, "val_loss": 0.1,
                   "val_rocauc": 0.8}}
     row = bench_ddp.summarise(epochs)
     assert (row["metric"], row["best_val"]) == ("val_rocauc", 0.8)
@@ -42,8 +42,23 @@ def test_scaling_is_against_one_device_of_the_same_config_and_model():
     bench_ddp.add_scaling(rows)
     assert rows[1]["scaling"] == pytest.approx(1.6) and rows[1]["efficiency"] == pytest.approx(0.8)
     assert rows[2]["scaling"] is None  # no one-device run of gatv2
-    assert "n/a" in bench_ddp.markdown([dict(r, data_wait_share=0.1, metric="val_acc",
-                                             best_val=0.5) for r in rows]).splitlines()[-1]
+    assert "n/a" in bench_ddp.markdown([dict(r, between_steps_share=0.1, data_wait_share=0.01,
+                                             metric="val_acc", best_val=0.5)
+                                        for r in rows]).splitlines()[-1]
+
+
+def test_data_wait_is_the_slowest_ranks_fetch_share(tmp_path):
+    def report(rank, fetch, epoch):
+        rows = [("Total", "-", "100", "9.0", "100 %"), ("run_training_epoch", "1.0", "2", epoch,
+                                                        "80"),
+                ("[_TrainingEpochLoop].train_dataloader_next", "0.1", "40", fetch, "3")]
+        (tmp_path / f"fit-profile-{rank}.txt").write_text("FIT Profiler Report\n" + "\n".join(
+            "|  " + "\t|  ".join(cells) + "\t|" for cells in rows))
+    report(0, "0.2", "8.0")
+    report(1, "0.4", "8.0")
+    assert bench_ddp.fetch_share(str(tmp_path)) == pytest.approx(0.05)
+    with pytest.raises(RuntimeError, match="no profiler report"):
+        bench_ddp.fetch_share(str(tmp_path / "missing"))
 
 
 class _Module:
@@ -56,21 +71,21 @@ class _Module:
         self.logged[name] = (value, options)
 
 
-def test_epoch_timer_splits_steps_from_waiting():
+def test_epoch_timer_splits_steps_from_the_time_between_them():
     from fastgnn.zoo.callbacks import EpochTimer
     timer, module = EpochTimer(log=True), _Module()
     timer.on_train_epoch_start(None, module)
     for i in range(2):
-        time.sleep(0.02)  # waiting for a batch
+        time.sleep(0.02)  # fetching a batch
         timer.on_train_batch_start(None, module, None, i)
         time.sleep(0.01)  # the step
         timer.on_train_batch_end(None, module, None, None, i)
     timer.on_train_epoch_end(None, module)
-    assert 0.04 <= timer.wait_times[0] < 0.06 + 0.02
+    assert 0.04 <= timer.between_times[0] < 0.06 + 0.02
     assert 0.02 <= timer.epoch_times[0] < 0.04 + 0.02
     assert timer.time_per_epoch == timer.epoch_times[0]
-    value, options = module.logged["time/data_wait_s"]
-    assert value == timer.wait_times[0]
+    value, options = module.logged["time/between_steps_s"]
+    assert value == timer.between_times[0]
     assert options["sync_dist"] and options["reduce_fx"] == "max"  # the slowest rank
 
 
@@ -84,7 +99,8 @@ def test_two_cpu_processes_give_rows_with_scaling(tmp_path):
                            "--data.init_args.num_nodes=400"])
     assert [r["devices"] for r in rows] == [1, 2]
     assert rows[0]["scaling"] == 1.0 and rows[1]["scaling"] > 0
-    assert all(0 <= r["data_wait_share"] < 1 and 0 < r["best_val"] <= 1 for r in rows)
+    assert all(0 <= r["data_wait_share"] <= r["between_steps_share"] < 1 and
+               0 < r["best_val"] <= 1 for r in rows)
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["devices"] for r in written] == [1, 2]
     assert "| quickstart | sage | 2 |" in (tmp_path / "ddp.md").read_text()

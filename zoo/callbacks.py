@@ -38,21 +38,22 @@ class PredictionWriter(BasePredictionWriter):
 
 class EpochTimer(Callback):
     """Per training epoch, the wall time of the training steps (forward, backward, optimizer
-    step) and the time the loop waited for its batches (sampling, gathering, the transfer to
-    the device: from the epoch's start or one step's end to the next step's start). CUDA is
-    synchronised at each step's start and end, so queued GPU work is not counted as waiting.
-    Validation is not counted.
+    step) and the loop's time between them: fetching the next batch (a fastgnn loader samples
+    and gathers ahead on a background thread), moving it to the device, and Lightning's own
+    per-step hooks and logging. CUDA is synchronised at each step's start and end, so queued
+    GPU work is counted in its step. Validation is not counted. (Lightning's
+    ``--trainer.profiler simple`` reports the batch fetch alone, as ``train_dataloader_next``.)
 
     With ``log=True`` both go to the logger each epoch as ``time/steps_s`` and
-    ``time/data_wait_s``; under DDP the slowest rank's. Add it from the command line with
+    ``time/between_steps_s``; under DDP the slowest rank's. Add it from the command line with
     ``--trainer.callbacks+=fastgnn.zoo.callbacks.EpochTimer --trainer.callbacks.log=true``.
     """
 
     def __init__(self, log: bool = False):
         self.log = log
         self.epoch_times: List[float] = []
-        self.wait_times: List[float] = []
-        self._steps = self._waited = self._mark = 0.0
+        self.between_times: List[float] = []
+        self._steps = self._between = self._mark = 0.0
 
     @staticmethod
     def _now(pl_module) -> float:
@@ -61,12 +62,12 @@ class EpochTimer(Callback):
         return time.perf_counter()
 
     def on_train_epoch_start(self, trainer, pl_module):
-        self._steps = self._waited = 0.0
+        self._steps = self._between = 0.0
         self._mark = self._now(pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         start = self._now(pl_module)
-        self._waited += start - self._mark
+        self._between += start - self._mark
         self._mark = start
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -76,9 +77,10 @@ class EpochTimer(Callback):
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.epoch_times.append(self._steps)
-        self.wait_times.append(self._waited)
+        self.between_times.append(self._between)
         if self.log:
-            for name, value in (("time/steps_s", self._steps), ("time/data_wait_s", self._waited)):
+            for name, value in (("time/steps_s", self._steps),
+                                ("time/between_steps_s", self._between)):
                 pl_module.log(name, value, on_epoch=True, sync_dist=True, reduce_fx="max")
 
     @property
