@@ -127,6 +127,25 @@ def test_blocks_dtypes_and_changed_structures_get_their_own_graph():
     assert fdgl.fastgnn_graph(graph).num_edges == base.num_edges + 1
 
 
+def test_a_blocks_graph_is_tuned_by_size_class_and_keeps_dgls_edge_order():
+    """Every mini-batch brings new blocks: an exact tuning signature would make the GPU tuner
+    time the kernels' launch choices again for each one."""
+    def size_class(n):
+        return 1 << max(0, n - 1).bit_length()
+    graph = make_graph("homogeneous")
+    for seeds in (torch.arange(10), torch.arange(10, 21)):
+        block = dgl.to_block(dgl.in_subgraph(graph, seeds), seeds)
+        of_block, exact = fdgl.fastgnn_graph(block), fastgnn.Graph.from_dgl(block)
+        assert of_block.signature() == ("dgl-block", size_class(block.num_src_nodes()),
+                                        size_class(block.num_dst_nodes()),
+                                        size_class(block.num_edges()))
+        assert torch.equal(of_block.rowptr, exact.rowptr) and torch.equal(of_block.col, exact.col)
+        assert (of_block.edge_perm is None) == (exact.edge_perm is None)
+        if exact.edge_perm is not None:
+            assert torch.equal(of_block.edge_perm, exact.edge_perm)
+    assert fdgl.fastgnn_graph(graph).signature()[0] != "dgl-block"  # whole graphs stay exact
+
+
 def test_cache_never_keeps_graphs_alive():
     graph = make_graph("block")
     fdgl.fastgnn_graph(graph)

@@ -15,6 +15,7 @@ import torch
 
 from fastgnn._adapter import StructureCache, Unsupported
 from fastgnn.graph import Graph
+from fastgnn.sampling.sampler import _SampledGraph
 
 
 # The structure objects are immutable (DGL replaces them on change): no stamp needed.
@@ -28,7 +29,14 @@ def fastgnn_graph(dgl_graph) -> Graph:
     Raises :class:`Unsupported` for graphs with several edge types."""
     if len(dgl_graph.canonical_etypes) != 1:
         raise Unsupported("a heterograph with several edge types")
-    return cache.get(dgl_graph._graph, (), lambda: Graph.from_dgl(dgl_graph))
+    return cache.get(dgl_graph._graph, (), lambda: _from_dgl(dgl_graph))
+
+
+def _from_dgl(dgl_graph) -> Graph:
+    graph = Graph.from_dgl(dgl_graph)
+    if dgl_graph.is_block:  # one mini-batch's (an MFG): tuned by size class, not once a batch
+        return _SampledGraph.of(graph, ("dgl-block",))
+    return graph
 
 
 def to_edge_order(graph: Graph, csr_values: torch.Tensor) -> torch.Tensor:

@@ -59,15 +59,28 @@ class _SampledGraph(Graph):
             size_class(self.num_src_nodes), size_class(self.num_dst_nodes),
             size_class(self.num_edges)))
 
+    @staticmethod
+    def of(graph: Graph, kind: tuple) -> "_SampledGraph":
+        """``graph``'s arrays (edge order included) as one mini-batch's graph of ``kind``."""
+        return _sampled(graph.rowptr, graph.col, graph.num_src_nodes, kind, graph.edge_perm,
+                        graph.cache_transpose)
+
     def _moved(self, move) -> "_SampledGraph":
-        return self._derive(move(self.rowptr), move(self.col), self.num_src_nodes, ())
+        return _sampled(move(self.rowptr), move(self.col), self.num_src_nodes, self._kind,
+                        move(self.edge_perm), self.cache_transpose)
 
     def _derive(self, rowptr, col, num_src_nodes, tag) -> "_SampledGraph":
         # A layer's rebuilt structure (GCN's or GAT's self-loops) keeps the size class: with an
         # exact signature every batch would time the kernels' launch choices again.
-        graph = _SampledGraph(rowptr, col, num_src_nodes, None, _trusted=True)
-        graph._kind = self._kind + tag
-        return graph
+        return _sampled(rowptr, col, num_src_nodes, self._kind + tag)
+
+
+def _sampled(rowptr, col, num_src_nodes, kind: tuple, edge_perm=None,
+             cache_transpose: bool = True) -> _SampledGraph:
+    graph = _SampledGraph(rowptr, col, num_src_nodes, edge_perm, cache_transpose=cache_transpose,
+                          _trusted=True)
+    graph._kind = kind
+    return graph
 
 
 class Block(_SampledGraph):
@@ -273,9 +286,7 @@ def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes:
     device = rowptrs[0].device
     parts.append(torch.full((num_nodes - rows + 1,), total, dtype=dtype, device=device))
     col = torch.cat([c.to(dtype) for c in cols])
-    graph = _SampledGraph(torch.cat(parts), col, num_nodes, None, _trusted=True)
-    graph._kind = kind
-    return graph
+    return _sampled(torch.cat(parts), col, num_nodes, kind)
 
 
 def _check_fanouts(fanouts) -> List[int]:
