@@ -11,8 +11,10 @@ first), the share of it spent between steps (fetching and moving batches, Lightn
 see ``fastgnn.zoo.callbacks.EpochTimer``), the share spent fetching batches alone (waiting
 for data, from Lightning's SimpleProfiler, the slowest rank's over all epochs), and the best
 validation metric. Scaling is the
-one-device epoch time over the N-device one; efficiency is scaling / N. Rows are appended to a
-``.jsonl`` and the table is written beside it as ``.md``.
+one-device epoch time over the N-device one; efficiency is scaling / N. Each row is appended
+to a ``.jsonl`` as its run ends (device counts run in rising order, so a row's scaling is known
+then), and the table is written beside it as ``.md`` at the end. ``--fit-timeout`` ends a run
+that takes longer (it then has no row) and goes on with the next.
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ import glob
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -122,6 +125,22 @@ def markdown(rows: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fit(command: List[str], run_dir: str, env: dict, timeout) -> Optional[str]:
+    """Runs one fit in its own process group (DDP ranks included). Returns None when it
+    succeeds, else why not ("exit N", or "timed out" after ``timeout`` seconds, when the whole
+    group is killed)."""
+    with open(os.path.join(run_dir, "fit.log"), "w") as log:
+        process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return "timed out"
+    return None if code == 0 else f"exit {code}"
+
+
 def _list(text: str, kind=str) -> list:
     return [kind(item) for item in text.split(",") if item.strip()]
 
@@ -136,6 +155,8 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--devices", default="1,2,4")
     parser.add_argument("--epochs", type=int, default=4, help="the first is not timed")
     parser.add_argument("--accelerator", default="gpu")
+    parser.add_argument("--fit-timeout", type=float, default=None,
+                        help="seconds one fit may take (default: no limit)")
     parser.add_argument("--work", default="bench-out/ddp", help="run folders")
     parser.add_argument("--out", default=None, help="the .jsonl to append to (default: "
                         "benchmarks/results/<date>-<device>-ddp-<commit>.jsonl)")
@@ -152,12 +173,13 @@ def main(argv=None) -> List[dict]:
     out = args.out or os.path.join(ROOT, "benchmarks", "results",
                                    f"{date[:10]}-{device_tag(device)}-ddp-{commit}.jsonl")
     rows, failed = [], []
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     for config in _list(args.configs):
         path = config if config.endswith(".yaml") else os.path.join(
             ROOT, "zoo", "configs", config + ".yaml")
         name = os.path.splitext(os.path.basename(path))[0]
         for arch in archs:
-            for devices in _list(args.devices, int):
+            for devices in sorted(_list(args.devices, int)):
                 run_dir = os.path.abspath(os.path.join(args.work, f"{name}-{arch}-{devices}"))
                 shutil.rmtree(run_dir, ignore_errors=True)
                 os.makedirs(run_dir)
@@ -169,11 +191,9 @@ def main(argv=None) -> List[dict]:
                                       args.accelerator, extra)
                 print(f"{name} {arch} devices={devices}", flush=True)
                 start = time.perf_counter()
-                with open(os.path.join(run_dir, "fit.log"), "w") as log:
-                    code = subprocess.run(command, cwd=run_dir, env=env, stdout=log,
-                                          stderr=subprocess.STDOUT).returncode
-                if code != 0:  # the other runs still go ahead
-                    print(f"  fit failed (exit {code}); see {run_dir}/fit.log", flush=True)
+                error = _fit(command, run_dir, env, args.fit_timeout)
+                if error:  # the other runs still go ahead
+                    print(f"  fit failed ({error}); see {run_dir}/fit.log", flush=True)
                     failed.append(f"{name} {arch} devices={devices}")
                     continue
                 row = {"config": name, "arch": arch, "devices": devices,
@@ -187,11 +207,9 @@ def main(argv=None) -> List[dict]:
                       f"{100 * row['between_steps_share']:.1f}%"
                       f", best {row['metric']} {row['best_val']:.4f}", flush=True)
                 rows.append(row)
-    add_scaling(rows)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+                add_scaling(rows)
+                with open(out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
     table = markdown(rows)
     with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(f"DDP scaling on {host['device_name']} (host: {host['device_count']} GPUs, "

@@ -89,18 +89,43 @@ def test_epoch_timer_splits_steps_from_the_time_between_them():
     assert options["sync_dist"] and options["reduce_fx"] == "max"  # the slowest rank
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_fit_past_its_timeout_is_killed_with_its_children(tmp_path):
+    import sys
+    marker = tmp_path / "child.pid"
+    # a parent that starts a child (as a DDP launcher starts ranks), both sleeping
+    script = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+              f"'import time; time.sleep(60)']); open({str(marker)!r}, 'w').write(str(c.pid)); "
+              f"time.sleep(60)")
+    start = time.perf_counter()
+    error = bench_ddp._fit([sys.executable, "-c", script], str(tmp_path), dict(os.environ), 3)
+    assert error == "timed out" and time.perf_counter() - start < 30
+    child = int(marker.read_text())
+    time.sleep(0.2)
+    try:  # gone, or a zombie waiting for a parent to reap it
+        with open(f"/proc/{child}/stat") as f:
+            assert f.read().split(") ")[1][0] == "Z"
+    except FileNotFoundError:
+        pass
+    assert bench_ddp._fit([sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path),
+                          dict(os.environ), 30) == "exit 3"
+    assert bench_ddp._fit([sys.executable, "-c", "pass"], str(tmp_path), dict(os.environ),
+                          30) is None
+
+
 @pytest.mark.slow
 def test_two_cpu_processes_give_rows_with_scaling(tmp_path):
     out = tmp_path / "ddp.jsonl"
-    rows = bench_ddp.main(["--configs", "quickstart", "--archs", "sage", "--devices", "1,2",
+    rows = bench_ddp.main(["--configs", "quickstart", "--archs", "sage", "--devices", "2,1",
                            "--epochs", "2", "--accelerator", "cpu", "--work",
                            str(tmp_path / "runs"), "--out", str(out), "--",
                            "--data.init_args.batch_size=64", "--data.init_args.fanouts=[5, 5]",
                            "--data.init_args.num_nodes=400"])
-    assert [r["devices"] for r in rows] == [1, 2]
+    assert [r["devices"] for r in rows] == [1, 2]  # rising, so each row's scaling is known
     assert rows[0]["scaling"] == 1.0 and rows[1]["scaling"] > 0
     assert all(0 <= r["data_wait_share"] <= r["between_steps_share"] < 1 and
                0 < r["best_val"] <= 1 for r in rows)
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["devices"] for r in written] == [1, 2]
+    assert written[1]["scaling"] == rows[1]["scaling"]
     assert "| quickstart | sage | 2 |" in (tmp_path / "ddp.md").read_text()
