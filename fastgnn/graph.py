@@ -255,6 +255,14 @@ class Graph:
             return threshold, rows[~heavy], rows[heavy]
         return self.cached(("buckets", float(quantile), by_degree), build)
 
+    #: whether ``signature`` is already the coarse ``size_classes`` (a mini-batch's graph)
+    tuned_by_size = False
+
+    def size_classes(self) -> Tuple[int, int, int]:
+        """Sources, destinations and edges rounded up to powers of two (no device work)."""
+        return tuple(1 << max(0, n - 1).bit_length()
+                     for n in (self._num_src, self._num_dst, self.num_edges))
+
     def signature(self) -> Tuple:
         """A short description of the structure for tuning keys: sizes and degree shape."""
         def build():

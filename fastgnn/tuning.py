@@ -7,6 +7,11 @@ unless disabled, in a JSON file under the cache directory. ``FASTGNN_TUNE=0`` al
 the default; ``FASTGNN_TUNE_CACHE=0`` keeps choices in memory only; ``FASTGNN_CACHE_DIR``
 moves the file (default ``~/.cache/fastgnn``). No tuning happens while ``torch.compile``
 traces or a CUDA graph is being captured: the cached choice, or the default, is used.
+
+Graph signatures are exact (sizes and degree shape) for the first ``EXACT_STRUCTURES``
+structures timed per (op, width, dtype, device) in a process; later new structures, and
+mini-batch graphs from the start (``Graph.tuned_by_size``), are keyed by their sizes rounded up
+to powers of two, so that a loader's stream of batches is not timed batch by batch.
 """
 from __future__ import annotations
 
@@ -77,8 +82,18 @@ def device_name(device: torch.device) -> str:
     return f"cpu{torch.get_num_threads()}"
 
 
-def make_key(op: str, graph, width: int, dtype: torch.dtype, device) -> str:
-    signature = "x".join(str(v) for v in graph.signature())
+#: Structures timed one by one per (op, width, dtype, device) before further new ones are keyed
+#: by their size classes instead: a stream of new graphs (mini-batches from a loader fastgnn does
+#: not see, such as PyG's own NeighborLoader) would otherwise time the candidates again for every
+#: batch. fastgnn's sampled batches and DGL's blocks are keyed by size from the start.
+EXACT_STRUCTURES = 16
+_raced: Dict[tuple, int] = {}  # (op, width, dtype, device name) -> structures timed one by one
+
+
+def make_key(op: str, graph, width: int, dtype: torch.dtype, device,
+             by_size: bool = False) -> str:
+    signature = ("size",) + graph.size_classes() if by_size else graph.signature()
+    signature = "x".join(str(v) for v in signature)
     return f"{op}|{signature}|{width}|{str(dtype).replace('torch.', '')}|{device_name(device)}"
 
 
@@ -183,7 +198,10 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
         raise ValueError(f"default {default!r} is not among the candidates {list(candidates)}")
     if not enabled() or len(candidates) == 1:
         return default
-    key = make_key(op, graph, width, dtype, device)
+    kind = (op, width, dtype, device_name(device))
+    one_by_one = not graph.tuned_by_size and _raced.get(kind, 0) < EXACT_STRUCTURES
+    key = make_key(op, graph, width, dtype, device,
+                   by_size=not graph.tuned_by_size and not one_by_one)
     with _lock:
         if not _loaded_disk:
             _load_disk()
@@ -192,6 +210,8 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
         return cached
     if not can_time(device):
         return default
+    if one_by_one:
+        _raced[kind] = _raced.get(kind, 0) + 1
     best = _fastest(_race(candidates, device), penalties, default)
     if best != default:
         # Leaving the default takes a second win against it: a race disturbed once (another
@@ -217,6 +237,7 @@ def clear(memory: bool = True, disk: bool = False) -> None:
     with _lock:
         if memory:
             _memory.clear()
+            _raced.clear()
             _loaded_disk = False
         path = cache_path()
         if disk and path and os.path.exists(path):

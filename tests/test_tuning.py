@@ -57,6 +57,34 @@ def test_keys_separate_width_dtype_and_op(fresh_cache, graph):
     assert len(keys) == 4
 
 
+def test_a_stream_of_new_structures_is_timed_by_size_class_past_a_bound(fresh_cache,
+                                                                           monkeypatch):
+    """Mini-batches from a loader fastgnn does not see (PyG's own NeighborLoader) are a new
+    structure each: past EXACT_STRUCTURES timed one by one, new ones share a key per size
+    class instead of timing the candidates again for every batch."""
+    from fastgnn.sampling.sampler import _sampled
+    monkeypatch.setattr(tuning, "EXACT_STRUCTURES", 2)
+    cpu = torch.device("cpu")
+
+    def batch(seed):  # another exact signature (edge count), the same size class (512)
+        gen = torch.Generator().manual_seed(seed)
+        edges = torch.randint(0, 50, (2, 260 + 20 * seed), generator=gen)
+        return fastgnn.Graph.from_edge_index(edges, num_nodes=50)
+
+    def races(graph, op="op"):
+        calls = []
+        tuning.choose(op, graph, 64, torch.float32, cpu, candidates(calls), "slow")
+        return len(calls) > 0
+
+    sampled = batch(99)
+    sampled = _sampled(sampled.rowptr, sampled.col, 50, ("block", 5))
+    assert races(sampled)  # keyed by size from the start, and not counted
+    assert [races(batch(seed)) for seed in range(5)] == [True, True, True, False, False]
+    assert races(batch(0), op="other")  # the bound is per op (and width, dtype, device)
+    tuning.clear()  # counts again from 0; the size class's choice stays on disk
+    assert [races(batch(seed)) for seed in (7, 8, 9)] == [True, True, False]
+
+
 def test_disabled_tuning_returns_default(fresh_cache, graph, monkeypatch):
     monkeypatch.setenv("FASTGNN_TUNE", "0")
     calls = []

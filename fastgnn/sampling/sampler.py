@@ -51,13 +51,10 @@ class _SampledGraph(Graph):
     built only when tuning asks: every batch has its own sizes, and ``fastgnn.tuning`` would
     otherwise time the kernels' launch choices anew for each one."""
     _kind: tuple = ()
+    tuned_by_size = True
 
     def signature(self) -> tuple:
-        def size_class(n: int) -> int:
-            return 1 << max(0, n - 1).bit_length()
-        return self.cached("signature", lambda: self._kind + (
-            size_class(self.num_src_nodes), size_class(self.num_dst_nodes),
-            size_class(self.num_edges)))
+        return self.cached("signature", lambda: self._kind + self.size_classes())
 
     @staticmethod
     def of(graph: Graph, kind: tuple) -> "_SampledGraph":
