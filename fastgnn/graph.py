@@ -43,7 +43,7 @@ def _row_pointers(sorted_key: torch.Tensor, num_rows: int, stride: int) -> torch
     """Row pointers of a CSR whose edges carry sorted keys ``row * stride + column``.
 
     A binary search per row boundary: deterministic on every device, unlike bincount."""
-    bounds = torch.arange(num_rows + 1, dtype=torch.int64, device=sorted_key.device) * stride
+    bounds = torch.arange(num_rows + 1, dtype=sorted_key.dtype, device=sorted_key.device) * stride
     return torch.searchsorted(sorted_key, bounds)
 
 
@@ -209,7 +209,7 @@ class Graph:
     def out_degree(self) -> torch.Tensor:
         """Out-degree of each source (int64)."""
         def build():
-            sorted_col = torch.sort(self._col.to(torch.int64)).values
+            sorted_col = torch.sort(self._col).values
             rowptr_t = _row_pointers(sorted_col, self._num_src, 1)
             return rowptr_t[1:] - rowptr_t[:-1]
         return self.cached("out_degree", build)
@@ -282,10 +282,11 @@ class Graph:
         ``cache_transpose`` is False, in which case it is rebuilt on each call.
         """
         def build():
-            key = self._col.to(torch.int64) * max(self._num_dst, 1) + self.row.to(torch.int64)
-            sorted_key, perm = torch.sort(key, stable=True)
-            col_t = (sorted_key % max(self._num_dst, 1)).to(self.index_dtype)
-            rowptr_t = _row_pointers(sorted_key, self._num_src, max(self._num_dst, 1))
+            # CSR edges are in row order, so a stable sort by column alone puts them in
+            # (column, row) order: half the key width of sorting on column * rows + row.
+            sorted_col, perm = torch.sort(self._col, stable=True)
+            col_t = self.row[perm].to(self.index_dtype)
+            rowptr_t = _row_pointers(sorted_col, self._num_src, 1)
             return rowptr_t.to(self.index_dtype), col_t, perm.to(self.index_dtype)
         if not self.cache_transpose:
             return build()
@@ -304,9 +305,10 @@ class Graph:
 
         def build():
             in_deg = self.in_degree.clamp(min=1).to(torch.float64)
-            out_deg = self.out_degree.clamp(min=1).to(torch.float64)
             row, col = self.row.to(torch.int64), self._col.to(torch.int64)
             coef = torch.ones(self.num_edges, dtype=torch.float64, device=self.device)
+            if norm in ("left", "both"):  # out-degrees take a sort: only the norms that use them
+                out_deg = self.out_degree.clamp(min=1).to(torch.float64)
             if norm == "left":
                 coef = coef / out_deg[col]
             elif norm == "right":

@@ -51,6 +51,20 @@ def test_transpose_is_source_major_with_perm():
     assert g.transpose()[0] is rowptr_t  # cached
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])])
+@pytest.mark.parametrize("num_dst", [None, 17])
+def test_transpose_orders_by_source_then_destination_then_csr_position(device, num_dst):
+    """The backward passes walk this order, so it must be unique: duplicates (multi-edges)
+    keep their CSR order."""
+    g, _ = random_graph(40, 600, num_dst=num_dst, seed=5, device=device)  # many duplicates
+    _, col_t, perm_t = g.transpose()
+    src, dst = g.col.long().cpu(), g.row.long().cpu()
+    expected = sorted(range(g.num_edges), key=lambda p: (int(src[p]), int(dst[p]), p))
+    assert perm_t.long().cpu().tolist() == expected
+    assert torch.equal(col_t.long().cpu(), dst[expected])
+
+
 def test_transpose_not_cached_when_disabled():
     g = fastgnn.Graph.from_edge_index(tiny_edge_index(), num_nodes=4, cache_transpose=False)
     assert g.transpose()[0] is not g.transpose()[0]
@@ -83,6 +97,19 @@ def test_symmetry_flag():
     sym = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
     assert fastgnn.Graph.from_edge_index(sym, num_nodes=3).is_symmetric
     assert not fastgnn.Graph.from_edge_index(sym[:, :3], num_nodes=3).is_symmetric
+
+
+def test_norms_without_out_degrees_do_not_sort_for_them(monkeypatch):
+    """Out-degrees take a sort of every edge, which a mini-batch pays per batch: only the
+    "left" and "both" norms may build them."""
+    def no_sort(self):
+        raise AssertionError("out_degree built")
+    monkeypatch.setattr(fastgnn.Graph, "out_degree", property(no_sort))
+    g, _ = random_graph(30, 100, seed=2)
+    for norm, reduce in (("none", "mean"), ("right", "sum"), ("right", "mean")):
+        assert g.norm_values(norm, reduce) is not None
+    with pytest.raises(AssertionError, match="out_degree built"):
+        g.norm_values("both")
 
 
 def test_norm_values_follow_dgl_graphconv():
