@@ -9,9 +9,10 @@ moves the file (default ``~/.cache/fastgnn``). No tuning happens while ``torch.c
 traces or a CUDA graph is being captured: the cached choice, or the default, is used.
 
 Graph signatures are exact (sizes and degree shape) for the first ``EXACT_STRUCTURES``
-structures timed per (op, width, dtype, device) in a process; later new structures, and
-mini-batch graphs from the start (``Graph.tuned_by_size``), are keyed by their sizes rounded up
-to powers of two, so that a loader's stream of batches is not timed batch by batch.
+structures of one size class (sizes rounded up to powers of two) timed per (op, width, dtype,
+device) in a process; later new structures of that class, and mini-batch graphs from the start
+(``Graph.tuned_by_size``), are keyed by the class, so that a loader's stream of batches is not
+timed batch by batch.
 """
 from __future__ import annotations
 
@@ -82,12 +83,14 @@ def device_name(device: torch.device) -> str:
     return f"cpu{torch.get_num_threads()}"
 
 
-#: Structures timed one by one per (op, width, dtype, device) before further new ones are keyed
-#: by their size classes instead: a stream of new graphs (mini-batches from a loader fastgnn does
-#: not see, such as PyG's own NeighborLoader) would otherwise time the candidates again for every
-#: batch. fastgnn's sampled batches and DGL's blocks are keyed by size from the start.
+#: Structures of one size class timed one by one per (op, width, dtype, device) before further
+#: new ones of that class are keyed by the class instead: a stream of new graphs of about the
+#: same size (mini-batches from a loader fastgnn does not see, such as PyG's own NeighborLoader)
+#: would otherwise time the candidates again for every batch, while different graphs (or one
+#: graph in a few node orders) rarely share a class. fastgnn's sampled batches and DGL's blocks
+#: are keyed by size from the start.
 EXACT_STRUCTURES = 16
-_raced: Dict[tuple, int] = {}  # (op, width, dtype, device name) -> structures timed one by one
+_raced: Dict[tuple, int] = {}  # (op, width, dtype, device name, size classes) -> structures
 
 
 def make_key(op: str, graph, width: int, dtype: torch.dtype, device,
@@ -198,7 +201,7 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
         raise ValueError(f"default {default!r} is not among the candidates {list(candidates)}")
     if not enabled() or len(candidates) == 1:
         return default
-    kind = (op, width, dtype, device_name(device))
+    kind = (op, width, dtype, device_name(device), graph.size_classes())
     one_by_one = not graph.tuned_by_size and _raced.get(kind, 0) < EXACT_STRUCTURES
     key = make_key(op, graph, width, dtype, device,
                    by_size=not graph.tuned_by_size and not one_by_one)

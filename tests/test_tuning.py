@@ -60,8 +60,8 @@ def test_keys_separate_width_dtype_and_op(fresh_cache, graph):
 def test_a_stream_of_new_structures_is_timed_by_size_class_past_a_bound(fresh_cache,
                                                                            monkeypatch):
     """Mini-batches from a loader fastgnn does not see (PyG's own NeighborLoader) are a new
-    structure each: past EXACT_STRUCTURES timed one by one, new ones share a key per size
-    class instead of timing the candidates again for every batch."""
+    structure each: past EXACT_STRUCTURES of one size class timed one by one, new ones of that
+    class share its key instead of timing the candidates again for every batch."""
     from fastgnn.sampling.sampler import _sampled
     monkeypatch.setattr(tuning, "EXACT_STRUCTURES", 2)
     cpu = torch.device("cpu")
@@ -81,6 +81,8 @@ def test_a_stream_of_new_structures_is_timed_by_size_class_past_a_bound(fresh_ca
     assert races(sampled)  # keyed by size from the start, and not counted
     assert [races(batch(seed)) for seed in range(5)] == [True, True, True, False, False]
     assert races(batch(0), op="other")  # the bound is per op (and width, dtype, device)
+    other_class = fastgnn.Graph.from_edge_index(torch.randint(0, 50, (2, 600)), num_nodes=50)
+    assert races(other_class)  # and per size class: other graphs are still timed exactly
     tuning.clear()  # counts again from 0; the size class's choice stays on disk
     assert [races(batch(seed)) for seed in (7, 8, 9)] == [True, True, False]
 
