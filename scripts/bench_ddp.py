@@ -38,6 +38,7 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 from fastgnn.bench.report import device_name, device_tag, git_commit  # noqa: E402
+from fastgnn.zoo.compare import _list  # noqa: E402  (its comma-separated lists)
 
 #: per model, the options that make it the issue's 3-layer, 256-wide model
 ARCH_OPTIONS = {"sage": [], "gatv2": ["--model.heads=4"], "gat": ["--model.heads=4"],
@@ -141,10 +142,6 @@ def _fit(command: List[str], run_dir: str, env: dict, timeout) -> Optional[str]:
     return None if code == 0 else f"exit {code}"
 
 
-def _list(text: str, kind=str) -> list:
-    return [kind(item) for item in text.split(",") if item.strip()]
-
-
 def main(argv=None) -> List[dict]:
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -161,7 +158,11 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--out", default=None, help="the .jsonl to append to (default: "
                         "benchmarks/results/<date>-<device>-ddp-<commit>.jsonl)")
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    archs = _list(args.archs)
+    try:
+        configs, archs = _list(args.configs), _list(args.archs)
+        device_counts = sorted(_list(args.devices, int))
+    except ValueError as exc:
+        parser.error(f"--configs, --archs and --devices take comma-separated lists: {exc}")
     unknown = [a for a in archs if a not in ARCH_OPTIONS]
     if unknown:
         parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(ARCH_OPTIONS)}")
@@ -174,12 +175,12 @@ def main(argv=None) -> List[dict]:
                                    f"{date[:10]}-{device_tag(device)}-ddp-{commit}.jsonl")
     rows, failed = [], []
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    for config in _list(args.configs):
+    for config in configs:
         path = config if config.endswith(".yaml") else os.path.join(
             ROOT, "zoo", "configs", config + ".yaml")
         name = os.path.splitext(os.path.basename(path))[0]
         for arch in archs:
-            for devices in sorted(_list(args.devices, int)):
+            for devices in device_counts:
                 run_dir = os.path.abspath(os.path.join(args.work, f"{name}-{arch}-{devices}"))
                 shutil.rmtree(run_dir, ignore_errors=True)
                 os.makedirs(run_dir)

@@ -246,17 +246,21 @@ def _plain(edges: Edges, num_src: int, num_dst: int) -> Structure:
     return cache.get(edges.source, ("plain", num_src, num_dst), build)
 
 
+def _origin(edges: Edges, num_src: int, num_dst: int) -> Optional[Graph]:
+    """The Graph ``edges`` come from: the input Graph, or the one an edge_index was registered
+    with (a sampled batch's), whose kind a structure rebuilt from it keeps."""
+    if edges.graph is not None:
+        return edges.graph
+    registered = cache.peek(edges.source, ("plain", num_src, num_dst))
+    return registered.graph if registered is not None else None
+
+
 def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
              num_loops: int) -> Structure:
     """Self-loops on nodes ``0..num_loops-1`` appended after the user's edges: ``append``
     keeps existing loops (PyG's add_self_loops), ``replace`` drops them first
     (remove_self_loops + add_self_loops, add_remaining_self_loops)."""
     graph = edges.graph
-    if graph is None:  # an edge_index registered with its graph (a sampled batch's)
-        registered = cache.peek(edges.source, ("plain", num_src, num_dst))
-        origin = registered.graph if registered is not None else None
-    else:
-        origin = graph
 
     def build():
         index = graph.edge_index() if graph is not None else edges.index.to(torch.int64)
@@ -272,6 +276,7 @@ def _rebuilt(edges: Edges, num_src: int, num_dst: int, loops: Optional[str],
             new_loops = torch.arange(num_loops, device=index.device).repeat(2, 1)
             index = torch.cat([index, new_loops], 1)
         built = Graph.from_edge_index(index, num_src_nodes=num_src, num_dst_nodes=num_dst)
+        origin = _origin(edges, num_src, num_dst)
         in_csr_order = (origin if origin is not None else built)._derive(
             built.rowptr, built.col, num_src, ("loops", loops))
         return Structure(in_csr_order, True, built.edge_perm, kept, kept_dst, loop_at, loop_node,
