@@ -124,7 +124,7 @@ HETEROPHILOUS = dict(residual=True, norm="layer", input_mlp=True, output_mlp=Tru
 
 def test_feed_forward_blocks_only_when_asked():
     """Without feed_forward the model has the keys it had before the option (checkpoints
-    load); with it, each hidden layer gains Linear -> Dropout -> act -> Linear -> Dropout."""
+    load); with it, each hidden layer gains Dropout -> act -> Linear -> Dropout."""
     options = dict(hidden_channels=16, num_layers=2, dropout=0.2, **HETEROPHILOUS)
     plain = build_model("gcn", 8, 3, **options)
     keys = ["lin_in.weight", "lin_in.bias", "convs.0.bias", "convs.0.lin.weight", "convs.1.bias",
@@ -138,11 +138,11 @@ def test_feed_forward_blocks_only_when_asked():
     assert [key for key in state if key not in added] == keys
     assert {key: tuple(state[key].shape) for key in added} == {
         f"feed_forwards.{i}.{j}.{name}": (16, 16) if name == "weight" else (16,)
-        for i in range(2) for j in (0, 3) for name in ("weight", "bias")}
+        for i in range(2) for j in (2,) for name in ("weight", "bias")}
     for block in blocks.feed_forwards:
-        assert [type(m) for m in block] == [torch.nn.Linear, torch.nn.Dropout, torch.nn.GELU,
-                                            torch.nn.Linear, torch.nn.Dropout]
-        assert block[1].p == block[4].p == 0.2
+        assert [type(m) for m in block] == [torch.nn.Dropout, torch.nn.GELU, torch.nn.Linear,
+                                            torch.nn.Dropout]
+        assert block[0].p == block[3].p == 0.2
     # the output conv's layer has no block
     assert len(build_model("sage", 8, 3, num_layers=3, feed_forward=True).feed_forwards) == 2
 

@@ -10,10 +10,12 @@ Layout, for ``num_layers`` convs:
 - with residual connections (pre-norm, as in the heterophily benchmark):
   ``h -> h + dropout(act(conv(norm(h))))``, and one more norm before the output; a layer whose
   input width differs from the hidden width (the first one without an input MLP) has no skip;
-- with a feed-forward block (optional, the heterophily benchmark's): ``dropout(act(.))`` after
-  each hidden conv (and its norm, without residual connections) becomes
-  ``FF = Linear -> dropout -> act -> Linear -> dropout`` at the hidden width, so
-  ``h -> FF(norm(conv(h)))`` or ``h -> h + FF(conv(norm(h)))``;
+- with a feed-forward block (optional): ``dropout(act(.))`` after each hidden conv (and its
+  norm, without residual connections) becomes ``FF = dropout -> act -> Linear -> dropout`` at
+  the hidden width, so ``h -> FF(norm(conv(h)))`` or ``h -> h + FF(conv(norm(h)))``. With the
+  conv's own weight as the first linear map, this is the heterophily benchmark's block
+  ``Linear -> dropout -> act -> Linear -> dropout`` (GCNConv and SAGEConv: exactly, weights
+  included; attention convs have the benchmark's input projection instead);
 - the output: the last conv maps to ``out_channels``, or, with an output MLP, every conv is a
   hidden layer and a ``Linear`` maps to ``out_channels``.
 
@@ -92,8 +94,7 @@ class Backbone(nn.Module):
             self.norms.append(_norm(norm, width if residual else hidden_channels))
             if feed_forward:
                 self.feed_forwards.append(nn.Sequential(
-                    nn.Linear(hidden_channels, hidden_channels), nn.Dropout(dropout),
-                    self.make_activation(activation),
+                    nn.Dropout(dropout), self.make_activation(activation),
                     nn.Linear(hidden_channels, hidden_channels), nn.Dropout(dropout)))
             width = hidden_channels
         self.norm_out = _norm(norm, width) if residual else None
