@@ -34,6 +34,7 @@ CASES = [
     ("gcn-weight", lambda c: pyg_nn.GCNConv(c, OUT), "weight", False),
     ("gcn-improved-weight", lambda c: pyg_nn.GCNConv(c, OUT, improved=True), "weight", False),
     ("gcn-improved", lambda c: pyg_nn.GCNConv(c, OUT, improved=True, bias=False), None, False),
+    ("gcn-noloops", lambda c: pyg_nn.GCNConv(c, OUT, add_self_loops=False), None, False),
     ("gcn-noloops-weight", lambda c: pyg_nn.GCNConv(c, OUT, add_self_loops=False), "weight", False),
     ("gcn-nonorm-weight", lambda c: pyg_nn.GCNConv(c, OUT, normalize=False), "weight", False),
     ("gcn-nonorm", lambda c: pyg_nn.GCNConv(c, OUT, normalize=False), None, False),

@@ -95,6 +95,8 @@ BAD = [
     (["--model.backend=cuda"], "unknown backend 'cuda'"),
     (["--data=fastgnn.zoo.data.Nope"], "unknown dataset 'fastgnn.zoo.data.Nope'"),
     (["--model.k=3"], "model 'gcn' does not take k"),
+    (["--model.arch=sage", "--model.add_self_loops=false"],
+     "model 'sage' does not take add_self_loops"),
     (["--data.num_nodes=1"], "num_nodes must be an int"),
     (["--model.hidden_channels=wide"], "model.hidden_channels"),
 ]
@@ -108,6 +110,15 @@ def test_bad_config_is_one_line(args, message, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err.startswith("fastgnn-zoo: error: ") and message in err
     assert "\n" not in err
+
+
+def test_feed_forward_and_self_loops_from_the_command_line(tmp_path):
+    built = cli.ZooCLI(args=["--model.feed_forward=true", "--model.add_self_loops=false",
+                             "--trainer.default_root_dir", str(tmp_path), *TINY], run=False)
+    assert built.model.hparams.feed_forward is True
+    assert built.model.hparams.add_self_loops is False
+    assert built.model.model.feed_forwards is not None
+    assert not any(conv.add_self_loops for conv in built.model.model.convs)
 
 
 def test_missing_root_without_download(tmp_path, capsys):

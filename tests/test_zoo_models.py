@@ -18,8 +18,9 @@ from fastgnn.enable import supported_layers  # noqa: E402
 # Options that exercise each architecture's own arguments and the backbone's options.
 ARCH_OPTIONS = {
     "mlp": {},
-    "gcn": {"norm": "batch"},
-    "sage": {"aggr": "max", "residual": True, "input_mlp": True, "norm": "layer"},
+    "gcn": {"norm": "batch", "add_self_loops": False, "feed_forward": True},
+    "sage": {"aggr": "max", "residual": True, "input_mlp": True, "norm": "layer",
+             "feed_forward": True},
     "gin": {"train_eps": True},
     "gat": {"heads": 2, "hidden_channels": 16, "input_dropout": 0.3, "activation": "elu"},
     "gatv2": {"heads": 2, "hidden_channels": 16},
@@ -116,6 +117,67 @@ def test_maxk_models_run_on_the_fused_layers(data, arch):
     assert not any(isinstance(c, fused) for c in residual.convs)
 
 
+# the heterophily benchmark's layout (zoo/configs/*-heterophilous.yaml)
+HETEROPHILOUS = dict(residual=True, norm="layer", input_mlp=True, output_mlp=True,
+                     activation="gelu")
+
+
+def test_feed_forward_blocks_only_when_asked():
+    """Without feed_forward the model has the keys it had before the option (checkpoints
+    load); with it, each hidden layer gains Dropout -> act -> Linear -> Dropout."""
+    options = dict(hidden_channels=16, num_layers=2, dropout=0.2, **HETEROPHILOUS)
+    plain = build_model("gcn", 8, 3, **options)
+    keys = ["lin_in.weight", "lin_in.bias", "convs.0.bias", "convs.0.lin.weight", "convs.1.bias",
+            "convs.1.lin.weight", "norms.0.weight", "norms.0.bias", "norms.1.weight",
+            "norms.1.bias", "norm_out.weight", "norm_out.bias", "lin_out.weight",
+            "lin_out.bias"]
+    assert plain.feed_forwards is None and list(plain.state_dict()) == keys
+    blocks = build_model("gcn", 8, 3, feed_forward=True, **options)
+    state = blocks.state_dict()
+    added = [key for key in state if key.startswith("feed_forwards.")]
+    assert [key for key in state if key not in added] == keys
+    assert {key: tuple(state[key].shape) for key in added} == {
+        f"feed_forwards.{i}.{j}.{name}": (16, 16) if name == "weight" else (16,)
+        for i in range(2) for j in (2,) for name in ("weight", "bias")}
+    for block in blocks.feed_forwards:
+        assert [type(m) for m in block] == [torch.nn.Dropout, torch.nn.GELU, torch.nn.Linear,
+                                            torch.nn.Dropout]
+        assert block[0].p == block[3].p == 0.2
+    # the output conv's layer has no block
+    assert len(build_model("sage", 8, 3, num_layers=3, feed_forward=True).feed_forwards) == 2
+
+
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "plain"])
+def test_feed_forward_follows_each_hidden_conv(residual):
+    torch.manual_seed(0)
+    model = build_model("sage", 8, 3, hidden_channels=16, num_layers=3, residual=residual,
+                        norm="layer", input_mlp=True, activation="gelu",
+                        feed_forward=True).eval()
+    graph = tiny_csbm().data
+    x, edge_index = graph.x, graph.edge_index
+    h = model.act(model.lin_in(x))
+    for conv, norm, block in zip(model.convs, model.norms, model.feed_forwards):
+        h = h + block(conv(norm(h), edge_index)) if residual else block(norm(conv(h, edge_index)))
+    if residual:
+        h = model.norm_out(h)
+    torch.testing.assert_close(model(x, edge_index), model.convs[-1](h, edge_index))
+
+
+def test_add_self_loops_reaches_the_gcn_convs():
+    assert all(conv.add_self_loops for conv in build_model("gcn", 8, 3).convs)  # PyG's default
+    for backend in BACKENDS:
+        model = build_model("gcn", 8, 3, backend, num_layers=3, add_self_loops=False)
+        assert [conv.add_self_loops for conv in model.convs] == [False] * 3
+    maxk = build_model("maxk-gcn", 8, 3, "fastgnn", k=4, hidden_channels=16,
+                       add_self_loops=False)
+    assert [conv.add_self_loops for conv in maxk.convs] == [False] * 2
+    module = NodePropertyModule("gcn", num_features=8, num_outputs=3, add_self_loops=False,
+                                feed_forward=True)
+    assert module.hparams.add_self_loops is False and module.hparams.feed_forward is True
+    assert not module.model.convs[0].add_self_loops
+    assert len(module.model.feed_forwards) == 1
+
+
 @pytest.mark.parametrize("arch, options, match", [
     ("nope", {}, "unknown model 'nope'"),
     ("gcn", {"k": 4}, "does not take k"),
@@ -128,6 +190,11 @@ def test_maxk_models_run_on_the_fused_layers(data, arch):
     ("gcn", {"dropout": 1.0}, "dropout must be in"),
     ("gcn", {"input_dropout": -0.1}, "input_dropout must be in"),
     ("gcn-gru", {"input_dropout": 0.5}, "does not support input_dropout"),
+    ("gcn", {"feed_forward": "yes"}, "feed_forward must be a bool, got 'yes'"),
+    ("gcn", {"feed_forward": 1}, "feed_forward must be a bool, got 1"),
+    ("maxk-sage", {"feed_forward": True}, "does not support feed_forward"),
+    ("gcn-gru", {"feed_forward": True}, "does not support feed_forward"),
+    ("sage", {"add_self_loops": False}, "does not take add_self_loops"),
 ])
 def test_bad_options(arch, options, match):
     with pytest.raises(ValueError, match=match):

@@ -34,7 +34,7 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 STAGES = ("train", "val", "test")
 # Model options that only some architectures take; None leaves the architecture's default.
 _ARCH_OPTIONS = ("aggr", "k", "train_eps", "beta", "root_weight", "edge_dim", "cached",
-                 "activation")
+                 "add_self_loops", "activation")
 
 
 def _choice(name: str, value, choices) -> None:
@@ -133,12 +133,13 @@ class NodePropertyModule(pl.LightningModule):
     def __init__(self, arch: str = "gcn", backend: str = "pyg", hidden_channels: int = 64,
                  num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
                  input_dropout: float = 0.0, residual: bool = False, norm: str = "none",
-                 input_mlp: bool = False, output_mlp: bool = False,
+                 input_mlp: bool = False, output_mlp: bool = False, feed_forward: bool = False,
                  activation: Optional[str] = None,
                  aggr: Optional[str] = None, k: Optional[int] = None,
                  train_eps: Optional[bool] = None, beta: Optional[bool] = None,
                  root_weight: Optional[bool] = None, edge_dim: Optional[int] = None,
-                 cached: Optional[bool] = None, optimizer: str = "adam", lr: float = 0.01,
+                 cached: Optional[bool] = None, add_self_loops: Optional[bool] = None,
+                 optimizer: str = "adam", lr: float = 0.01,
                  weight_decay: float = 5e-4, compile: bool = False, num_features: int = 1,
                  num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None,
                  sparse_inputs: Optional[bool] = None, feature_density: Optional[float] = None,
@@ -156,10 +157,10 @@ class NodePropertyModule(pl.LightningModule):
             _wants_sparse_inputs(sparse_inputs, backend, feature_density),
             hidden_channels=hidden_channels,
             num_layers=num_layers, heads=heads, dropout=dropout, input_dropout=input_dropout,
-            residual=residual, norm=norm,
-            input_mlp=input_mlp, output_mlp=output_mlp, activation=activation, aggr=aggr, k=k,
+            residual=residual, norm=norm, input_mlp=input_mlp, output_mlp=output_mlp,
+            feed_forward=feed_forward, activation=activation, aggr=aggr, k=k,
             train_eps=train_eps, beta=beta, root_weight=root_weight, edge_dim=edge_dim,
-            cached=cached)
+            cached=cached, add_self_loops=add_self_loops)
         self.task = task
         # (a ModuleDict cannot hold the key "train": Module.train exists)
         self.train_metrics, self.val_metrics, self.test_metrics = (

@@ -10,6 +10,12 @@ Layout, for ``num_layers`` convs:
 - with residual connections (pre-norm, as in the heterophily benchmark):
   ``h -> h + dropout(act(conv(norm(h))))``, and one more norm before the output; a layer whose
   input width differs from the hidden width (the first one without an input MLP) has no skip;
+- with a feed-forward block (optional): ``dropout(act(.))`` after each hidden conv (and its
+  norm, without residual connections) becomes ``FF = dropout -> act -> Linear -> dropout`` at
+  the hidden width, so ``h -> FF(norm(conv(h)))`` or ``h -> h + FF(conv(norm(h)))``. With the
+  conv's own weight as the first linear map, this is the heterophily benchmark's block
+  ``Linear -> dropout -> act -> Linear -> dropout`` (GCNConv and SAGEConv: exactly, weights
+  included; attention convs have the benchmark's input projection instead);
 - the output: the last conv maps to ``out_channels``, or, with an output MLP, every conv is a
   hidden layer and a ``Linear`` maps to ``out_channels``.
 
@@ -51,7 +57,7 @@ class Backbone(nn.Module):
                  num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
                  residual: bool = False, norm: str = "none", input_mlp: bool = False,
                  output_mlp: bool = False, activation: str = "relu",
-                 input_dropout: float = 0.0):
+                 input_dropout: float = 0.0, feed_forward: bool = False):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
                             ("hidden_channels", hidden_channels), ("num_layers", num_layers),
@@ -63,6 +69,8 @@ class Backbone(nn.Module):
                     or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
         _choice("norm", norm, NORMS)
+        if not isinstance(feed_forward, bool):
+            raise ValueError(f"feed_forward must be a bool, got {feed_forward!r}")
         if heads != 1 and not self.attention:
             raise ValueError(f"heads applies to attention models only; "
                              f"{type(self).__name__} takes heads=1, got {heads}")
@@ -79,9 +87,15 @@ class Backbone(nn.Module):
         width = hidden_channels if input_mlp else in_channels
         num_hidden = num_layers if output_mlp else num_layers - 1
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
+        # None without the option (as lin_in, lin_out): the model is then the plain layout
+        self.feed_forwards = nn.ModuleList() if feed_forward else None
         for _ in range(num_hidden):
             self.convs.append(self.make_conv(width, hidden_channels, last=False))
             self.norms.append(_norm(norm, width if residual else hidden_channels))
+            if feed_forward:
+                self.feed_forwards.append(nn.Sequential(
+                    nn.Dropout(dropout), self.make_activation(activation),
+                    nn.Linear(hidden_channels, hidden_channels), nn.Dropout(dropout)))
             width = hidden_channels
         self.norm_out = _norm(norm, width) if residual else None
         if output_mlp:
@@ -101,6 +115,13 @@ class Backbone(nn.Module):
     def drop_input(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.input_dropout is None else self.input_dropout(x)
 
+    def after_conv(self, index: int, h: torch.Tensor) -> torch.Tensor:
+        """What hidden layer ``index`` applies to its conv's output: act and dropout, or the
+        feed-forward block."""
+        if self.feed_forwards is not None:
+            return self.feed_forwards[index](h)
+        return self.dropout(self.act(h))
+
     def conv(self, index: int, h: torch.Tensor, edge_index, edge_attr) -> torch.Tensor:
         conv = self.convs[index]
         if edge_attr is not None:
@@ -116,10 +137,10 @@ class Backbone(nn.Module):
             h = self.dropout(self.act(self.lin_in(h)))
         for i, norm in enumerate(self.norms):
             if self.residual:
-                out = self.dropout(self.act(self.conv(i, norm(h), edge_index, edge_attr)))
+                out = self.after_conv(i, self.conv(i, norm(h), edge_index, edge_attr))
                 h = h + out if out.shape == h.shape else out
             else:
-                h = self.dropout(self.act(norm(self.conv(i, h, edge_index, edge_attr))))
+                h = self.after_conv(i, norm(self.conv(i, h, edge_index, edge_attr)))
         if self.norm_out is not None:
             h = self.norm_out(h)
         if self.lin_out is not None:

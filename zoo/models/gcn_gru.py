@@ -19,20 +19,23 @@ from fastgnn.nn import SnapshotGCNGRU
 from fastgnn.snapshots import SnapshotGraph
 
 _SUPPORTED = {"heads": 1, "residual": False, "norm": "none", "input_mlp": False,
-              "output_mlp": False, "input_dropout": 0.0}
+              "output_mlp": False, "input_dropout": 0.0, "feed_forward": False}
 
 
 class GCNGRU(nn.Module):
     """``SnapshotGCNGRU`` for the zoo. The backbone options every zoo model takes are accepted
-    at the values this model has (one head, no residual, norm or MLPs); others are an error."""
+    at the values this model has (one head, no residual, norm, MLPs or feed-forward blocks);
+    others are an error."""
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 64,
                  num_layers: int = 2, dropout: float = 0.5, heads: int = 1,
                  residual: bool = False, norm: str = "none", input_mlp: bool = False,
-                 output_mlp: bool = False, input_dropout: float = 0.0):
+                 output_mlp: bool = False, input_dropout: float = 0.0,
+                 feed_forward: bool = False):
         super().__init__()
         given = {"heads": heads, "residual": residual, "norm": norm, "input_mlp": input_mlp,
-                 "output_mlp": output_mlp, "input_dropout": input_dropout}
+                 "output_mlp": output_mlp, "input_dropout": input_dropout,
+                 "feed_forward": feed_forward}
         for name, value in given.items():
             if value != _SUPPORTED[name]:
                 raise ValueError(f"gcn-gru does not support {name}={value!r}")

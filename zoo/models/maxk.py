@@ -71,6 +71,8 @@ class MaxKMixin:
         if "activation" in options:
             raise ValueError(f"{type(self).__name__} uses MaxK as its activation; "
                              f"do not set activation")
+        if options.get("feed_forward"):  # its convs take MaxK outputs, not a block's
+            raise ValueError(f"{type(self).__name__} does not support feed_forward")
         self.k = k
         options.setdefault("input_mlp", True)
         options.setdefault("output_mlp", True)
@@ -121,7 +123,7 @@ class MaxKGCN(MaxKMixin, GCN):
         if not self._on_maxk():
             return super().make_conv(in_channels, out_channels, last)
         return MaxKInputGCNConv(in_channels, out_channels, k=self.k, dropout=self.dropout_rate,
-                                cached=self.cached)
+                                cached=self.cached, add_self_loops=self.add_self_loops)
 
 
 class MaxKGIN(MaxKMixin, GIN):
