@@ -90,7 +90,7 @@ def device_name(device: torch.device) -> str:
 #: graph in a few node orders) rarely share a class. fastgnn's sampled batches and DGL's blocks
 #: are keyed by size from the start.
 EXACT_STRUCTURES = 16
-_raced: Dict[tuple, int] = {}  # (op, width, dtype, device name, size classes) -> structures
+_raced: Dict[tuple, int] = {}  # (op, width, dtype, device, size classes) -> structures
 
 
 def make_key(op: str, graph, width: int, dtype: torch.dtype, device,
@@ -201,7 +201,7 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
         raise ValueError(f"default {default!r} is not among the candidates {list(candidates)}")
     if not enabled() or len(candidates) == 1:
         return default
-    kind = (op, width, dtype, device_name(device), graph.size_classes())
+    kind = (op, width, dtype, device, graph.size_classes())  # counted per process
     one_by_one = not graph.tuned_by_size and _raced.get(kind, 0) < EXACT_STRUCTURES
     key = make_key(op, graph, width, dtype, device,
                    by_size=not graph.tuned_by_size and not one_by_one)
