@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -187,6 +187,15 @@ class Graph:
             value = build()
             self._derived[key] = value
         return value
+
+    def tensors(self) -> List[torch.Tensor]:
+        """The structure's tensors and the derived ones cached so far (row, transpose, norm
+        values, ...): what another CUDA stream reading this graph must ``record_stream``."""
+        found = [t for t in (self._rowptr, self._col, self._edge_perm) if t is not None]
+        for value in self._derived.values():
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            found += [t for t in items if isinstance(t, torch.Tensor)]
+        return found
 
     @property
     def row(self) -> torch.Tensor:

@@ -669,6 +669,49 @@ def test_loader_prefetch_matches_inline():
                    for x, y in zip(a.blocks, b.blocks))
 
 
+def _never_built():
+    pytest.fail("expected the loader to have built it")
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("device", devices())
+def test_loader_prepares_each_batch_for_the_step(prefetch, device):
+    """Each batch comes with what the step would otherwise derive from its new graph (on the
+    loader's thread when prefetching): the transpose the backward reads, equal to one built
+    afterwards, and, for subgraphs, the edge_index registered with that graph."""
+    g, _ = _graph(device)
+    for layout in ("blocks", "subgraph"):
+        loader = NeighborLoader(g, [3, 4], torch.arange(0, 80, 2), batch_size=16,
+                                layout=layout, prefetch=prefetch)
+        for batch in loader:
+            for graph in batch.blocks or [batch.graph]:
+                built = graph.cached("transpose", _never_built)
+                fresh = fastgnn.Graph(graph.rowptr, graph.col, graph.num_src_nodes).transpose()
+                assert all(torch.equal(a, b) for a, b in zip(built, fresh))
+                assert all(any(t is u for u in graph.tensors()) for t in built)
+            if layout == "subgraph":
+                memo = batch._edge_index_of
+                assert memo is not None and memo[0] is batch.graph
+                assert batch.edge_index is memo[1]
+                assert torch.equal(memo[1], batch.graph.edge_index())
+    inference = NeighborLoader(g, [3], torch.arange(10), batch_size=4, build_transpose=False)
+    for batch in inference:
+        assert batch.blocks[0].cached("transpose", lambda: None) is None
+
+
+def test_lightning_transfer_keeps_the_registered_edge_index():
+    """Lightning's batch transfer rebuilds a dataclass and deep-copies its attributes that are
+    not fields: the registered edge_index is a field, so the moved batch keeps the same tensor
+    (no copy, no second registration) while its graph stays on the device."""
+    move = pytest.importorskip("lightning.fabric.utilities.apply_func").move_data_to_device
+    g, _ = _graph()
+    batch = NeighborLoader(g, [3], torch.arange(20), batch_size=8, layout="subgraph").load(
+        torch.arange(8))
+    moved = move(batch, torch.device("cpu"))
+    assert moved is not batch and moved.graph is batch.graph
+    assert moved.edge_index is batch.edge_index
+
+
 def test_loader_surfaces_background_errors():
     g, _ = _graph()
     loader = NeighborLoader(g, [2], torch.arange(80), batch_size=8, features=torch.randn(80, 3))

@@ -125,7 +125,8 @@ def test_loader_subgraph_layout_runs_enabled_models():
     model = fastgnn.enable(_Sage()).eval()
     loader = fastgnn.sampling.NeighborLoader(graph, [-1, -1, -1], torch.arange(0, 120, 7),
                                              batch_size=6, features=data.x, labels=data.y,
-                                             layout="subgraph")
+                                             layout="subgraph", prefetch=0)
+    # prefetch=0: a background thread would register the next batches during the count
     with torch.no_grad():
         full = model(data.x, data.edge_index)
         for b in loader:

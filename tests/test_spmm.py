@@ -308,6 +308,19 @@ def test_every_cuda_kernel(graph_case, name, width, dtype):
         torch.testing.assert_close(grad.double(), A.t() @ dy.double(), rtol=tol, atol=tol)
 
 
+def test_minibatch_graphs_leave_out_the_split_kernels():
+    """A sampled batch's graph serves one step and is tuned by size class: the split kernels,
+    whose per-graph work list costs host syncs, are not among its candidates; they stay among
+    those of a graph built once."""
+    from fastgnn.ops.spmm import _usable
+    from fastgnn.sampling import NeighborSampler
+    g, _ = random_graph(200, 2000, seed=8)
+    batch = NeighborSampler(g, [4, 4]).sample_subgraph(torch.arange(20)).graph
+    for name in ALGOS:
+        assert _usable(name, g, torch.float32)
+        assert _usable(name, batch, torch.float32) == (not name.startswith("csr_split"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [n for n in ALGOS if n.startswith("csr_split")])
 @pytest.mark.parametrize("width", [1, 3, 64, 130, 512])

@@ -118,7 +118,12 @@ def _usable(name: str, g: Graph, dtype: torch.dtype) -> bool:
     """cuSPARSE only with 32-bit indices (with 64-bit ones it faults rather than failing
     cleanly; the C++ op refuses them too) and float32/float64 features: its float16/bfloat16
     products lose precision at hub rows (ogbn-arxiv, bf16, width 256: max error 0.10 against
-    0.016 for ours, one rounding), enough to turn a 3-layer GCN's logits (6.1 off at 24)."""
+    0.016 for ours, one rounding), enough to turn a 3-layer GCN's logits (6.1 off at 24).
+    No split kernels on graphs tuned by size class (mini-batches, each used for one step):
+    their per-graph work list costs two host syncs and about 20 launches, which a race of the
+    kernels alone does not see."""
+    if name.startswith("csr_split"):
+        return not g.tuned_by_size
     return not name.startswith("cusparse") or (
         g.index_dtype == torch.int32 and dtype in (torch.float32, torch.float64))
 

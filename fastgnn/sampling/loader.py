@@ -11,7 +11,7 @@ import queue
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -43,6 +43,10 @@ class MiniBatch:
     node_ids: Optional[torch.Tensor] = None
     edge_ids: Optional[torch.Tensor] = None
     edge_attr: Union[torch.Tensor, List[torch.Tensor], None] = None
+    # (graph, its registered edge_index): a field, so that Lightning's batch transfer, which
+    # deep-copies a dataclass's other attributes, keeps it as it is (init=False: not moved).
+    _edge_index_of: Optional[Tuple[Graph, torch.Tensor]] = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def batch_size(self) -> int:
@@ -58,12 +62,10 @@ class MiniBatch:
         PyG structure cache so that enabled layers use ``graph`` without building it again."""
         if self.graph is None:
             raise AttributeError("edge_index exists for layout='subgraph' only")
-        # Memoised outside the dataclass fields: a copy moved to another device (Lightning's
-        # batch transfer rebuilds the dataclass) registers its own.
-        memo = self.__dict__.get("_edge_index_of")
-        if memo is None or memo[0] is not self.graph:
+        memo = self._edge_index_of
+        if memo is None or memo[0] is not self.graph:  # a copy moved to another device
             memo = (self.graph, _edge_index_for_layers(self.graph))
-            self.__dict__["_edge_index_of"] = memo
+            self._edge_index_of = memo
         return memo[1]
 
 
@@ -131,6 +133,9 @@ class NeighborLoader:
             ``MiniBatch.edge_attr``.
         device: where batches are delivered (default: the sampler's device).
         layout: ``"blocks"`` (one Graph per layer) or ``"subgraph"`` (PyG's one graph).
+        build_transpose: build each batch graph's transposed CSR with the batch (on the
+            background thread when prefetching), so that the training step's backward finds
+            it; turn it off for loaders used without gradients.
         sampler_options: ``replace``, ``weight``, ``edge_dir``, ``deterministic`` and
             ``device`` of the :class:`NeighborSampler`.
     """
@@ -141,7 +146,7 @@ class NeighborLoader:
                  edge_features: Optional[torch.Tensor] = None, device=None,
                  layout: str = "blocks", prefetch: int = 2, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 **sampler_options):
+                 build_transpose: bool = True, **sampler_options):
         _validate.choice("layout", layout, LAYOUTS)
         # not "sampler": Lightning reads that name as a torch DataLoader's index sampler
         self.neighbor_sampler = NeighborSampler(graph, fanouts, **sampler_options)
@@ -165,6 +170,7 @@ class NeighborLoader:
         self.features, self.labels, self.edge_features = features, labels, edge_features
         self.device = torch.device(device) if device is not None else self.neighbor_sampler.device
         self.layout = layout
+        self.build_transpose = bool(build_transpose)
         self.seed = int(seed)
         self.epoch = 0
         self._rank = _resolve_rank(rank, world_size) if (rank, world_size) != (None, None) \
@@ -236,7 +242,18 @@ class NeighborLoader:
             batch.edge_attr = gather(self.edge_features, sub.edge_ids, self.device, pin)
         batch.x = gather(self.features, nodes, self.device, pin)
         batch.y = gather(self.labels, batch.seeds, self.device, pin)
+        self._prepare(batch)
         return batch
+
+    def _prepare(self, batch: MiniBatch) -> None:
+        """Builds what the step would otherwise derive from each new batch graph, one host
+        call at a time: its registered edge_index (subgraph) and its transpose."""
+        if batch.graph is not None:
+            _ = batch.edge_index  # registered here, with the graph that the layers then use
+        if self.build_transpose:
+            for graph in batch.blocks or [batch.graph]:
+                if graph.cache_transpose:
+                    graph.transpose()
 
     def __iter__(self) -> Iterator[MiniBatch]:
         # On the sampler's device once an epoch, not one host-to-GPU copy of seeds per batch.
@@ -347,8 +364,10 @@ def _record_stream(batch: MiniBatch, stream) -> None:
     """Tells the caching allocator that the consumer's stream uses the batch's tensors."""
     tensors = [batch.seeds, batch.x, batch.y, batch.node_ids, batch.edge_ids]
     tensors += batch.edge_attr if isinstance(batch.edge_attr, list) else [batch.edge_attr]
+    if batch._edge_index_of is not None:
+        tensors.append(batch._edge_index_of[1])
     for graph in batch.blocks + ([batch.graph] if batch.graph is not None else []):
-        tensors += [graph.rowptr, graph.col]
+        tensors += graph.tensors()
         tensors += [getattr(graph, "src_ids", None), getattr(graph, "edge_ids", None)]
     for t in tensors:
         if t is not None and t.is_cuda:

@@ -119,8 +119,9 @@ class GraphDataModule(pl.LightningDataModule):
     def _full_batch(self) -> DataLoader:
         return DataLoader([self.data], batch_size=None, shuffle=False)
 
-    def _loader(self, seeds: torch.Tensor, shuffle: bool):
-        """The full graph, or mini-batches of ``seeds`` (a node mask) when batch_size is set."""
+    def _loader(self, seeds: torch.Tensor, training: bool):
+        """The full graph, or mini-batches of ``seeds`` (a node mask) when batch_size is set:
+        shuffled, with each batch's transpose for the backward, when ``training``."""
         if self.batch_size is None:
             return self._full_batch()
         from fastgnn.sampling import NeighborLoader
@@ -138,23 +139,23 @@ class GraphDataModule(pl.LightningDataModule):
                                         getattr(data, "edge_attr", None))
         features, labels, edge_features = self._storage
         return NeighborLoader(self._sampling_graph, self.fanouts, seeds,
-                              batch_size=self.batch_size, shuffle=shuffle, features=features,
+                              batch_size=self.batch_size, shuffle=training, features=features,
                               labels=labels, edge_features=edge_features, layout="subgraph",
-                              device=self._sampling_graph.device)
+                              device=self._sampling_graph.device, build_transpose=training)
 
     def train_dataloader(self):
-        return self._loader(self.data.train_mask, shuffle=True)
+        return self._loader(self.data.train_mask, training=True)
 
     def val_dataloader(self):
-        return self._loader(self.data.val_mask, shuffle=False)
+        return self._loader(self.data.val_mask, training=False)
 
     def test_dataloader(self):
-        return self._loader(self.data.test_mask, shuffle=False)
+        return self._loader(self.data.test_mask, training=False)
 
     def predict_dataloader(self):
         if self.batch_size is None:
             return self._full_batch()
-        return self._loader(torch.ones(self.data.num_nodes, dtype=torch.bool), shuffle=False)
+        return self._loader(torch.ones(self.data.num_nodes, dtype=torch.bool), training=False)
 
 
 def _storage_on(device: torch.device, *tensors: Optional[torch.Tensor]) -> tuple:
