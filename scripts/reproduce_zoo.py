@@ -15,6 +15,13 @@ that earlier files completed; ``--summarise`` combines the files into one table.
 ``reproduction.jsonl`` (one line per run, as they finish), ``reproduction.json`` and
 ``reproduction.md`` under ``--out``.
 
+``--depths 1,2,3,4,5`` runs each row at each of those depths (``--model.num_layers``) and
+reports the depth whose mean validation metric over its completed runs is best (ties: the
+shallower), with that depth's test mean ± std: the heterophily benchmark's protocol (Platonov
+et al. 2023 train 1 to 5 layers and report the best by validation), where the configs fix one
+depth. Each run records its depth and its checkpoint's validation metric; a run is then
+identified by row, seed and depth, for ``--resume`` too.
+
 A row is "within" when its mean is at least the published mean minus one published std
 ("within one std, or better", the issue's target). The MaxK rows are compared instead with
 their ReLU twin (the same config with ``arch: sage``): within when at most 1 point below.
@@ -34,7 +41,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "zoo",
                        "configs")
@@ -161,6 +168,8 @@ class Job:
     backend: str = "fastgnn"
     out_dir: str = "."
     deadline: float = float("inf")
+    #: --model.num_layers for this run; None keeps the config's
+    depth: Optional[int] = None
 
 
 def _init_worker(log_dir: str) -> None:
@@ -178,16 +187,22 @@ def _init_worker(log_dir: str) -> None:
 
 
 def run_job(job: Job) -> dict:
-    """One seed of one row; a failure is recorded, not raised, so the other runs go on."""
+    """One seed of one row (at one depth, with --depths); a failure is recorded, not raised,
+    so the other runs go on."""
     record = {"row": job.row.key, "seed": job.seed}
+    overrides = list(job.row.overrides) + job.overrides
+    run_dir = os.path.join(job.out_dir, job.row.key.replace("/", "_").replace(" ", "_"))
+    if job.depth is not None:
+        record["depth"] = job.depth
+        overrides.append(f"--model.num_layers={job.depth}")  # last, so that it wins
+        run_dir += f"_depth{job.depth}"  # depths of one seed may run at once
     if time.time() > job.deadline:
         return {**record, "status": "skipped"}
     from fastgnn.zoo.compare import run_one
     start = time.perf_counter()
-    run_dir = os.path.join(job.out_dir, job.row.key.replace("/", "_").replace(" ", "_"))
     try:
         result = run_one(os.path.join(CONFIGS, job.row.config), job.backend, job.seed, run_dir,
-                         list(job.row.overrides) + job.overrides, job.row.split_per_seed)
+                         overrides, job.row.split_per_seed)
     except BaseException as exc:  # noqa: BLE001  (SystemExit from the CLI too)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return {**record, "status": "failed", "error": last}
@@ -210,17 +225,19 @@ def prepare_data(rows: List[Row], overrides: List[str]) -> None:
                    run=False)
 
 
-def order_jobs(rows: List[Row], seeds: List[int],
-               done: frozenset = frozenset()) -> List[Tuple[Row, int]]:
-    """Cheap rows seed by seed, then the heavy rows seed by seed; (row key, seed) pairs in
-    ``done`` are left out."""
-    return [(row, seed) for heavy in (False, True) for seed in seeds
-            for row in rows if row.heavy == heavy and (row.key, seed) not in done]
+def order_jobs(rows: List[Row], seeds: List[int], depths: Sequence[Optional[int]] = (None,),
+               done: frozenset = frozenset()) -> List[Tuple[Row, int, Optional[int]]]:
+    """(row, seed, depth): cheap rows seed by seed (each seed at every depth), then the heavy
+    rows seed by seed; (row key, seed, depth) triples in ``done`` are left out."""
+    return [(row, seed, depth) for heavy in (False, True) for seed in seeds for depth in depths
+            for row in rows if row.heavy == heavy and (row.key, seed, depth) not in done]
 
 
 def completed(records: List[dict]) -> frozenset:
-    """The (row key, seed) pairs of the runs that finished."""
-    return frozenset((r["row"], r["seed"]) for r in records if r["status"] == "done")
+    """The (row key, seed, depth) triples of the runs that finished; depth None for the runs
+    at the config's depth."""
+    return frozenset((r["row"], r["seed"], r.get("depth")) for r in records
+                     if r["status"] == "done")
 
 
 def read_records(paths: List[str]) -> List[dict]:
@@ -234,13 +251,13 @@ def read_records(paths: List[str]) -> List[dict]:
 
 # -- aggregation --------------------------------------------------------------------------
 
-def primary_value(metrics: Dict[str, float]) -> Tuple[str, float]:
-    """(name, percent) of the run's primary test metric: ROC-AUC for binary tasks, else
-    accuracy."""
-    for name in ("test_roc_auc", "test_acc"):
-        if name in metrics:
-            return name[len("test_"):], 100.0 * metrics[name]
-    raise KeyError(f"no test_acc or test_roc_auc among {sorted(metrics)}")
+def primary_value(metrics: Dict[str, float], stage: str = "test") -> Tuple[str, float]:
+    """(name, percent) of the run's primary metric of ``stage`` (test, or val for the tested
+    checkpoint's validation metric): ROC-AUC for binary tasks, else accuracy."""
+    for name in ("roc_auc", "acc"):
+        if f"{stage}_{name}" in metrics:
+            return name, 100.0 * metrics[f"{stage}_{name}"]
+    raise KeyError(f"no {stage}_acc or {stage}_roc_auc among {sorted(metrics)}")
 
 
 def within(mean: float, published: Optional[Tuple[float, Optional[float]]]) -> str:
@@ -253,26 +270,60 @@ def within(mean: float, published: Optional[Tuple[float, Optional[float]]]) -> s
     return "yes" if mean >= pub_mean - pub_std else "no"
 
 
+def _mean_std(values: List[float]) -> Tuple[Optional[float], Optional[float]]:
+    """Mean and sample std; None where there are too few values."""
+    return (statistics.fmean(values) if values else None,
+            statistics.stdev(values) if len(values) > 1 else None)
+
+
+def depth_results(runs_by_depth: Dict[int, List[dict]]) -> List[dict]:
+    """Per swept depth, shallowest first: its completed runs, their mean validation metric
+    (of the tested checkpoints) and their test mean ± std, in percent."""
+    results = []
+    for depth, runs in sorted(runs_by_depth.items()):
+        test_mean, test_std = _mean_std([primary_value(r["metrics"])[1] for r in runs])
+        results.append({"depth": depth, "runs": len(runs), "test_mean": test_mean,
+                        "test_std": test_std, "val_mean": statistics.fmean(
+                            primary_value(r["best_val"], "val")[1] for r in runs)})
+    return results
+
+
+def best_depth(results: List[dict]) -> int:
+    """The benchmark's pick: the best mean validation metric; a tie goes to the shallower."""
+    return max(results, key=lambda d: (d["val_mean"], -d["depth"]))["depth"]
+
+
 def summarise(rows: List[Row], records: List[dict]) -> List[dict]:
     """One summary per row: our mean ± std (sample std, percent) over its completed runs,
-    each seed's first one (records combined from several runs may repeat a seed)."""
+    each (seed, depth)'s first one (records combined from several runs may repeat a seed).
+    A row run with ``--depths`` reports the depth ``best_depth`` picks; its runs without a
+    depth are left out of it (earlier ones lack the validation metric)."""
     summaries = {}
     for row in rows:
         first_runs = {}
         for r in records:
             if r["row"] == row.key and r["status"] == "done":
-                first_runs.setdefault(r["seed"], r)
-        done = list(first_runs.values())
+                first_runs.setdefault((r["seed"], r.get("depth")), r)
+        runs_by_depth = {}
+        for (_, depth), r in first_runs.items():
+            runs_by_depth.setdefault(depth, []).append(r)
+        swept = {depth: runs for depth, runs in runs_by_depth.items() if depth is not None}
+        if swept:
+            depths = depth_results(swept)
+            chosen = {"depth": best_depth(depths), "depths": depths}
+            done = swept[chosen["depth"]]
+        else:
+            chosen, done = {}, runs_by_depth.get(None, [])
         values = [primary_value(r["metrics"]) for r in done]
+        mean, std = _mean_std([v for _, v in values])
         summary = {"row": row.key, "model": row.model, "dataset": row.dataset,
                    "config": row.config, "overrides": list(row.overrides),
                    "split_per_seed": row.split_per_seed, "runs": len(values),
                    "failed": sum(r["row"] == row.key and r["status"] == "failed"
                                  for r in records),
-                   "metric": values[0][0] if values else None,
-                   "mean": statistics.fmean(v for _, v in values) if values else None,
-                   "std": statistics.stdev(v for _, v in values) if len(values) > 1 else None,
-                   "published": row.published, "source": row.source, "baseline": row.baseline}
+                   "metric": values[0][0] if values else None, "mean": mean, "std": std,
+                   "published": row.published, "source": row.source, "baseline": row.baseline,
+                   **chosen}
         summary["within"] = within(summary["mean"], row.published) if values else "not run"
         summaries[row.key] = summary
     for summary in summaries.values():
@@ -299,8 +350,9 @@ def markdown(summaries: List[dict]) -> str:
              "within one published std (or better) |", "|---|---|---|---|---|---|---|"]
     for s in main:
         published = "—" if s["published"] is None else _pm(*s["published"], digits=2)
+        depth = f", depth {s['depth']}" if "depth" in s else ""
         lines.append(f"| {s['model']} | {s['dataset']} | {s['metric'] or '—'} | "
-                     f"{_pm(s['mean'], s['std'])} ({s['runs']}) | {published} | "
+                     f"{_pm(s['mean'], s['std'])} ({s['runs']}{depth}) | {published} | "
                      f"{s['source']} | {s['within']} |")
     maxk = [s for s in summaries if s["baseline"]]
     if maxk:
@@ -313,10 +365,30 @@ def markdown(summaries: List[dict]) -> str:
             lines.append(f"| {s['dataset']} | {_pm(s['mean'], s['std'])} ({s['runs']}) | "
                          f"{_pm(base['mean'], base['std'])} ({base['runs']}) | "
                          f"{'—' if gap is None else f'{gap:+.2f}'} | {s['within']} |")
+    swept = [s for s in summaries if "depths" in s]
+    if swept:
+        lines += ["", "| model | dataset | depth | runs | validation (mean) | test (mean ± std) | "
+                      "picked (best validation) |", "|---|---|---|---|---|---|---|"]
+        for s in swept:
+            for d in s["depths"]:
+                lines.append(f"| {s['model']} | {s['dataset']} | {d['depth']} | {d['runs']} | "
+                             f"{d['val_mean']:.2f} | {_pm(d['test_mean'], d['test_std'])} | "
+                             f"{'yes' if d['depth'] == s['depth'] else ''} |")
     return "\n".join(lines) + "\n"
 
 
 # -- command line -------------------------------------------------------------------------
+
+def _depths(text: str) -> List[int]:
+    try:
+        depths = sorted({int(d) for d in text.split(",") if d.strip()})
+    except ValueError:
+        depths = []
+    if not depths or depths[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers, "
+                                         "e.g. 1,2,3,4,5")
+    return depths
+
 
 def parse(argv: Optional[List[str]]):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -334,9 +406,12 @@ def parse(argv: Optional[List[str]]):
                         help="where the runs keep their checkpoints (default: a temp folder)")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds after which no new run starts")
+    parser.add_argument("--depths", type=_depths, default=None,
+                        help="comma-separated numbers of layers (e.g. 1,2,3,4,5): run every row "
+                             "at each and report the best by validation (default: the config's)")
     parser.add_argument("--resume", metavar="JSONL", nargs="+", default=(),
-                        help="earlier runs' reproduction.jsonl files: the (row, seed) pairs "
-                             "they completed are not run again")
+                        help="earlier runs' reproduction.jsonl files: the (row, seed, depth) "
+                             "runs they completed are not run again")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
     parser.add_argument("--summarise", metavar="JSONL", nargs="+", default=None,
                         help="write the tables from earlier runs' reproduction.jsonl files "
@@ -376,8 +451,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     prepare_data(rows, overrides)
     deadline = time.time() + args.time_budget if args.time_budget else float("inf")
     done = completed(read_records(args.resume))
-    jobs = [Job(row, seed, overrides, args.backend, args.work_dir, deadline)
-            for row, seed in order_jobs(rows, args.seeds, done)]
+    jobs = [Job(row, seed, overrides, args.backend, args.work_dir, deadline, depth)
+            for row, seed, depth in order_jobs(rows, args.seeds, args.depths or [None], done)]
     print(f"{len(rows)} rows, {len(jobs)} runs, {args.workers} workers", flush=True)
     records, start = [], time.time()
     with open(os.path.join(args.out, "reproduction.jsonl"), "w") as log, \
@@ -392,11 +467,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             if record["status"] != "skipped":
                 value = (f"{primary_value(record['metrics'])[1]:.2f}"
                          if record["status"] == "done" else record["error"])
-                print(f"[{time.time() - start:6.1f}s] {record['row']} seed {record['seed']}: "
-                      f"{value}", flush=True)
-    write_results(args.out, rows, records,
-                  {"backend": args.backend, "seeds": args.seeds, "workers": args.workers,
-                   "overrides": overrides, "wall_s": time.time() - start})
+                depth = f" depth {record['depth']}" if "depth" in record else ""
+                print(f"[{time.time() - start:6.1f}s] {record['row']} seed {record['seed']}"
+                      f"{depth}: {value}", flush=True)
+    settings = {"backend": args.backend, "seeds": args.seeds, "workers": args.workers,
+                "overrides": overrides, "wall_s": time.time() - start}
+    if args.depths:
+        settings["depths"] = args.depths
+    write_results(args.out, rows, records, settings)
     return 0
 
 

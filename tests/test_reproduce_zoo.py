@@ -33,6 +33,12 @@ def _done(row, seed, **metrics):
     return {"row": row, "seed": seed, "status": "done", "metrics": metrics}
 
 
+def _swept(row, seed, depth, val, test):
+    """A run of ``--depths``: ROC-AUC at the best validation epoch, and on test."""
+    return {**_done(row, seed, test_roc_auc=test), "depth": depth,
+            "best_val": {"val_roc_auc": val}}
+
+
 def test_rows_name_shipped_configs_and_cite_every_number():
     rows = repro.all_rows()
     assert len({r.key for r in rows}) == len(rows)
@@ -78,7 +84,7 @@ def test_heavy_rows_run_after_every_cheap_seed():
     light = repro.Row("GCN", "Cora", "gcn-planetoid.yaml")
     heavy = repro.Row("GCN", "tolokers", "gcn-heterophilous.yaml", heavy=True)
     order = repro.order_jobs([heavy, light], [0, 1])
-    assert order == [(light, 0), (light, 1), (heavy, 0), (heavy, 1)]
+    assert order == [(light, 0, None), (light, 1, None), (heavy, 0, None), (heavy, 1, None)]
 
 
 def test_resume_leaves_out_completed_runs(tmp_path):
@@ -91,7 +97,56 @@ def test_resume_leaves_out_completed_runs(tmp_path):
         {"row": heavy.key, "seed": 1, "status": "failed", "error": "boom"},
         _done(heavy.key, 1, test_roc_auc=0.8)]) + "\n")
     done = repro.completed(repro.read_records([str(earlier)]))
-    assert repro.order_jobs([heavy, light], [0, 1], done) == [(light, 1), (heavy, 0)]
+    assert repro.order_jobs([heavy, light], [0, 1], done=done) == [(light, 1, None),
+                                                                    (heavy, 0, None)]
+
+
+def test_resume_is_keyed_by_depth(tmp_path):
+    row = repro.Row("GCN", "minesweeper", "gcn-heterophilous.yaml")
+    earlier = tmp_path / "reproduction.jsonl"
+    earlier.write_text("\n".join(json.dumps(r) for r in [
+        _swept(row.key, 0, 1, val=0.9, test=0.9),
+        _done(row.key, 1, test_roc_auc=0.9),  # no depth: counts for runs without --depths only
+        {"row": row.key, "seed": 1, "depth": 1, "status": "failed", "error": "boom"}]) + "\n")
+    done = repro.completed(repro.read_records([str(earlier)]))
+    assert repro.order_jobs([row], [0, 1], [1, 2], done) == [(row, 0, 2), (row, 1, 1),
+                                                             (row, 1, 2)]
+    assert repro.order_jobs([row], [0, 1], done=done) == [(row, 0, None)]
+
+
+def test_depth_override_reaches_the_run(tmp_path, monkeypatch):
+    from fastgnn.zoo import compare
+    calls = []
+
+    def fake_run_one(config, backend, seed, out_dir, overrides, split_per_seed):
+        calls.append((out_dir, overrides))
+        return {"metrics": {"test_acc": 0.5}, "best_val": {"val_acc": 0.5}}
+
+    monkeypatch.setattr(compare, "run_one", fake_run_one)
+    row = repro.Row("GCN", "minesweeper", "gcn-heterophilous.yaml", ("--data.init_args.name=m",))
+    extra = ["--trainer.max_epochs=5", "--model.num_layers=9"]
+    plain, swept = (repro.run_job(repro.Job(row, 3, extra, out_dir=str(tmp_path), depth=depth))
+                    for depth in (None, 2))
+    assert "depth" not in plain and swept["depth"] == 2 and swept["status"] == "done"
+    (plain_dir, plain_args), (swept_dir, swept_args) = calls
+    assert plain_args == ["--data.init_args.name=m", *extra]
+    assert swept_args == plain_args + ["--model.num_layers=2"]  # last: it wins over extra's
+    assert plain_dir != swept_dir  # depths of one seed may run at once
+
+
+def test_depths_option():
+    assert repro.parse(["--out", "x", "--depths", "3,1,3"]).depths == [1, 3]
+    assert repro.parse(["--out", "x"]).depths is None
+
+
+@pytest.mark.parametrize("text", ["0,1", "1,x", ","])
+def test_bad_depths_are_a_one_line_error(text, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        repro.parse(["--out", "x", "--depths", text])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"argument --depths: {text!r} is not a list of positive integers, "
+                          "e.g. 1,2,3,4,5")
 
 
 @pytest.mark.parametrize("mean, published, verdict", [
@@ -152,3 +207,45 @@ def test_speed_table():
     assert speed.configs(["coauthor"]) == ["gcn-coauthor.yaml", "sage-coauthor.yaml",
                                            "gat-coauthor.yaml", "gatv2-coauthor.yaml",
                                            "gt-coauthor.yaml", "maxk-sage-coauthor.yaml"]
+
+
+def test_depth_picked_by_validation_as_the_benchmark_does():
+    row = repro.Row("GCN", "minesweeper", "gcn-heterophilous.yaml", published=(89.75, 0.52))
+    records = [_done(row.key, 0, test_roc_auc=0.99),  # without a depth: left out of a sweep
+               _swept(row.key, 0, 1, val=0.80, test=0.70), _swept(row.key, 1, 1, 0.82, 0.72),
+               _swept(row.key, 0, 2, val=0.85, test=0.60), _swept(row.key, 1, 2, 0.85, 0.62),
+               _swept(row.key, 0, 2, val=0.99, test=0.99),  # a repeat of (seed 0, depth 2)
+               _swept(row.key, 0, 3, val=0.84, test=0.90), _swept(row.key, 1, 3, 0.84, 0.90)]
+
+    def summary(records):
+        (s,) = repro.summarise([row], records)
+        return s
+
+    s = summary(records)  # depth 2: the best validation, though depth 3 tests higher
+    assert (s["depth"], s["runs"]) == (2, 2)
+    assert s["mean"] == pytest.approx(61.0) and s["std"] == pytest.approx(1.4142136, rel=1e-6)
+    assert s["within"] == "no"
+    assert [(d["depth"], d["runs"]) for d in s["depths"]] == [(1, 2), (2, 2), (3, 2)]
+    assert [d["val_mean"] for d in s["depths"]] == pytest.approx([81.0, 85.0, 84.0])
+    assert [d["test_mean"] for d in s["depths"]] == pytest.approx([71.0, 61.0, 90.0])
+    table = repro.markdown([s])
+    assert "| GCN | minesweeper | roc_auc | 61.00 ± 1.41 (2, depth 2) | 89.75 ± 0.52 |" in table
+    assert "| GCN | minesweeper | 2 | 2 | 85.00 | 61.00 ± 1.41 | yes |" in table
+    assert "| GCN | minesweeper | 3 | 2 | 84.00 | 90.00 ± 0.00 |  |" in table
+
+    # a tie goes to the shallower depth, whichever finished first
+    tie = [_swept(row.key, 0, 4, val=0.85, test=0.95), _swept(row.key, 1, 4, 0.85, 0.95)]
+    assert summary(tie + records)["depth"] == 2
+    # a depth counts by its completed runs: one run, the best validation
+    incomplete = [_swept(row.key, 0, 5, val=0.90, test=0.50),
+                  {"row": row.key, "seed": 1, "depth": 5, "status": "failed", "error": "boom"},
+                  {"row": row.key, "seed": 2, "depth": 5, "status": "skipped"}]
+    s = summary(records + incomplete)
+    assert (s["depth"], s["runs"], s["mean"], s["std"], s["failed"]) == (5, 1, 50.0, None, 1)
+
+
+def test_no_depth_table_without_depths():
+    row = repro.Row("GCN", "minesweeper", "gcn-heterophilous.yaml")
+    (s,) = repro.summarise([row], [_done(row.key, 0, test_roc_auc=0.9)])
+    assert "depth" not in s and "depths" not in s
+    assert repro.markdown([s]).count("\n") == 3  # header, rule, the row

@@ -165,6 +165,10 @@ def test_compare_output(tmp_path, capsys, device):
         assert set(row) >= {"metrics", "time_per_epoch_s", "peak_memory_bytes", "speedup"}
         assert set(row["metrics"]["test_acc"]) == {"mean", "std"}
     assert saved["summary"][0]["speedup"] == 1.0
+    for run in saved["runs"]:  # the tested checkpoint's validation metric, as its name has it
+        (checkpoint,) = glob.glob(str(out / "runs" / f"{run['backend']}-seed{run['seed']}" /
+                                      "checkpoints" / "*.ckpt"))
+        assert f"val_acc={run['best_val']['val_acc']:.4f}.ckpt" in checkpoint
     assert saved["memory"] == ("cuda_max_allocated" if device == "cuda" else
                                "cpu_peak_rss_increase")
     pyg, fast = saved["summary"]

@@ -102,10 +102,14 @@ def run_one(config: str, backend: str, seed: int, out_dir: str, overrides: List[
     with _RssSampler() as rss:
         cli.trainer.fit(cli.model, cli.datamodule)
     peak = (torch.cuda.max_memory_allocated(device) - held_before if cuda else rss.increase)
-    best = cli.trainer.checkpoint_callback.best_model_path or None
+    checkpoint = cli.trainer.checkpoint_callback
+    best = checkpoint.best_model_path or None
     tested = cli.trainer.test(cli.model, cli.datamodule, ckpt_path=best, verbose=False)[0]
     return {"backend": backend, "seed": seed, "split": seed if split_per_seed else None,
             "metrics": {k: float(v) for k, v in sorted(tested.items()) if k != "test_loss"},
+            # the monitored validation metric of the tested checkpoint (model selection's input)
+            "best_val": ({} if checkpoint.best_model_score is None
+                         else {checkpoint.monitor: float(checkpoint.best_model_score)}),
             "epochs": len(timer.epoch_times), "time_per_epoch_s": timer.time_per_epoch,
             "peak_memory_bytes": peak,
             "memory_kind": "cuda_max_allocated" if cuda else "cpu_peak_rss_increase",
