@@ -130,6 +130,22 @@ def test_every_gpu_plan_matches_reference(dtype, index_dtype):
                 assert torch.equal(arg.long(), ref_arg), name
 
 
+def test_sampled_batches_are_planned_without_bucketing_their_rows():
+    """A mini-batch's graph (tuned by size class, used for one step) is offered the light
+    plans only: no degree buckets (a quantile read back) and no split work list for each
+    batch. A graph built once keeps the heavy and split plans."""
+    from fastgnn.sampling import NeighborSampler
+    g = _hub_graph("cpu", torch.int32)
+    x = torch.randn(g.num_src_nodes, 8)
+    batch = NeighborSampler(g, [-1]).sample_subgraph(torch.arange(g.num_dst_nodes)).graph
+    plans, default = minmax._plans(batch, x)
+    assert default in plans and all(name.startswith("light") for name in plans)
+    assert not any(isinstance(key, tuple) and key[0] == "buckets" for key in batch._derived)
+    whole, _ = minmax._plans(g, x)
+    assert any(name.startswith("split") for name in whole)
+    assert any(plan[1] is not None for plan in whole.values())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan_name", ["split64-w4", "q0.99-w4-e128"])
 def test_gpu_forward_needs_no_memory_beyond_its_outputs(plan_name):

@@ -70,7 +70,10 @@ def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
 def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
     default = _plan_name(None, _DEFAULT_WARPS)
-    if not heavy_allowed:
+    # A sampled batch (tuned by size class) serves one step: bucketing its rows (a quantile and
+    # the maximum degree read back) or the split path's work list would cost host syncs every
+    # batch, and its in-degrees are bounded by the fanouts anyway.
+    if not heavy_allowed or g.tuned_by_size:
         return plans, default
     plans.update({f"split{chunk}-w{w}": (None, None, 0, encode_config(w, 0, chunk))
                   for chunk in _SPLIT_CHUNKS for w in _WARPS})
