@@ -53,8 +53,20 @@ def _check(g, x, reduce, *, grad_tol=None):
     grad = torch.randn(out.shape, dtype=torch.float64, device=x.device).to(x.dtype)
     out.backward(grad)
     expected = _expected_grad(ref_arg, grad, x.shape[0])
-    tol = grad_tol or {torch.float64: {}, torch.float32: dict(rtol=1e-5, atol=1e-5)}.get(
-        x.dtype, dict(rtol=1e-2, atol=1e-2))
+    if x.dtype == torch.float32 and grad_tol is None:
+        # A float32 sum of n terms, in any order, is off by about sqrt(n) roundings of the
+        # terms' magnitude: a hub source of a real graph collects thousands (random grads made
+        # a fixed 1e-5 fail one tolokers run in seven). A wrong or missing term is far larger.
+        count = _expected_grad(ref_arg, torch.ones_like(grad), x.shape[0])
+        magnitude = _expected_grad(ref_arg, grad.abs(), x.shape[0])
+        bound = 1e-5 + 1e-5 * expected.abs() + 4 * 2.0 ** -24 * count.sqrt() * magnitude
+        error = (xg.grad.double() - expected).abs()
+        worst = (error / bound).argmax()
+        assert bool((error <= bound).all()), (
+            f"gradient off by {float(error.flatten()[worst]):.3g} where "
+            f"{float(bound.flatten()[worst]):.3g} is allowed")
+        return
+    tol = grad_tol or {torch.float64: {}}.get(x.dtype, dict(rtol=1e-2, atol=1e-2))
     torch.testing.assert_close(xg.grad.double(), expected, **tol)
 
 
