@@ -246,8 +246,8 @@ class NeighborLoader:
         return batch
 
     def _prepare(self, batch: MiniBatch) -> None:
-        """Builds what the step would otherwise derive from each new batch graph, one host
-        call at a time: its registered edge_index (subgraph) and its transpose."""
+        """Builds what the training step would otherwise derive from each new batch graph
+        in its own host time: the registered edge_index (subgraph layout) and the transpose."""
         if batch.graph is not None:
             _ = batch.edge_index  # registered here, with the graph that the layers then use
         if self.build_transpose:
