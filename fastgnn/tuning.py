@@ -93,6 +93,19 @@ EXACT_STRUCTURES = 16
 _raced: Dict[tuple, int] = {}  # (op, width, dtype, device, size classes) -> structures
 
 
+def keyed_by_size(op: str, graph, width: int, dtype: torch.dtype, device) -> bool:
+    """Whether the choices for ``graph`` go by its size class: a mini-batch's graph
+    (``Graph.tuned_by_size``) from the start, any other new structure once ``EXACT_STRUCTURES``
+    of its class were timed one by one. Such graphs come in a stream, each serving a step or a
+    few, so a candidate that prepares something per graph (a work list read back from the
+    GPU) pays for it every time, which timing the candidates alone does not show."""
+    return _by_size(graph, (op, width, dtype, torch.device(device), graph.size_classes()))
+
+
+def _by_size(graph, kind: tuple) -> bool:
+    return graph.tuned_by_size or _raced.get(kind, 0) >= EXACT_STRUCTURES
+
+
 def make_key(op: str, graph, width: int, dtype: torch.dtype, device,
              by_size: bool = False) -> str:
     signature = ("size",) + graph.size_classes() if by_size else graph.signature()
@@ -202,9 +215,9 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
     if not enabled() or len(candidates) == 1:
         return default
     kind = (op, width, dtype, device, graph.size_classes())  # counted per process
-    one_by_one = not graph.tuned_by_size and _raced.get(kind, 0) < EXACT_STRUCTURES
-    key = make_key(op, graph, width, dtype, device,
-                   by_size=not graph.tuned_by_size and not one_by_one)
+    by_size = _by_size(graph, kind)
+    # a mini-batch's own signature is already its size class (and kind)
+    key = make_key(op, graph, width, dtype, device, by_size=by_size and not graph.tuned_by_size)
     with _lock:
         if not _loaded_disk:
             _load_disk()
@@ -213,7 +226,7 @@ def _decide(op: str, graph, width: int, dtype: torch.dtype, device: torch.device
         return cached
     if not can_time(device):
         return default
-    if one_by_one:
+    if not by_size:
         _raced[kind] = _raced.get(kind, 0) + 1
     best = _fastest(_race(candidates, device), penalties, default)
     if best != default:

@@ -143,8 +143,8 @@ def test_every_gpu_plan_matches_reference(dtype, index_dtype):
 
 
 def test_sampled_batches_are_planned_without_bucketing_their_rows():
-    """A mini-batch's graph (tuned by size class, used for one step) is offered the light
-    plans only: no degree buckets (a quantile read back) and no split work list for each
+    """A mini-batch's graph (its choices go by size class; used for one step) is offered the
+    light plans only: no degree buckets (a quantile read back) and no split work list for each
     batch. A graph built once keeps the heavy and split plans."""
     from fastgnn.sampling import NeighborSampler
     g = _hub_graph("cpu", torch.int32)

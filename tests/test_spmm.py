@@ -308,17 +308,21 @@ def test_every_cuda_kernel(graph_case, name, width, dtype):
         torch.testing.assert_close(grad.double(), A.t() @ dy.double(), rtol=tol, atol=tol)
 
 
-def test_minibatch_graphs_leave_out_the_split_kernels():
-    """A sampled batch's graph serves one step and is tuned by size class: the split kernels,
-    whose per-graph work list costs host syncs, are not among its candidates; they stay among
-    those of a graph built once."""
-    from fastgnn.ops.spmm import _usable
+def test_graph_streams_leave_out_the_split_kernels(monkeypatch):
+    """Graphs whose choices go by size class (a sampled batch's from the start, other new
+    structures past tuning.EXACT_STRUCTURES of their class) come one per step: the split
+    kernels, whose per-graph work list costs host syncs, are not among their candidates; they
+    stay among those of a graph built once."""
+    from fastgnn import tuning
+    from fastgnn.ops.spmm import algo_candidates
     from fastgnn.sampling import NeighborSampler
     g, _ = random_graph(200, 2000, seed=8)
     batch = NeighborSampler(g, [4, 4]).sample_subgraph(torch.arange(20)).graph
-    for name in ALGOS:
-        assert _usable(name, g, torch.float32)
-        assert _usable(name, batch, torch.float32) == (not name.startswith("csr_split"))
+    names = lambda graph: algo_candidates("spmm_fwd", graph, 64, torch.float32, "cpu")  # noqa: E731
+    assert names(g) == list(ALGOS)
+    assert names(batch) == [n for n in ALGOS if not n.startswith("csr_split")]
+    monkeypatch.setattr(tuning, "EXACT_STRUCTURES", 0)  # as when many graphs of g's class came
+    assert names(g) == names(batch)
 
 
 @pytest.mark.gpu

@@ -76,10 +76,15 @@ def test_a_stream_of_new_structures_is_timed_by_size_class_past_a_bound(fresh_ca
         tuning.choose(op, graph, 64, torch.float32, cpu, candidates(calls), "slow")
         return len(calls) > 0
 
+    def by_size(graph, op="op"):
+        return tuning.keyed_by_size(op, graph, 64, torch.float32, "cpu")
+
     sampled = batch(99)
     sampled = _sampled(sampled.rowptr, sampled.col, 50, ("block", 5))
-    assert races(sampled)  # keyed by size from the start, and not counted
+    assert by_size(sampled) and races(sampled)  # keyed by size from the start, not counted
+    assert not by_size(batch(0))
     assert [races(batch(seed)) for seed in range(5)] == [True, True, True, False, False]
+    assert by_size(batch(5)) and not by_size(batch(5), op="other")
     assert races(batch(0), op="other")  # the bound is per op (and width, dtype, device)
     other_class = fastgnn.Graph.from_edge_index(torch.randint(0, 50, (2, 600)), num_nodes=50)
     assert races(other_class)  # and per size class: other graphs are still timed exactly

@@ -64,16 +64,20 @@ def _plans(g: Graph, x: torch.Tensor) -> Tuple[Dict[str, Plan], str]:
     """Every launch plan worth timing for this graph and input, and the untimed default
     (cached on the graph)."""
     heavy_allowed = _heavy_allowed(g, x)
-    return g.cached(("minmax_plans", heavy_allowed), lambda: _build_plans(g, heavy_allowed))
+    # Where choices go by size class (a stream of graphs, such as mini-batches), light plans
+    # only: bucketing rows (a quantile and the maximum degree read back) and the split path's
+    # work list would cost host syncs on every new graph (a mini-batch's in-degrees are
+    # bounded by its fanouts anyway). Decided once per graph, so its plans stay those its
+    # remembered choice was made among.
+    return g.cached(("minmax_plans", heavy_allowed), lambda: _build_plans(
+        g, heavy_allowed and not tuning.keyed_by_size("minmax_aggregate", g, x.shape[1],
+                                                      x.dtype, x.device)))
 
 
 def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     plans = {_plan_name(None, w): (None, None, 0, encode_config(w, 0)) for w in _WARPS}
     default = _plan_name(None, _DEFAULT_WARPS)
-    # A sampled batch (tuned by size class) serves one step: bucketing its rows (a quantile and
-    # the maximum degree read back) or the split path's work list would cost host syncs every
-    # batch, and its in-degrees are bounded by the fanouts anyway.
-    if not heavy_allowed or g.tuned_by_size:
+    if not heavy_allowed:
         return plans, default
     plans.update({f"split{chunk}-w{w}": (None, None, 0, encode_config(w, 0, chunk))
                   for chunk in _SPLIT_CHUNKS for w in _WARPS})

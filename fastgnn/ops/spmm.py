@@ -118,14 +118,19 @@ def _usable(name: str, g: Graph, dtype: torch.dtype) -> bool:
     """cuSPARSE only with 32-bit indices (with 64-bit ones it faults rather than failing
     cleanly; the C++ op refuses them too) and float32/float64 features: its float16/bfloat16
     products lose precision at hub rows (ogbn-arxiv, bf16, width 256: max error 0.10 against
-    0.016 for ours, one rounding), enough to turn a 3-layer GCN's logits (6.1 off at 24).
-    No split kernels on graphs tuned by size class (mini-batches, each used for one step):
-    their per-graph work list costs two host syncs and about 20 launches, which a race of the
-    kernels alone does not see."""
-    if name.startswith("csr_split"):
-        return not g.tuned_by_size
+    0.016 for ours, one rounding), enough to turn a 3-layer GCN's logits (6.1 off at 24)."""
     return not name.startswith("cusparse") or (
         g.index_dtype == torch.int32 and dtype in (torch.float32, torch.float64))
+
+
+def algo_candidates(op: str, g: Graph, width: int, dtype: torch.dtype, device) -> list:
+    """The kernels the tuner races for ``op`` on ``g``: the usable ones, without the split
+    kernels where choices go by size class (``tuning.keyed_by_size``: a stream of graphs,
+    such as mini-batches): their per-graph work list costs two host syncs and about 20
+    launches on every new graph."""
+    stream = tuning.keyed_by_size(op, g, width, dtype, device)
+    return [name for name in ALGOS if _usable(name, g, dtype)
+            and not (stream and name.startswith("csr_split"))]
 
 
 def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
@@ -135,8 +140,8 @@ def _choose_algo(op: str, g: Graph, x: torch.Tensor, run) -> int:
         "cusparse_default", g, x.dtype) else "csr_auto"
 
     def candidates():
-        return {name: (lambda code=code: run(code)) for name, code in ALGOS.items()
-                if _usable(name, g, x.dtype)}
+        return {name: (lambda code=ALGOS[name]: run(code))
+                for name in algo_candidates(op, g, width, x.dtype, x.device)}
     with torch.no_grad():
         name = tuning.choose(op, g, width, x.dtype, x.device, candidates, default)
     return ALGOS[name]
