@@ -6,7 +6,9 @@ Both libraries compute ``h = x @ W.T`` (no bias), view it ``[N, H, C]`` and take
 thin product that reads ``x`` once, instead of two passes over ``h`` forward and four
 ``N x H x C`` tensors (the broadcast gradients and their sums) backward. It pays while ``x``
 is no wider than ``h``, so wider inputs (a first layer on bag-of-words features) keep the
-elementwise form. Either way the scores equal the stock layer's to rounding.
+elementwise form, as do attention vectors of another dtype than ``h`` (the elementwise
+product promotes them, a matrix product would refuse). Either way the scores equal the stock
+layer's to rounding, in the stock layer's dtype.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def gat_scores(x: torch.Tensor, weight: Optional[torch.Tensor], h: torch.Tensor,
     ``h [N, H, C]`` is ``x [N, F] @ weight.T``. ``weight`` None (a projection that is not one
     bias-free linear map) takes the elementwise form."""
     heads, channels = h.shape[1], h.shape[2]
-    if weight is None or x.shape[-1] > heads * channels:
+    if weight is None or x.shape[-1] > heads * channels \
+            or any(att.dtype != h.dtype for att in atts):
         return tuple((h * att).sum(dim=-1) for att in atts)
     per_head = weight.view(heads, channels, -1)
     folded = torch.cat([(per_head * att.reshape(heads, channels, 1)).sum(dim=1) for att in atts])

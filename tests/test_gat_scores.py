@@ -46,6 +46,18 @@ def test_folded_path_reads_x_not_h():
     assert gat_scores(wide, bias_free_weight(wide_linear), poisoned, atts[0])[0].isnan().all()
 
 
+def test_attention_of_another_dtype_promotes_as_the_elementwise_form():
+    """float32 h with float64 attention vectors (a layer cast in part): the stock form promotes
+    to float64; the folded product would mix dtypes in one matmul."""
+    x, linear, atts = _inputs(8, dtype=torch.float32)
+    atts = [att.detach().double().requires_grad_() for att in atts]
+    h = linear(x).view(x.shape[0], 4, 8)
+    scores = gat_scores(x, bias_free_weight(linear), h, *atts)
+    for ours, att in zip(scores, atts):
+        assert ours.dtype == torch.float64
+        torch.testing.assert_close(ours, (h * att).sum(dim=-1))
+
+
 def test_weight_withheld_when_the_map_is_not_bias_free_or_is_hooked():
     assert bias_free_weight(torch.nn.Linear(4, 8, bias=True)) is None
     hooked = torch.nn.Linear(4, 8, bias=False)

@@ -509,6 +509,20 @@ def test_state_dict_round_trip(name):
     torch.testing.assert_close(restored(*args), stock(*args))
 
 
+def test_gat_layer_cast_in_part_promotes_as_stock():
+    """A GATConv whose destination projection alone is float32 (float64 attention vectors):
+    stock PyG promotes the scores to float64; the enabled layer must give the same, fused."""
+    torch.manual_seed(0)
+    stock = pyg_nn.GATConv((IN, IN), OUT, heads=2).double()
+    stock.lin_dst.float()
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    ei = random_edge_index(30, 30, 150, seed=15)
+    args = ((torch.randn(30, IN, dtype=torch.float64), torch.randn(30, IN)), ei)
+    with fused_only():
+        out = assert_same(stock, fast, args)
+    assert out.dtype == torch.float64
+
+
 def test_directly_constructed_layers_match():
     torch.manual_seed(0)
     fast = fpyg.GATv2Conv(IN, OUT, heads=2, edge_dim=3)
