@@ -8,28 +8,12 @@ pytest.importorskip("jsonargparse")
 
 import torch  # noqa: E402
 from conftest import devices  # noqa: E402
-from zoo_helpers import fit_test, tiny_csbm  # noqa: E402
+from zoo_helpers import ARCH_OPTIONS, fit_test, tiny_csbm  # noqa: E402
 
 from fastgnn.zoo.models import MODELS, MaxK  # noqa: E402
 from fastgnn.zoo.module import BACKENDS, NodePropertyModule, build_model  # noqa: E402
 from fastgnn import reference  # noqa: E402
 from fastgnn.enable import supported_layers  # noqa: E402
-
-# Options that exercise each architecture's own arguments and the backbone's options.
-ARCH_OPTIONS = {
-    "mlp": {},
-    "gcn": {"norm": "batch", "add_self_loops": False, "feed_forward": True},
-    "sage": {"aggr": "max", "residual": True, "input_mlp": True, "norm": "layer",
-             "feed_forward": True},
-    "gin": {"train_eps": True},
-    "gat": {"heads": 2, "hidden_channels": 16, "input_dropout": 0.3, "activation": "elu"},
-    "gatv2": {"heads": 2, "hidden_channels": 16},
-    "gt": {"heads": 2, "hidden_channels": 16, "beta": True, "output_mlp": True},
-    "maxk-sage": {"k": 4, "hidden_channels": 16},
-    "maxk-gcn": {"k": 4, "hidden_channels": 16},
-    "maxk-gin": {"k": 4, "hidden_channels": 16},
-    "gcn-gru": {"hidden_channels": 16},
-}
 
 
 @pytest.fixture

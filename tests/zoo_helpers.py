@@ -1,4 +1,5 @@
-"""Shared pieces of the zoo tests: a tiny CSBM and a quiet fit + test."""
+"""Shared pieces of the zoo tests: a tiny CSBM, options for every architecture and a quiet fit +
+test."""
 from __future__ import annotations
 
 import lightning.pytorch as pl
@@ -7,6 +8,23 @@ from fastgnn.zoo.data import CSBM
 from fastgnn.zoo.module import NodePropertyModule
 
 TINY = dict(num_nodes=80, num_classes=3, num_channels=8, avg_degree=4.0)
+
+# Options that exercise each architecture's own arguments and the backbone's options (one entry
+# per fastgnn.zoo.models.MODELS; test_zoo_models checks that every model has one).
+ARCH_OPTIONS = {
+    "mlp": {},
+    "gcn": {"norm": "batch", "add_self_loops": False, "feed_forward": True},
+    "sage": {"aggr": "max", "residual": True, "input_mlp": True, "norm": "layer",
+             "feed_forward": True},
+    "gin": {"train_eps": True},
+    "gat": {"heads": 2, "hidden_channels": 16, "input_dropout": 0.3, "activation": "elu"},
+    "gatv2": {"heads": 2, "hidden_channels": 16},
+    "gt": {"heads": 2, "hidden_channels": 16, "beta": True, "output_mlp": True},
+    "maxk-sage": {"k": 4, "hidden_channels": 16},
+    "maxk-gcn": {"k": 4, "hidden_channels": 16},
+    "maxk-gin": {"k": 4, "hidden_channels": 16},
+    "gcn-gru": {"hidden_channels": 16},
+}
 
 
 def tiny_csbm(**overrides) -> CSBM:

@@ -176,6 +176,10 @@ class NodePropertyModule(pl.LightningModule):
         self._graphs_off: Optional[str] = None  # why this run takes no graphs (warned once)
 
     def forward(self, batch) -> torch.Tensor:
+        if self.hparams.cached and getattr(batch, "batch_size", None) is not None:
+            raise ValueError("cached=True applies to full-batch training: it keeps the first "
+                             "graph's normalised adjacency for every later one, and each "
+                             "mini-batch is a new subgraph; unset cached or batch_size")
         model = self._compiled if self._compiled is not None else self.model
         return model(batch.x, batch.edge_index, getattr(batch, "edge_attr", None))
 
