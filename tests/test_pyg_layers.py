@@ -278,6 +278,28 @@ def test_bipartite_without_destination_features(name):
         torch.testing.assert_close(fast(*args, size=(30, 20)), stock(*args, size=(30, 20)))
 
 
+@pytest.mark.parametrize("name", ["sage-mean", "sage-max", "graphconv-add", "gin",
+                                  "simple-mean-sum"])
+@pytest.mark.parametrize("rows,size", [
+    (3, (6, 3)),                # fewer source rows than size[0]: the kernels would read past x
+    (6, (6, 3)),                # one tensor for both sides, size[1] differs
+    ((6, 4), (6, 3)),           # destination features of the wrong size
+    ((5, 3), (6, 3)),
+])
+def test_features_that_contradict_size_raise_as_stock(name, rows, size):
+    _, factory, _, _ = CASES[CASE_IDS.index(name)]
+    # source 5 lies past three rows of x: a kernel trusting size would read beyond them
+    ei = torch.tensor([[0, 1, 2, 5], [0, 1, 2, 2]])
+    x = tuple(torch.randn(r, IN) for r in rows) if isinstance(rows, tuple) else \
+        torch.randn(rows, IN)
+    stock, fast = make_pair(_build(factory, IN))
+    with pytest.raises(ValueError):
+        stock(x, ei, size=size)
+    with pytest.raises(ValueError, match=r"size\[[01]\] is \d+ but the (source|destination) "
+                                         r"features have \d+ rows"):
+        fast(x, ei, size=size)
+
+
 def test_graph_size_mismatch_is_an_error():
     fast = fpyg.SAGEConv(IN, OUT)
     graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)

@@ -166,7 +166,13 @@ def sparse_size(structure) -> Tuple[int, int]:
 def node_counts(edges: Edges, x_src: torch.Tensor, x_dst: Optional[torch.Tensor],
                 size=None) -> Tuple[int, int]:
     """(num_src, num_dst) as PyG's propagate infers them: ``size``, then the features, then a
-    sparse adjacency's shape or the Graph's sizes."""
+    sparse adjacency's shape or the Graph's sizes. Features must have the rows ``size`` gives
+    (a ValueError, as PyG raises): the kernels index them by it."""
+    if size is not None:
+        for slot, x, side in ((0, x_src, "source"), (1, x_dst, "destination")):
+            if x is not None and size[slot] is not None and x.size(0) != size[slot]:
+                raise ValueError(f"size[{slot}] is {size[slot]} but the {side} features have "
+                                 f"{x.size(0)} rows")
     if size is None and x_src is not None and x_dst is not None and edges.graph is None \
             and not edges.is_sparse:  # an edge list: the features say it all
         return x_src.shape[0], x_dst.shape[0]
