@@ -9,6 +9,8 @@ import warnings
 import weakref
 from typing import Callable, Tuple
 
+from fastgnn.graph import derived_tensors
+
 
 class Unsupported(Exception):
     """An input an adapter's fused path does not handle; the message names the option."""
@@ -54,7 +56,8 @@ class StructureCache:
         hit = self._hit(key, source, stamp)
         if hit is not None:
             return hit
-        value = build()
+        with derived_tensors():
+            value = build()
         ref = weakref.ref(source, lambda dead, key=key: self._forget(key, dead))
         with self._lock:
             self.builds += 1

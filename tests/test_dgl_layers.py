@@ -343,6 +343,26 @@ def test_state_dict_round_trip(index):
     torch.testing.assert_close(back(graph, x), stock(graph, x), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("index", range(6))
+def test_training_after_an_inference_mode_call_on_the_same_graph(index):
+    """An evaluation under torch.inference_mode, then a training step on the same DGLGraph:
+    the fastgnn.Graph derived and cached during the evaluation must serve the backward."""
+    torch.manual_seed(0)
+    stock = _stock_layers()[index]
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    graph = make_graph("homogeneous")
+    x = torch.randn(60, IN)
+    with torch.inference_mode():
+        fast(graph, x)
+    xs, xf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_s, out_f = stock(graph, xs), fast(graph, xf)
+    torch.testing.assert_close(out_f, out_s, rtol=1e-4, atol=1e-5)
+    grad = torch.randn_like(out_s)
+    out_s.backward(grad)
+    out_f.backward(grad)
+    torch.testing.assert_close(xf.grad, xs.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_mixed_feature_dtypes_raise_type_error():
     graph = make_graph("bipartite")
     (src, dst), _ = _features(graph, pair=True)

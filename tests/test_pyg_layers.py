@@ -300,6 +300,24 @@ def test_features_that_contradict_size_raise_as_stock(name, rows, size):
         fast(x, ei, size=size)
 
 
+@pytest.mark.parametrize("name", ["gcn", "sage-mean", "sage-max", "graphconv-add", "gin",
+                                  "simple-mean-sum", "gatv2", "gat-edge-mean",
+                                  "transformer-beta-edge"])
+def test_training_after_an_inference_mode_call_on_the_same_edges(name):
+    """An evaluation under torch.inference_mode, then a training step on the same edge_index
+    (the usual epoch loop): what the evaluation derived and cached must serve the training
+    step, whose backward saves it."""
+    _, factory, extra, _ = CASES[CASE_IDS.index(name)]
+    ei = random_edge_index(30, 30, 150, seed=21)
+    x = torch.randn(30, IN)
+    args = (x, ei) + (() if extra is None else (edge_extra(extra, ei.size(1)),))
+    stock, fast = make_pair(_build(factory, IN))
+    with torch.inference_mode():
+        fast(*args)
+    with fused_only():
+        assert_same(stock, fast, args)
+
+
 def test_graph_size_mismatch_is_an_error():
     fast = fpyg.SAGEConv(IN, OUT)
     graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)

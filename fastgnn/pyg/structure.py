@@ -15,7 +15,7 @@ import torch
 
 from fastgnn import _library
 from fastgnn._adapter import StructureCache, Unsupported
-from fastgnn.graph import Graph
+from fastgnn.graph import Graph, derived_tensors
 
 try:  # PyG >= 2.5
     from torch_geometric import EdgeIndex
@@ -349,8 +349,9 @@ def gcn_unit_values(structure: Structure, num_nodes: int, dtype: torch.dtype) ->
     key = ("gcn", dtype)
     if key not in structure.memo:
         graph = structure.graph
-        ones = torch.ones(graph.num_edges, dtype=dtype, device=graph.device)
-        structure.memo[key] = symmetric_values(structure, ones, num_nodes)
+        with derived_tensors():
+            ones = torch.ones(graph.num_edges, dtype=dtype, device=graph.device)
+            structure.memo[key] = symmetric_values(structure, ones, num_nodes)
     return structure.memo[key]
 
 
