@@ -11,24 +11,9 @@ import torch
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 import fastgnn  # noqa: E402
+from _accuracy import assert_within_twice_stock  # noqa: E402
 from conftest import devices, load_dataset  # noqa: E402
 from fastgnn import reference  # noqa: E402
-
-
-def _run(layer, x, edge_index, grad_seed, dtype):
-    layer = copy.deepcopy(layer).to(dtype)
-    x = x.to(dtype).clone().requires_grad_()
-    out = layer(x, edge_index)
-    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(grad_seed),
-                       dtype=torch.float64)
-    out.backward(grad.to(dtype))
-    results = {"out": out.detach(), "x": x.grad}
-    results.update({name: p.grad for name, p in layer.named_parameters()})
-    return results
-
-
-def _relative(value, exact):
-    return float((value.double() - exact).norm() / exact.norm())
 
 
 LAYERS = {
@@ -47,14 +32,8 @@ def test_float32_error_within_twice_stock(name):
     x = torch.randn(data.num_nodes, 32, generator=torch.Generator().manual_seed(5))
     torch.manual_seed(0)
     stock = LAYERS[name](x.shape[1])
-    exact = _run(stock, x, data.edge_index, 1, torch.float64)
-    stock32 = _run(stock, x, data.edge_index, 1, torch.float32)
-    ours = _run(fastgnn.enable(copy.deepcopy(stock)), x, data.edge_index, 1, torch.float32)
-    for key, value in exact.items():
-        if value is None or float(value.norm()) < 1e-6 * value.numel() ** 0.5:
-            continue  # gradients that are 0 in exact arithmetic (TransformerConv's key bias)
-        stock_error, our_error = _relative(stock32[key], value), _relative(ours[key], value)
-        assert our_error <= 2 * stock_error, f"{key}: {our_error:.2e} vs stock {stock_error:.2e}"
+    assert_within_twice_stock(stock, fastgnn.enable(copy.deepcopy(stock)),
+                              lambda layer, x: layer(x, data.edge_index), {"x": x})
 
 
 @pytest.mark.parametrize("device", devices())

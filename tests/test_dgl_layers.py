@@ -394,36 +394,82 @@ def test_backend_choice(backend):
 
 
 # ---- accuracy against float64 ------------------------------------------------------------------
-def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
-    return ((value.double() - truth).norm() / truth.norm()).item()
+def _gin_mlp(width=32):
+    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, width))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: dgl.nn.GATv2Conv(32, 16, 2, allow_zero_in_degree=True),
-    lambda: dgl.nn.GATConv(32, 16, 2, allow_zero_in_degree=True),
-    lambda: dgl.nn.DotGatConv(32, 16, 2, allow_zero_in_degree=True),
-    lambda: dgl.nn.GraphConv(32, 32, allow_zero_in_degree=True),
-    lambda: dgl.nn.SAGEConv(32, 32, "pool"),
-], ids=["GATv2Conv", "GATConv", "DotGatConv", "GraphConv", "SAGEConv-pool"])
-def test_float32_error_within_twice_dgls(make):
-    """Against a float64 run of the stock layer, the enabled layer's float32 output and
-    parameter gradients are off by at most twice as much as the stock float32 layer's."""
+# name: (stock layer, whether the call takes a per-edge weight)
+ACCURACY_LAYERS = {
+    "GATv2Conv": (lambda: dgl.nn.GATv2Conv(32, 16, 2, allow_zero_in_degree=True), False),
+    "GATConv": (lambda: dgl.nn.GATConv(32, 16, 2, allow_zero_in_degree=True), False),
+    "DotGatConv": (lambda: dgl.nn.DotGatConv(32, 16, 2, allow_zero_in_degree=True), False),
+    "GraphConv": (lambda: dgl.nn.GraphConv(32, 32, allow_zero_in_degree=True), False),
+    "GraphConv-narrowing": (lambda: dgl.nn.GraphConv(32, 16, allow_zero_in_degree=True),
+                            False),
+    "GraphConv-right": (lambda: dgl.nn.GraphConv(32, 32, norm="right",
+                                                 allow_zero_in_degree=True), False),
+    "GraphConv-left": (lambda: dgl.nn.GraphConv(32, 32, norm="left",
+                                                allow_zero_in_degree=True), False),
+    "GraphConv-none-weighted": (lambda: dgl.nn.GraphConv(32, 32, norm="none",
+                                                         allow_zero_in_degree=True), True),
+    "GraphConv-both-weighted": (lambda: dgl.nn.GraphConv(32, 32, allow_zero_in_degree=True),
+                                True),
+    "EdgeWeightNorm-both": (lambda: dgl.nn.EdgeWeightNorm("both"), True),
+    "EdgeWeightNorm-right": (lambda: dgl.nn.EdgeWeightNorm("right"), True),
+    "SAGEConv-pool": (lambda: dgl.nn.SAGEConv(32, 32, "pool"), False),
+    "SAGEConv-mean": (lambda: dgl.nn.SAGEConv(32, 32, "mean"), False),
+    "SAGEConv-mean-narrowing": (lambda: dgl.nn.SAGEConv(32, 16, "mean"), False),
+    "SAGEConv-mean-weighted": (lambda: dgl.nn.SAGEConv(32, 32, "mean"), True),
+    "SAGEConv-gcn": (lambda: dgl.nn.SAGEConv(32, 32, "gcn"), False),
+    "SAGEConv-gcn-narrowing": (lambda: dgl.nn.SAGEConv(32, 16, "gcn"), False),
+    "SAGEConv-gcn-weighted": (lambda: dgl.nn.SAGEConv(32, 32, "gcn"), True),
+    "GINConv-sum": (lambda: dgl.nn.GINConv(_gin_mlp(), "sum", learn_eps=True), False),
+    "GINConv-sum-weighted": (lambda: dgl.nn.GINConv(_gin_mlp(), "sum", learn_eps=True), True),
+    "GINConv-mean": (lambda: dgl.nn.GINConv(_gin_mlp(), "mean", learn_eps=True), False),
+    "GINConv-mean-weighted": (lambda: dgl.nn.GINConv(None, "mean"), True),
+    "GINConv-max": (lambda: dgl.nn.GINConv(_gin_mlp(), "max", learn_eps=True), False),
+}
+
+
+def _check_accuracy(name, graph):
+    """Against a float64 run of the stock layer, the enabled layer's float32 output and every
+    input and parameter gradient are off by at most twice as much as the stock float32
+    layer's (issue 16)."""
+    from _accuracy import assert_within_twice_stock
+
+    make, weighted = ACCURACY_LAYERS[name]
+    gen = torch.Generator().manual_seed(5)
+    inputs = {} if name.startswith("EdgeWeightNorm") else \
+        {"feat": torch.randn(graph.num_nodes(), 32, generator=gen)}
+    if weighted:
+        inputs["edge_weight"] = torch.rand(graph.num_edges(), generator=gen) + 0.1
+    torch.manual_seed(0)
+    stock = make()
+    with no_fallback():
+        return assert_within_twice_stock(stock, fastgnn.enable(copy.deepcopy(stock)),
+                                         lambda layer, **leaves: layer(graph, **leaves), inputs)
+
+
+@pytest.mark.parametrize("name", ACCURACY_LAYERS)
+def test_float32_error_within_twice_dgls(name):
+    """On a random graph with a hub (in-degree ~13000), isolated nodes, self-loops and
+    duplicate edges."""
     from conftest import random_edge_index
 
     src, dst = random_edge_index(2000, 2000, 40000, seed=3)
-    graph = dgl.graph((src, dst), num_nodes=2000)
-    torch.manual_seed(0)
-    stock = make()
-    fast = fastgnn.enable(copy.deepcopy(stock))
-    truth = copy.deepcopy(stock).double()
-    x = torch.randn(2000, 32)
-    weight = torch.randn(stock(graph, x).shape, dtype=torch.float64)
-    results = {}
-    for name, layer, feat in (("truth", truth, x.double()), ("stock", stock, x),
-                              ("fast", fast, x)):
-        out = layer(graph, feat)
-        (out * weight.to(out.dtype)).sum().backward()
-        results[name] = [out.detach()] + [p.grad for p in layer.parameters()]
-    truths = results["truth"]
-    for got, own, want in zip(results["fast"], results["stock"], truths):
-        assert _relative_error(got, want) <= 2 * _relative_error(own, want)
+    _check_accuracy(name, dgl.graph((src, dst), num_nodes=2000))
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name in ACCURACY_LAYERS
+                                  if not name.startswith(("GAT", "DotGat"))])
+def test_float32_error_within_twice_dgls_tolokers(name):
+    """The real graph the issue measured on; the attention layers only on the random graph
+    (DGL's own GAT layers take seconds per pass here)."""
+    from conftest import load_dataset
+
+    data = load_dataset("tolokers")
+    src, dst = data.edge_index
+    _check_accuracy(name, dgl.graph((src, dst), num_nodes=data.num_nodes))
