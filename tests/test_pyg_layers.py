@@ -318,6 +318,49 @@ def test_training_after_an_inference_mode_call_on_the_same_edges(name):
         assert_same(stock, fast, args)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: pyg_nn.GCNConv(IN, OUT, aggr="mean"),
+    lambda: pyg_nn.GATConv(IN, OUT, heads=2, aggr="mean"),
+    lambda: pyg_nn.GATv2Conv(IN, OUT, heads=2, aggr="max"),
+    lambda: pyg_nn.TransformerConv(IN, OUT, heads=2, aggr="mean"),
+], ids=["gcn-mean", "gat-mean", "gatv2-max", "transformer-mean"])
+def test_layers_that_sum_fall_back_for_other_aggregations(make):
+    """These fused paths sum their messages: another aggr runs PyG's forward, with the
+    warning (it was silently summed)."""
+    torch.manual_seed(0)
+    stock, fast = make_pair(make())
+    ei = random_edge_index(30, 30, 150, seed=22)
+    x = torch.randn(30, IN)
+    with pytest.warns(fpyg.FallbackWarning, match="aggr="):
+        torch.testing.assert_close(fast(x, ei), stock(x, ei))
+
+
+@pytest.mark.parametrize("make", [lambda: pyg_nn.SimpleConv(node_dim=1),
+                                  lambda: pyg_nn.GINConv(torch.nn.Identity(), node_dim=1)],
+                         ids=["simple", "gin"])
+def test_nodes_on_another_dim_fall_back(make):
+    stock, fast = make_pair(make())
+    ei = random_edge_index(IN, IN, 40, seed=23)  # nodes on dim 1: IN of them
+    x = torch.randn(5, IN)
+    with pytest.warns(fpyg.FallbackWarning, match="node_dim=1"):
+        torch.testing.assert_close(fast(x, ei), stock(x, ei))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pyg_nn.GCNConv(IN, OUT), lambda: pyg_nn.GCNConv(IN, OUT, add_self_loops=False),
+    lambda: pyg_nn.GCNConv(IN, OUT, normalize=False), lambda: pyg_nn.GraphConv(IN, OUT),
+    lambda: pyg_nn.SimpleConv(combine_root="self_loop"),
+], ids=["gcn", "gcn-noloops", "gcn-unnormalised", "graphconv", "simple-self-loop"])
+def test_edge_weight_as_a_column_is_fused_as_stock(make):
+    """PyG multiplies messages by edge_weight.view(-1, 1), so [E, 1] weights equal [E] ones."""
+    torch.manual_seed(0)
+    stock, fast = make_pair(make())
+    ei = random_edge_index(30, 30, 150, seed=24)
+    args = (torch.randn(30, IN), ei, torch.rand(ei.size(1), 1))
+    with fused_only():
+        assert_same(stock, fast, args)
+
+
 def test_graph_size_mismatch_is_an_error():
     fast = fpyg.SAGEConv(IN, OUT)
     graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)

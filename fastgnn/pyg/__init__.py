@@ -7,12 +7,13 @@ without a fused path run PyG's own forward, with a one-time :class:`FallbackWarn
 
 Fused: edge_index tensors, EdgeIndex, fastgnn.Graph, torch sparse COO/CSR adjacencies and
 torch_sparse SparseTensors (attention layers: not sparse ones); every constructor option of
-GCNConv, SAGEConv (aggr mean/sum/max/min), GraphConv, GINConv, SimpleConv, GATConv, GATv2Conv
-and TransformerConv with string aggregations. Fallback: return_attention_weights, GATConv's
-explicit size, Aggregation modules or aggregation lists, edge weights (or sparse values) with
-min/max, sparse CSC, flow="target_to_source", explain, decomposed_layers > 1, MessagePassing
-hooks, node features that are not 2-D, and inputs the stock layer itself rejects (it then
-raises its own error). torch.jit.script is refused with an error that points to torch.compile.
+SAGEConv, GraphConv, GINConv and SimpleConv with string aggregations (sum, mean, max, min), and
+of GCNConv, GATConv, GATv2Conv and TransformerConv with their sum aggregation. Fallback:
+return_attention_weights, GATConv's explicit size, Aggregation modules or aggregation lists,
+another aggregation than sum for GCNConv and the attention layers, edge weights (or sparse
+values) with min/max, sparse CSC, flow="target_to_source", node_dim other than the first,
+explain, decomposed_layers > 1, MessagePassing hooks, node features that are not 2-D, and
+inputs the stock layer itself rejects (it then raises its own error). torch.jit.script is refused with an error that points to torch.compile.
 """
 import torch_geometric.nn as _pyg_nn
 

@@ -108,9 +108,22 @@ def inherit_message_types(fast_cls: type) -> None:
             setattr(fast_cls, func + "_type", {name: p.type for name, p in params.items()})
 
 
+def edge_vector(edge_weight: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """An ``[E, 1]`` edge_weight as the ``[E]`` one it equals in PyG (whose messages multiply
+    by ``edge_weight.view(-1, 1)``); any other value unchanged, for the ops' own checks."""
+    if isinstance(edge_weight, torch.Tensor) and edge_weight.dim() == 2 \
+            and edge_weight.size(1) == 1:
+        return edge_weight.view(-1)
+    return edge_weight
+
+
 class FastLayer:
     """Mixin placed before a PyG layer class: ``forward`` runs ``_fused`` and falls back to the
     PyG forward (with a one-time warning naming the option) when it raises Unsupported."""
+
+    #: the aggregations a layer whose fused path sums its messages runs (None: the layer reads
+    #: ``aggr`` itself)
+    summing_aggrs: Optional[Tuple[str, ...]] = None
 
     def _fused(self, *args, **kwargs):  # pragma: no cover - every layer defines it
         raise NotImplementedError
@@ -135,6 +148,11 @@ class FastLayer:
             return f"a registered {table.strip('_')[:-1]}"
         if state.get("flow", "source_to_target") != "source_to_target":
             return f"flow={state['flow']!r}"
+        if state.get("node_dim", -2) not in (0, -2):  # the fused paths take nodes on dim 0
+            return f"node_dim={state['node_dim']!r}"
+        if self.summing_aggrs is not None and state.get("aggr") not in self.summing_aggrs:
+            # a string is kept in __dict__; an Aggregation module is not, and falls back too
+            return f"aggr={state.get('aggr', getattr(self, 'aggr', None))!r}"
         return None
 
     def __prepare_scriptable__(self):

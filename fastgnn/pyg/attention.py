@@ -93,6 +93,8 @@ class GATConv(FastLayer, pyg_nn.GATConv):
     ``M [edge_dim, H]`` folded from ``lin_edge.weight`` and ``att_edge``: no E x H x C tensor.
     """
 
+    summing_aggrs = ("add", "sum")
+
     def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None, size=None,
                 return_attention_weights=None):
         return self._dispatch(x, edge_index, edge_attr, size, return_attention_weights)
@@ -147,6 +149,8 @@ class GATConv(FastLayer, pyg_nn.GATConv):
 class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
     """:class:`torch_geometric.nn.GATv2Conv` on ``fastgnn.ops.gatv2_attention``."""
 
+    summing_aggrs = ("add", "sum")
+
     def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None,
                 return_attention_weights=None):
         return self._dispatch(x, edge_index, edge_attr, return_attention_weights)
@@ -191,6 +195,8 @@ class GATv2Conv(FastLayer, pyg_nn.GATv2Conv):
 
 class TransformerConv(FastLayer, pyg_nn.TransformerConv):
     """:class:`torch_geometric.nn.TransformerConv` on ``fastgnn.ops.graph_attention``."""
+
+    summing_aggrs = ("add", "sum")
 
     def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None,
                 return_attention_weights=None):

@@ -13,7 +13,7 @@ from fastgnn.ops import minmax
 from fastgnn.ops.spmm import REDUCES as SPMM_REDUCES
 from fastgnn.ops.spmm import spmm_unchecked
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
-                               reduce_of, split_pair)
+                               edge_vector, reduce_of, split_pair)
 from fastgnn.pyg import compiled
 from fastgnn.pyg.structure import (Edges, SparseTensor, Unsupported, as_edges,
                                    edges_and_structure, node_counts, resolve)
@@ -89,6 +89,7 @@ class GraphConv(FastLayer, pyg_nn.GraphConv):
         return self._dispatch(x, edge_index, edge_weight, size)
 
     def _fused(self, x, edge_index, edge_weight=None, size=None):
+        edge_weight = edge_vector(edge_weight)
         reduce = reduce_of(self.aggr)
         x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)
         weight = _weights(edges, edge_weight, reduce)
@@ -119,6 +120,7 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
         return self._dispatch(x, edge_index, edge_weight, size)
 
     def _fused(self, x, edge_index, edge_weight=None, size=None):
+        edge_weight = edge_vector(edge_weight)
         reduce = reduce_of(self.aggr)
         if self.combine_root != "self_loop":
             x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)

@@ -11,7 +11,7 @@ from fastgnn import ops
 from fastgnn.ops.spmm import spmm_unchecked
 from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
-                              parameter)
+                              edge_vector, parameter)
 from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, as_edges,
                                    gcn_normalised, gcn_structure, gcn_unit_values,
                                    gcn_weighted_values, is_edge_tensor, lookup, resolve)
@@ -20,12 +20,15 @@ from fastgnn.pyg.structure import (Edges, SparseTensor, Structure, Unsupported, 
 class GCNConv(FastLayer, pyg_nn.GCNConv):
     """:class:`torch_geometric.nn.GCNConv` running its propagation on ``fastgnn.ops.spmm``."""
 
+    summing_aggrs = ("add", "sum")
+
     def forward(self, x: torch.Tensor, edge_index, edge_weight: Optional[torch.Tensor] = None):
         return self._dispatch(x, edge_index, edge_weight)
 
     def _fused(self, x, edge_index, edge_weight=None):
         if isinstance(x, (tuple, list)):
             raise Unsupported("bipartite (tuple) node features")
+        edge_weight = edge_vector(edge_weight)
         check_features(x)
         if compiled.applies(edge_index, "spmm", x.device) and not self.cached:
             return self._compiled(x, edge_index, edge_weight)
