@@ -1,13 +1,15 @@
-"""Callbacks of the zoo CLI: the prediction writer and the epoch timer."""
+"""Callbacks of the zoo CLI: the prediction writer, the epoch timer and the GAT paper's early
+stopping."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
 from typing import List, Optional
 
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter, Callback
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -88,3 +90,62 @@ class EpochTimer(Callback):
         """The median over epochs after the first (which builds caches and tunes kernels)."""
         steady = self.epoch_times[1:] or self.epoch_times
         return statistics.median(steady) if steady else float("nan")
+
+
+class GATEarlyStopping(ModelCheckpoint):
+    """The GAT paper's early stopping and model selection (Veličković et al. 2018, as the
+    authors' ``execute_cora.py`` does it), on the zoo module's ``val_acc`` and ``val_loss``.
+
+    After each validation, an epoch whose accuracy is at least the best so far *or* whose loss
+    is at most the lowest so far resets the patience count and moves both bests; ``patience``
+    epochs in a row with neither stop training. The checkpoint kept is that of the last epoch
+    that matched *both* bests at once (compared with the bests before it): an epoch that
+    improves only one of the two resets the count but keeps the earlier checkpoint.
+    ``best_model_path`` is that checkpoint (``trainer.test(ckpt_path="best")`` and
+    ``fastgnn-zoo compare`` test it) and ``best_model_score`` its ``val_acc``. In a config::
+
+        trainer:
+          callbacks:
+            - class_path: fastgnn.zoo.callbacks.GATEarlyStopping
+              init_args: {patience: 100}
+
+    It takes the place of the module's best-``val_acc`` checkpoint, and of Lightning's
+    ``EarlyStopping``, which watches one metric.
+    """
+
+    def __init__(self, patience: int = 100, dirpath: Optional[str] = None,
+                 filename: Optional[str] = "{epoch}-{val_acc:.4f}-{val_loss:.4f}"):
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"patience must be a positive integer, got {patience!r}")
+        super().__init__(dirpath=dirpath, filename=filename, monitor="val_acc", mode="max",
+                         save_top_k=1)
+        self.patience = patience
+        self.best_acc, self.best_loss, self.wait = -math.inf, math.inf, 0
+
+    def check_monitor_top_k(self, trainer, current: Optional[torch.Tensor] = None) -> bool:
+        """Whether this validation's model replaces the checkpoint (``current`` is its
+        ``val_acc``); moves the bests and the patience count as well. ModelCheckpoint asks once
+        per validation of ``fit``, not during the sanity check."""
+        if current is None:
+            return False
+        if "val_loss" not in trainer.callback_metrics:
+            raise RuntimeError("GATEarlyStopping needs 'val_loss' logged at validation")
+        acc, loss = float(current), float(trainer.callback_metrics["val_loss"])
+        acc_better, loss_better = acc >= self.best_acc, loss <= self.best_loss
+        if acc_better or loss_better:
+            self.best_acc, self.best_loss = max(acc, self.best_acc), min(loss, self.best_loss)
+            self.wait = 0
+        else:
+            self.wait += 1
+            # the logged metrics are reduced across ranks: every rank decides alike
+            trainer.should_stop = trainer.should_stop or self.wait >= self.patience
+        return trainer.strategy.reduce_boolean_decision(acc_better and loss_better)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "best_acc": self.best_acc, "best_loss": self.best_loss,
+                "wait": self.wait}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.best_acc, self.best_loss, self.wait = (state_dict[key] for key in
+                                                    ("best_acc", "best_loss", "wait"))
