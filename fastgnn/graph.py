@@ -52,12 +52,12 @@ def narrowest_index_dtype(num_edges: int, num_nodes: int) -> torch.dtype:
     return torch.int32 if max(num_edges, num_nodes) <= _INT32_MAX else torch.int64
 
 
-
 def derived_tensors():
     """The context in which tensors kept for later calls are built: outside inference mode,
     since a training step after an evaluation under ``torch.inference_mode`` saves them for
     its backward, which inference tensors refuse."""
     return torch.inference_mode(False)
+
 
 class Graph:
     """An immutable graph on ``num_src_nodes`` sources and ``num_dst_nodes`` destinations.
