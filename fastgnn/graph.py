@@ -140,6 +140,11 @@ class Graph:
     @classmethod
     def from_dgl(cls, dgl_graph, *, cache_transpose: bool = True) -> "Graph":
         """From a homogeneous DGLGraph or a block (edge ids follow DGL's edge order)."""
+        formats = dgl_graph.formats()
+        if "coo" not in formats["created"] + formats["not created"]:
+            # a graph restricted to CSR/CSC (g.formats('csc')) lists its edges by id only
+            # through COO: a clone that may build it, the caller's graph left as it is
+            dgl_graph = dgl_graph.formats(formats["created"] + formats["not created"] + ["coo"])
         src, dst = dgl_graph.edges(order="eid")
         return cls.from_edge_index(torch.stack([src, dst]),
                                    num_src_nodes=dgl_graph.num_src_nodes(),

@@ -363,6 +363,56 @@ def test_training_after_an_inference_mode_call_on_the_same_graph(index):
     torch.testing.assert_close(xf.grad, xs.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("make", [lambda: dgl.nn.GINConv(None, "sum"),
+                                  lambda: dgl.nn.GraphConv(IN, OUT, norm="right",
+                                                           allow_zero_in_degree=True),
+                                  lambda: dgl.nn.SAGEConv(IN, OUT, "mean")],
+                         ids=["gin", "graphconv", "sage-mean"])
+def test_edge_weight_wider_than_the_features_runs_dgl(make):
+    """DGL broadcasts an [E, 1, 1] weight against 2-D features into a wider output: that is
+    DGL's code, with the warning, not a silently narrower fused result."""
+    torch.manual_seed(0)
+    stock = make()
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    graph = make_graph("homogeneous")
+    x = torch.randn(60, IN)
+    weight = torch.rand(graph.num_edges(), 1, 1)
+    with pytest.warns(fnn.FallbackWarning, match="edge_weight of shape"):
+        out = fast(graph, x, edge_weight=weight)
+    torch.testing.assert_close(out, stock(graph, x, edge_weight=weight))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: dgl.nn.GATConv((IN, IN), OUT, HEADS, allow_zero_in_degree=True),
+    lambda: dgl.nn.DotGatConv((IN, IN), OUT, HEADS, allow_zero_in_degree=True)],
+    ids=["gat", "dotgat"])
+def test_layer_built_for_a_pair_given_one_tensor_raises_dgls_error(make):
+    stock = make()
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    graph = make_graph("homogeneous")
+    x = torch.randn(60, IN)
+    with pytest.raises(AttributeError) as stock_error:
+        stock(graph, x)
+    with pytest.raises(AttributeError) as fast_error:
+        fast(graph, x)
+    assert str(fast_error.value) == str(stock_error.value)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: dgl.nn.GraphConv(IN, OUT, norm="right", allow_zero_in_degree=True),
+    lambda: dgl.nn.SAGEConv(IN, OUT, "mean"),
+    lambda: dgl.nn.GINConv(torch.nn.Linear(IN, OUT), "max")], ids=["graphconv", "sage", "gin"])
+def test_layers_on_a_graph_restricted_to_csc(make):
+    """The layers DGL runs on a graph that allows CSC only (the others need its out-degrees
+    or SDDMM, which DGL refuses there)."""
+    torch.manual_seed(0)
+    stock = make()
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    graph = make_graph("homogeneous").formats("csc")
+    x = torch.randn(60, IN)
+    torch.testing.assert_close(fast(graph, x), stock(graph, x), rtol=1e-4, atol=1e-5)
+
+
 def test_mixed_feature_dtypes_raise_type_error():
     graph = make_graph("bipartite")
     (src, dst), _ = _features(graph, pair=True)

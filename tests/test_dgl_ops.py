@@ -74,6 +74,38 @@ def test_copy_u(kind, reduce, feat):
              lambda g, x: dgl.ops.gspmm(g, "copy_lhs", reduce, x, None), graph, [x])
 
 
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_extremes_of_a_graph_without_edges_are_dgls_zeros(reduce):
+    """DGL gives destinations without in-edges -inf/+inf, except on a graph with no edges at
+    all, where it skips its kernel and keeps its zero output."""
+    graph = dgl.graph(([], []), num_nodes=3)
+    (x,) = leaves((3, 2))
+    name = f"copy_u_{reduce}"
+    with no_fallback():
+        out = getattr(fdgl, name)(graph, x)
+    assert torch.equal(out, getattr(dgl.ops, name)(graph, x))
+    assert torch.equal(out, torch.zeros(3, 2))
+    # The output does not depend on x: no gradient (DGL's backward sends one to source 0,
+    # its default argmax).
+    assert torch.equal(grads(out, [x])[0], torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("formats", ["csc", ["csc", "csr"], "csr"])
+def test_graphs_restricted_to_compressed_formats(formats):
+    """A DGLGraph may forbid COO (g.formats('csc')); fastgnn builds its graph from a clone
+    that allows it, and the caller's graph keeps its formats. Each op runs where DGL's own
+    does: its SpMM needs CSC, its SDDMM CSR (whose backward, an SpMM, then cannot run)."""
+    graph = make_graph("homogeneous", seed=6).formats(formats)
+    allowed = sorted(sum(graph.formats().values(), []))
+    x, y = leaves((graph.num_src_nodes(), 5), (graph.num_dst_nodes(), 5))
+    if "csc" in formats:
+        _compare(fdgl.copy_u_sum, dgl.ops.copy_u_sum, graph, [x])
+    else:
+        with no_fallback():
+            assert_close(fdgl.u_dot_v(graph, x, y), dgl.ops.u_dot_v(graph, x, y))
+    assert sorted(sum(graph.formats().values(), [])) == allowed
+
+
 @pytest.mark.parametrize("kind", GRAPH_KINDS)
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("x_shape,e_shape", [

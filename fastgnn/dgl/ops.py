@@ -71,7 +71,10 @@ def _per_head(x_feat: tuple, e_feat: tuple) -> Optional[int]:
 
 def _empty_extremes(graph: Graph, out: torch.Tensor, reduce_op: str) -> torch.Tensor:
     """dgl.ops' max (min) gives destinations without in-edges -inf (+inf), where
-    fastgnn.ops.aggregate (like DGL's update_all) gives 0."""
+    fastgnn.ops.aggregate (like DGL's update_all) gives 0; on a graph with no edges at all DGL
+    skips its kernel and keeps the zeros."""
+    if graph.num_edges == 0:
+        return out
     isolated = graph.cached("isolated_dst", lambda: (graph.in_degree == 0).nonzero().view(-1))
     if isolated.numel() == 0:
         return out

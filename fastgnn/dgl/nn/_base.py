@@ -53,13 +53,16 @@ def check_features(graph: Graph, feat_src, feat_dst, name: str = "feat",
 
 def scalar_edge_weight(graph: Graph, edge_weight: Optional[torch.Tensor],
                        feat: torch.Tensor) -> Optional[torch.Tensor]:
-    """``edge_weight`` ([E] or [E, 1]) as the [E] vector fastgnn.ops.spmm takes."""
+    """``edge_weight`` (one scalar per edge: [E], or [E, 1, ...] with no more dimensions than
+    ``feat``) as the [E] vector fastgnn.ops.spmm takes; DGL broadcasts a wider one into a
+    wider output, which runs DGL's own code."""
     if edge_weight is None:
         return None
     if not isinstance(edge_weight, torch.Tensor) or edge_weight.dim() == 0 or \
             edge_weight.shape[0] != graph.num_edges:
         raise StockRaises()  # DGL asserts the size
-    if edge_weight.numel() != graph.num_edges or edge_weight.device != graph.device:
+    if edge_weight.numel() != graph.num_edges or edge_weight.device != graph.device \
+            or edge_weight.dim() > max(feat.dim(), 1):
         raise Unsupported(f"edge_weight of shape {list(edge_weight.shape)} on "
                           f"{edge_weight.device}")
     if edge_weight.dtype != feat.dtype:

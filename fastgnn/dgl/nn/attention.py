@@ -57,6 +57,8 @@ class GATConv(FastLayer, dgl_nn.GATConv):
         if edge_weight is not None:
             raise Unsupported("edge_weight (it scales the attention after the softmax)")
         modules = self._modules
+        if "fc_src" in modules and not isinstance(feat, tuple):
+            raise StockRaises()  # built for a pair, given one tensor: DGL's error
         fc_src, fc_dst = (modules["fc_src"], modules["fc_dst"]) if "fc_src" in modules else \
             (modules["fc"], modules["fc"] if isinstance(feat, tuple) else None)
         h_src, h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, fc_src, fc_dst,
@@ -110,5 +112,7 @@ class DotGatConv(FastLayer, dgl_nn.DotGatConv):
             _, _, keys, queries = _node_pair(self, graph, feat, modules["fc_src"],
                                              modules["fc_dst"])
         else:
+            if "fc" not in modules:
+                raise StockRaises()  # built for a pair, given one tensor: DGL's error
             _, _, keys, queries = _node_pair(self, graph, feat, modules["fc"], None)
         return ops.graph_attention(g, queries, keys, keys, scale=self._out_feats ** -0.5)
