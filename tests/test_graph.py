@@ -232,6 +232,9 @@ class FakeDGLBlock:
         assert order == "eid"
         return self._src, self._dst
 
+    def formats(self):
+        return {"created": ["coo"], "not created": ["csr", "csc"]}
+
     def num_src_nodes(self):
         return self._num_src
 
