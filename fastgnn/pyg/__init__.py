@@ -13,7 +13,8 @@ return_attention_weights, GATConv's explicit size, Aggregation modules or aggreg
 another aggregation than sum for GCNConv and the attention layers, edge weights (or sparse
 values) with min/max, sparse CSC, flow="target_to_source", node_dim other than the first,
 explain, decomposed_layers > 1, MessagePassing hooks, node features that are not 2-D, and
-inputs the stock layer itself rejects (it then raises its own error). torch.jit.script is refused with an error that points to torch.compile.
+inputs the stock layer itself rejects (it then raises its own error). torch.jit.script is
+refused with an error that points to torch.compile.
 """
 import torch_geometric.nn as _pyg_nn
 
