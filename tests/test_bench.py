@@ -107,11 +107,13 @@ def test_tiny_cpu_run_writes_jsonl_table_and_plots(tmp_path, monkeypatch, capsys
     stem = jsonl[0][:-len(".jsonl")]
     table = (out / f"{stem}.md").read_text()
     assert "| graph | workload | width | fastgnn | vs baseline" in table
+    assert "## Layers: stock PyG against fastgnn.enable" in table
     for name in ("speedup", "memory"):
         assert (out / f"{stem}-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     section = readme.read_text()
     assert section.startswith("intro\n") and section.endswith("tail\n") and "old" not in section
     assert rows[0]["fastgnn_commit"] in section and f"{stem}-speedup.png" in section
+    assert "| graph |" not in section  # the README keeps one headline table, written by hand
 
     # the report subcommand regenerates everything from the JSON lines alone
     regen = tmp_path / "regen"
@@ -399,13 +401,13 @@ def test_replace_section_only_between_markers(tmp_path):
         report.replace_section(str(path), "x")
 
 
-def test_readme_headline_keeps_the_layer_rows():
+def test_layer_table_keeps_the_layer_rows():
     recorded = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results",
                             "2026-11-22-nvidia-h100-80gb-hbm3.jsonl")
     rows = [json.loads(line) for line in open(recorded)]
-    table = report.headline_table(rows)
+    table = report.layer_table(rows)
     assert "| tolokers | gatv2conv | 2x64 |" in table and "| ogbn-arxiv | gcnconv | 128 |" in table
     assert "spmm" not in table and "reference" not in table
     ops_only = [r for r in rows if r["workload"] == "spmm-both"]
-    assert "| tolokers | spmm-both | 64 |" in report.headline_table(ops_only)
-    assert "reference" not in report.headline_table(ops_only)
+    assert "| tolokers | spmm-both | 64 |" in report.layer_table(ops_only)
+    assert "reference" not in report.layer_table(ops_only)

@@ -253,6 +253,7 @@ def summary(rows: List[Dict]) -> str:
 def table_markdown(rows: List[Dict]) -> str:
     return "\n\n".join([
         "# fastgnn benchmark", summary(rows), "## Graphs", graph_table(rows),
+        "## Layers: stock PyG against fastgnn.enable", layer_table(rows),
         "## Speedups against the best baseline", speedup_table(rows),
         "## Training steps", step_table(rows), "## Training-step results", step_results(rows),
         "## All results", results_table(rows)]) + "\n"
@@ -325,10 +326,9 @@ def write_outputs(rows: List[Dict], prefix: str) -> Dict[str, object]:
     return {"table": table, "plots": plot(rows, prefix)}
 
 
-def headline_table(rows: List[Dict]) -> str:
-    """The README's short table: each stock PyG layer against the same layer after
-    ``fastgnn.enable`` (every other row, the reference backend's included, stays in the
-    results file); the op rows when a run has no layer rows."""
+def layer_table(rows: List[Dict]) -> str:
+    """Each stock PyG layer against the same layer after ``fastgnn.enable``, without the
+    reference backend's rows; the op rows when a run has no layer rows."""
     found = [c for c in comparisons(rows) if c["implementation"] != "fastgnn-reference"]
     layers = [c for c in found if c["baseline"] == "pyg-stock"] or found
     if not layers:
@@ -340,7 +340,8 @@ def headline_table(rows: List[Dict]) -> str:
 
 
 def readme_section(rows: List[Dict], outputs: Dict[str, object], readme_dir: str) -> str:
-    """A headline table and the speedup plot; the full table is linked."""
+    """The speedup plot under one line naming the run; the tables stay in the linked results
+    file, so that the README's performance section keeps one headline table."""
     first = rows[0] if rows else {}
     rel = lambda p: os.path.relpath(p, readme_dir).replace(os.sep, "/")  # noqa: E731
     images = "\n".join(f"![{os.path.basename(p)}]({rel(p)})" for p in outputs["plots"][:1])
@@ -349,7 +350,7 @@ def readme_section(rows: List[Dict], outputs: Dict[str, object], readme_dir: str
         f"{str(first.get('date', ''))[:10]} at fastgnn {commits(rows)}, "
         f"torch {first.get('torch')}. Full results (every op, width and baseline): "
         f"[{os.path.basename(outputs['table'])}]({rel(outputs['table'])}).",
-        headline_table(rows), images])
+        images])
 
 
 def replace_section(path: str, text: str) -> None:
