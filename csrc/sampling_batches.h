@@ -74,7 +74,9 @@ inline SampledMany pack_batches(const std::vector<Sampled>& batches, int num_lay
   TensorList rowptrs, cols, edge_ids, node_lists;
   for (int l = 0; l < num_layers; ++l) {
     bool local64 = false;
-    for (const Sampled& batch : batches) local64 |= std::get<1>(batch)[l].scalar_type() == at::kLong;
+    for (const Sampled& batch : batches) {
+      local64 |= std::get<1>(batch)[l].scalar_type() == at::kLong;
+    }
     const auto local_type = local64 ? at::kLong : at::kInt;
     TensorList layer_rowptrs, layer_cols, layer_edge_ids;
     int64_t row_offset = 0, edge_offset = 0;
