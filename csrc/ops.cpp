@@ -190,4 +190,17 @@ TORCH_LIBRARY(fastgnn, m) {
         "Tensor seeds, int[] fanouts, int[] layer_seeds, bool expand_all, bool replace, "
         "bool deterministic) -> (Tensor[] rowptrs, Tensor[] cols, Tensor[] edge_ids, "
         "Tensor nodes)");
+  // sample_neighbors for several batches in one call (on the GPU: each pass launched once for
+  // all of them, one read-back). seeds packs the batches' seeds (batch b: the next
+  // batch_sizes[b]); layer_seeds holds batch b's layer l at b * len(fanouts) + l. Each batch
+  // gets what sample_neighbors gives it alone, except that a layer's local ids are int64 in
+  // every batch when they are in the largest batch. The outputs are packed: per layer one
+  // rowptrs, cols and edge_ids tensor, and one nodes tensor, batch b's parts at the offsets of
+  // layout[b] (an int64 CPU tensor with a row per batch: per layer its row pointers' offset and
+  // row count (rows + 1 pointers), its edges' offset and count; then its node list's offset and
+  // length). The GPU leaves gaps between the parts (each sized from the batch's bounds).
+  m.def("sample_neighbors_many(Tensor rowptr, Tensor col, Tensor? weight, Tensor? edge_map, "
+        "Tensor seeds, int[] batch_sizes, int[] fanouts, int[] layer_seeds, bool expand_all, "
+        "bool replace, bool deterministic) -> (Tensor[] rowptrs, Tensor[] cols, "
+        "Tensor[] edge_ids, Tensor nodes, Tensor layout)");
 }

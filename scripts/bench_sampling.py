@@ -4,9 +4,15 @@ DGL is installed) on the same graph, seeds and fanouts, in the same process, bac
     OMP_NUM_THREADS=2 python scripts/bench_sampling.py --graph ogbn-arxiv           # CPU vs DGL
     python scripts/bench_sampling.py --graph ogbn-arxiv --device cuda --cpu-threads 16
     python scripts/bench_sampling.py --graph power-law:10000000:10 --device cuda    # 100M edges
+    python scripts/bench_sampling.py --graph ogbn-arxiv --device cuda --cpu-threads 16 \
+        --batches-per-call 1,4,8,16 --no-dgl                       # several batches per call
 
 Reports sampled edges per second (the edges of every block of a batch), batches per second
 and, on the GPU, peak memory; medians over ``--repeats`` rounds of ``--batches`` batches.
+``--batches-per-call N,...`` times ``sample_blocks_many`` on N batches a call for each N (1:
+``sample_blocks``, one batch a call), on the device and, with ``--cpu-threads``, on the CPU,
+and prints the GPU's rate over the CPU's for each N: against the CPU at 1 batch a call, at the
+same N, and at its best N.
 Results are appended to ``benchmarks/results/<date>-<device>-sampling.jsonl``.
 """
 from __future__ import annotations
@@ -54,16 +60,20 @@ def seed_batches(num_nodes: int, batch_size: int, count: int, seed: int):
     return [order[i * batch_size:(i + 1) * batch_size] for i in range(count)]
 
 
-def time_fastgnn(sampler: NeighborSampler, batches, device: torch.device):
+def time_fastgnn(sampler: NeighborSampler, batches, device: torch.device, per_call: int = 1):
+    """``per_call`` batches a call: sample_blocks for 1, sample_blocks_many for more."""
     # Seeds already where the sampler runs, as the loader keeps them (one copy an epoch).
     batches = [seeds.to(device) for seeds in batches]
+    calls = [batches[i:i + per_call] for i in range(0, len(batches), per_call)]
     gen = torch.Generator().manual_seed(0)
     edges = 0
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
     start = time.perf_counter()
-    for seeds in batches:
-        edges += sum(b.num_edges for b in sampler.sample_blocks(seeds, gen).blocks)
+    for group in calls:
+        sampled = ([sampler.sample_blocks(group[0], gen)] if per_call == 1
+                   else sampler.sample_blocks_many(group, gen))
+        edges += sum(b.num_edges for batch in sampled for b in batch.blocks)
     sync()
     return edges, time.perf_counter() - start
 
@@ -88,6 +98,24 @@ def summarise(name, runs, num_batches, extra):
     return row
 
 
+def print_ratios(rows, gpu_name: str, cpu_name: str, per_calls) -> None:
+    """The GPU's rate over the CPU's for each number of batches a call: against the CPU at the
+    first number (1: its usual path), at the same number (like with like) and at its best."""
+    rate = {row["sampler"]: row["edges_per_s"] for row in rows}
+    cpu_rates = {n: rate[contender_name(cpu_name, n)] for n in per_calls}
+    first, best = per_calls[0], max(cpu_rates, key=cpu_rates.get)
+    print(f"GPU / {cpu_name} sampled edges/s, by batches a call (xN):")
+    for n in per_calls:
+        gpu = rate[contender_name(gpu_name, n)]
+        print(f"  GPU x{n:<3} {gpu / 1e6:8.2f} M/s: / CPU x{first} {gpu / cpu_rates[first]:6.2f}, "
+              f"/ CPU x{n} {gpu / cpu_rates[n]:6.2f}, / CPU best (x{best}) "
+              f"{gpu / cpu_rates[best]:6.2f}")
+
+
+def contender_name(base: str, per_call: int) -> str:
+    return base if per_call == 1 else f"{base}-x{per_call}"
+
+
 def profile_host(run, device: torch.device) -> None:
     """The host time of one round of fastgnn batches by op, syncs and copies included."""
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -108,6 +136,8 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="also time the CPU sampler with this many threads (GPU runs)")
+    parser.add_argument("--batches-per-call", default="1",
+                        help="comma-separated batches per sampling call to time (1: sample_blocks)")
     parser.add_argument("--no-dgl", action="store_true")
     parser.add_argument("--profile", action="store_true",
                         help="also print where the host's time goes (torch.profiler, by op)")
@@ -116,21 +146,26 @@ def main():
     device = torch.device(args.device)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     graph = load_graph(args.graph, device)
+    per_calls = [int(n) for n in args.batches_per_call.split(",")]
     batches = seed_batches(graph.num_dst_nodes, args.batch_size, args.batches, 1)
     contenders = {}
-    contenders[f"fastgnn-{device.type}"] = (
-        lambda s=NeighborSampler(graph, fanouts): time_fastgnn(s, batches, device))
+    sampler = NeighborSampler(graph, fanouts)
+    gpu_name, cpu_name = f"fastgnn-{device.type}", f"fastgnn-cpu-{args.cpu_threads}-threads"
+    for n in per_calls:
+        contenders[contender_name(gpu_name, n)] = (
+            lambda n=n: time_fastgnn(sampler, batches, device, n))
     if args.cpu_threads:
         cpu_sampler = NeighborSampler(graph.cpu(), fanouts)
 
-        def cpu_run():
+        def cpu_run(n):
             threads = torch.get_num_threads()
             torch.set_num_threads(args.cpu_threads)
             try:
-                return time_fastgnn(cpu_sampler, batches, torch.device("cpu"))
+                return time_fastgnn(cpu_sampler, batches, torch.device("cpu"), n)
             finally:
                 torch.set_num_threads(threads)
-        contenders[f"fastgnn-cpu-{args.cpu_threads}-threads"] = cpu_run
+        for n in per_calls:
+            contenders[contender_name(cpu_name, n)] = lambda n=n: cpu_run(n)
     if not args.no_dgl and device.type == "cpu":
         try:
             import dgl
@@ -159,7 +194,12 @@ def main():
         env["graph_gpu_mb"] = (graph.rowptr.nbytes + graph.col.nbytes) / 2**20
         print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB "
               f"(graph CSR {env['graph_gpu_mb']:.0f} MB)")
-    rows = [summarise(name, r, args.batches, env) for name, r in runs.items()]
+    per_call_of = {contender_name(base, n): n for base in (gpu_name, cpu_name)
+                   for n in per_calls}
+    rows = [summarise(name, r, args.batches, {**env, "batches_per_call": per_call_of.get(name, 1)})
+            for name, r in runs.items()]
+    if args.cpu_threads and device.type == "cuda":
+        print_ratios(rows, gpu_name, cpu_name, per_calls)
     if args.profile:
         profile_host(next(iter(contenders.values())), device)
     out = args.out or os.path.join(

@@ -2,9 +2,10 @@
 // choice of edges, then a parallel relabel of the sampled sources through a shared
 // open-addressing hash table. New nodes get ids in the order of their first occurrence among
 // the sampled edges (a minimum over edge positions kept per hash slot), so the blocks are the
-// same for any thread count.
+// same for any thread count. Several batches in one call run in parallel, a batch per thread.
 #include "cpu/cpu_common.h"
 
+#include <omp.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "sampling_batches.h"
 #include "sampling_checks.h"
 #include "sampling_common.h"
 #include "sampling_plan.h"
@@ -37,9 +39,11 @@ constexpr int64_t kEmpty = -1;
 constexpr int64_t kSeedGrain = 1024;
 constexpr int64_t kEdgeGrain = 2048;
 
+// Serial inside a parallel region (a batch of several, on its thread).
 template <typename Body>
 void parallel_for(int64_t n, int64_t grain, const Body& body) {
-#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 64) if (n >= grain)
+#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 64) \
+    if (n >= grain && !omp_in_parallel())
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
@@ -222,9 +226,9 @@ void map_positions(at::Tensor& pos, const int64_t* edge_map) {
   parallel_for(pos.numel(), kEdgeGrain, [&](int64_t e) { p[e] = edge_map[p[e]]; });
 }
 
-using TensorList = std::vector<at::Tensor>;
+using sampling::TensorList;
 
-std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cpu(
+sampling::Sampled sample_neighbors_cpu(
     const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
     const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds, at::IntArrayRef fanouts,
     at::IntArrayRef layer_seeds, bool expand_all, bool replace,
@@ -257,9 +261,24 @@ std::tuple<TensorList, TensorList, TensorList, at::Tensor> sample_neighbors_cpu(
   return {rowptrs, cols, edge_ids, nodes};
 }
 
+// Several batches: each is sample_neighbors on its own seeds, a batch per thread (its loops
+// then run serially, with no barrier between passes).
+sampling::SampledMany sample_neighbors_many_cpu(
+    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
+    const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds,
+    at::IntArrayRef batch_sizes, at::IntArrayRef fanouts, at::IntArrayRef layer_seeds,
+    bool expand_all, bool replace, bool deterministic) {
+  return sampling::sample_each(&sample_neighbors_cpu, rowptr, col, weight, edge_map, seeds,
+                               batch_sizes, fanouts, layer_seeds, expand_all, replace,
+                               deterministic, num_threads());
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fastgnn, CPU, m) { m.impl("sample_neighbors", &sample_neighbors_cpu); }
+TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
+  m.impl("sample_neighbors", &sample_neighbors_cpu);
+  m.impl("sample_neighbors_many", &sample_neighbors_many_cpu);
+}
 
 }  // namespace cpu
 }  // namespace fastgnn

@@ -8,7 +8,8 @@
 // pass runs over host-known bounds and reads the true counts on the device, so a mini-batch
 // needs no sync between its layers. The two scans of a layer (row pointers, first edges) run
 // inside the passes that produce their items (decoupled look-back), so the host makes no
-// CUB call and no temp-size or occupancy query for them.
+// CUB call and no temp-size or occupancy query for them. The passes of warp-sorted layers
+// serve several batches in one launch: grid row blockIdx.y runs batch blockIdx.y's task.
 #include <algorithm>
 
 #include <cub/device/device_segmented_sort.cuh>
@@ -45,6 +46,12 @@ __device__ int lane() { return threadIdx.x % kWarp; }
 
 __device__ int64_t thread_index() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
 __device__ int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
+
+// The task of this grid row: the launch's own (`one`, a __grid_constant__ parameter, read in
+// place) or, when the launch serves several batches, batch blockIdx.y's.
+__device__ const LayerTask& task_of(const LayerTask& one, const LayerTask* many) {
+  return many == nullptr ? one : many[blockIdx.y];
+}
 
 __device__ int64_t known_count(const SampleLayer& in) {
   return in.known_host >= 0 ? in.known_host : *in.known;
@@ -226,20 +233,23 @@ __device__ int64_t seed_count(const SampleLayer& in, int64_t i) {
 // Thread 0 also resets the layer's counters; the run's start (when given) goes first.
 template <typename index_t>
 __global__ void __launch_bounds__(kThreads)
-    counts_kernel(SampleLayer in, RunStart start, SampleTable t, ScanState scan, int64_t* ptr) {
-  start_nodes(in, start, t);
+    counts_kernel(const __grid_constant__ LayerTask one, const LayerTask* many) {
+  const LayerTask& task = task_of(one, many);
+  const SampleLayer& in = task.in;
+  int64_t* ptr = task.scratch.ptr;
+  start_nodes(in, task.start, task.table);
   if (thread_index() == 0) {
     ptr[0] = 0;
     *in.fresh = 0;
     if (in.known_host >= 0) *in.known = in.known_host;
   }
-  const int64_t tile = claim_tile(scan);
+  const int64_t tile = claim_tile(task.count_scan);
   if (tile >= tiles_for(in.seeds_bound)) return;  // the whole block (grids cover the start too)
   const int64_t i = tile * kThreads + threadIdx.x;
   const int64_t count = seed_count<index_t>(in, i);
   int64_t total;
   const int64_t before = block_exclusive_sum(count, &total);
-  const int64_t prefix = tile_prefix(scan, tile, total);
+  const int64_t prefix = tile_prefix(task.count_scan, tile, total);
   if (i < in.seeds_bound) ptr[i + 1] = prefix + before + count;
 }
 
@@ -328,8 +338,13 @@ __device__ void choose_weighted(uint64_t seed, uint64_t position, const float* w
 // source's first edge (num_known + its position; known nodes hold smaller ids), the unordered
 // one gives a source its id as it lands.
 template <typename index_t>
-__global__ void positions_kernel(SampleLayer in, bool deterministic, SampleTable t,
-                                 const int64_t* ptr, int64_t* pos) {
+__global__ void positions_kernel(const __grid_constant__ LayerTask one, bool deterministic,
+                                 const LayerTask* many) {
+  const LayerTask& task = task_of(one, many);
+  const SampleLayer& in = task.in;
+  const SampleTable& t = task.table;
+  const int64_t* ptr = task.scratch.ptr;
+  int64_t* pos = task.scratch.pos;
   const int64_t i = warp_index();
   if (i >= in.seeds_bound) return;
   const int64_t k = ptr[i + 1] - ptr[i];
@@ -372,9 +387,16 @@ __global__ void positions_kernel(SampleLayer in, bool deterministic, SampleTable
 // rank[e] = the first edges before e (a scan of "e is its source's first edge", in this pass).
 template <typename index_t>
 __global__ void __launch_bounds__(kThreads)
-    first_edges_kernel(SampleLayer in, SampleTable t, ScanState scan, const int64_t* pos,
-                       const int64_t* num_edges_in, int64_t* value_of, int64_t* rank) {
-  const int64_t tile = claim_tile(scan), num_edges = *num_edges_in;
+    first_edges_kernel(const __grid_constant__ LayerTask one, const LayerTask* many) {
+  const LayerTask& task = task_of(one, many);
+  const SampleLayer& in = task.in;
+  const SampleTable& t = task.table;
+  const ScanState& scan = task.scratch.first_scan;
+  const int64_t* pos = task.scratch.pos;
+  int64_t* value_of = task.scratch.value_of;
+  int64_t* rank = task.scratch.rank;
+  // The row-pointer scan ends with the edge count.
+  const int64_t tile = claim_tile(scan), num_edges = task.scratch.ptr[in.seeds_bound];
   if (tile >= tiles_for(num_edges)) return;  // the whole block; no later tile waits on it
   const int64_t e = tile * kThreads + threadIdx.x;
   int64_t first = 0;
@@ -396,6 +418,10 @@ struct Relabel {
   const int64_t* value_of;  // deterministic
   const int64_t* rank;      // deterministic
 };
+
+__host__ __device__ Relabel relabel_of(bool deterministic, const LayerScratch& scratch) {
+  return Relabel{deterministic, scratch.pos, scratch.value_of, scratch.rank};
+}
 
 // Edge e's local id. Deterministic: a known source's own id, else known + the rank of its
 // source's first edge; that first edge also writes the new node into nodes_out and its id into
@@ -443,9 +469,17 @@ __device__ int64_t edge_id(const SampleLayer& in, int64_t position) {
 // in the row (stable, as the CPU's insertion sort). Warp num_seeds writes the last row pointer.
 template <typename index_t, typename out_t>
 __global__ void __launch_bounds__(kThreads)
-    sort_rows_kernel(SampleLayer in, SampleTable t, Relabel r, const int64_t* ptr,
-                     out_t* rowptr_out, out_t* local_out, int64_t* edge_ids) {
+    sort_rows_kernel(const __grid_constant__ LayerTask one, bool deterministic,
+                     const LayerTask* many) {
   extern __shared__ __align__(8) unsigned char row_keys[];
+  const LayerTask& task = task_of(one, many);
+  const SampleLayer& in = task.in;
+  const SampleTable& t = task.table;
+  const Relabel r = relabel_of(deterministic, task.scratch);
+  const int64_t* ptr = task.scratch.ptr;
+  out_t* rowptr_out = static_cast<out_t*>(task.out.rowptr);
+  out_t* local_out = static_cast<out_t*>(task.out.col);
+  int64_t* edge_ids = task.out.edge_ids;
   const int64_t known = known_count(in), num_seeds = known - seeds_begin(in);
   if (thread_index() == 0) write_counts(in, r, known, ptr[in.seeds_bound]);
   const int64_t i = warp_index();
@@ -524,32 +558,33 @@ uint64_t table_capacity(int64_t max_nodes) {
 
 size_t scan_words(int64_t n) { return size_t(1 + tiles_for(n)); }
 
-void count_edges(const SampleLayer& in, const RunStart& start, const SampleTable& table,
-                 int64_t* ptr, const ScanState& scan, cudaStream_t stream) {
+void count_edges(const LayerTask& task, const Batches& batches, cudaStream_t stream) {
   const unsigned blocks =
-      std::max({1u, unsigned(tiles_for(in.seeds_bound)), blocks_for(start.count)});
-  by_index(in.index64, [&](auto index) {
-    counts_kernel<decltype(index)><<<blocks, kThreads, 0, stream>>>(in, start, table, scan, ptr);
+      std::max({1u, unsigned(tiles_for(task.in.seeds_bound)), blocks_for(task.start.count)});
+  by_index(task.in.index64, [&](auto index) {
+    counts_kernel<decltype(index)><<<dim3(blocks, batches.count), kThreads, 0, stream>>>(
+        task, batches.tasks);
   });
 }
 
-void start_run(const SampleLayer& in, const RunStart& start, const SampleTable& table,
-               cudaStream_t stream) {
-  start_kernel<<<grid_for(start.count), kThreads, 0, stream>>>(in, start, table);
+void start_run(const LayerTask& task, cudaStream_t stream) {
+  start_kernel<<<grid_for(task.start.count), kThreads, 0, stream>>>(task.in, task.start,
+                                                                    task.table);
 }
 
-void sample_edges(const SampleLayer& in, bool deterministic, const SampleTable& table,
-                  const LayerScratch& scratch, cudaStream_t stream) {
-  by_index(in.index64, [&](auto index) {
+void sample_edges(const LayerTask& task, bool deterministic, const Batches& batches,
+                  cudaStream_t stream) {
+  by_index(task.in.index64, [&](auto index) {
     using index_t = decltype(index);
-    if (in.seeds_bound > 0) {
-      positions_kernel<index_t><<<warp_blocks_for(in.seeds_bound), kThreads, 0, stream>>>(
-          in, deterministic, table, scratch.ptr, scratch.pos);
+    if (task.in.seeds_bound > 0) {
+      positions_kernel<index_t>
+          <<<dim3(warp_blocks_for(task.in.seeds_bound), batches.count), kThreads, 0, stream>>>(
+              task, deterministic, batches.tasks);
     }
     if (deterministic) {
-      first_edges_kernel<index_t><<<grid_for(in.edges_bound), kThreads, 0, stream>>>(
-          in, table, scratch.first_scan, scratch.pos, scratch.ptr + in.seeds_bound,
-          scratch.value_of, scratch.rank);
+      first_edges_kernel<index_t>
+          <<<dim3(grid_for(task.in.edges_bound), batches.count), kThreads, 0, stream>>>(
+              task, batches.tasks);
     }
   });
 }
@@ -568,26 +603,28 @@ size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool l
   return bytes;
 }
 
-void write_rows(const SampleLayer& in, bool deterministic, bool local64, const SampleTable& table,
-                const LayerScratch& scratch, const LayerOutput& out, int64_t exact_edges,
-                cudaStream_t stream) {
-  const Relabel r{deterministic, scratch.pos, scratch.value_of, scratch.rank};
+void write_rows(const LayerTask& task, bool deterministic, bool local64, int64_t exact_edges,
+                const Batches& batches, cudaStream_t stream) {
+  const SampleLayer& in = task.in;
+  const LayerScratch& scratch = task.scratch;
+  const LayerOutput& out = task.out;
   by_index(in.index64, [&](auto index) {
     using index_t = decltype(index);
     by_local(local64, [&](auto local_index) {
       using out_t = decltype(local_index);
-      out_t* rowptr_out = static_cast<out_t*>(out.rowptr);
-      out_t* local_out = static_cast<out_t*>(out.col);
       if (exact_edges < 0) {
         const size_t keys_bytes = size_t(kWarpsPerBlock) * size_t(in.fanout) * sizeof(out_t);
         sort_rows_kernel<index_t, out_t>
-            <<<warp_blocks_for(in.seeds_bound + 1), kThreads, keys_bytes, stream>>>(
-                in, table, r, scratch.ptr, rowptr_out, local_out, out.edge_ids);
+            <<<dim3(warp_blocks_for(in.seeds_bound + 1), batches.count), kThreads, keys_bytes,
+               stream>>>(task, deterministic, batches.tasks);
         return;
       }
+      out_t* rowptr_out = static_cast<out_t*>(out.rowptr);
+      out_t* local_out = static_cast<out_t*>(out.col);
+      const Relabel r = relabel_of(deterministic, scratch);
       out_t* local = static_cast<out_t*>(scratch.local);
       assign_kernel<index_t, out_t><<<grid_for(exact_edges), kThreads, 0, stream>>>(
-          in, table, r, exact_edges, local);
+          in, task.table, r, exact_edges, local);
       if (exact_edges > 0) {
         size_t bytes = scratch.temp_bytes;
         cub::DeviceSegmentedSort::StableSortPairs(scratch.temp, bytes, local, local_out,

@@ -8,6 +8,11 @@
 // deterministic, 3 unordered. A layer with longer rows (fanout -1 or > 512) starts a run: its
 // count_edges runs before the read-back of its edge count, then start_run 1, sample_edges 1-2,
 // write_rows 2 + CUB's segmented sort.
+//
+// Several batches: the passes of warp-sorted layers take one task per batch in device memory
+// (Batches) and launch once for all of them, batch b in grid row blockIdx.y; each batch has its
+// own counters, table, scan states, scratch and outputs, so its results are those of a launch
+// for it alone.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,18 +97,36 @@ struct LayerOutput {
   int64_t* edge_ids;
 };
 
-// Counts each seed's edges and scans them into ptr in the same pass, after the run's start
-// (when start.count > 0, fused in: the table must be cleared). One launch.
-void count_edges(const SampleLayer& in, const RunStart& start, const SampleTable& table,
-                 int64_t* ptr, const ScanState& scan, cudaStream_t stream);
-// A run's start on its own (when count_edges ran before the table existed).
-void start_run(const SampleLayer& in, const RunStart& start, const SampleTable& table,
-               cudaStream_t stream);
+// Everything one layer of one batch reads and writes. count_scan scans the row pointers into
+// scratch.ptr; start: the run's start (count 0: none).
+struct LayerTask {
+  SampleLayer in;
+  RunStart start;
+  SampleTable table;
+  ScanState count_scan;
+  LayerScratch scratch;
+  LayerOutput out;
+};
+
+// Which batches a launch serves: none listed (tasks null), the task it is given; else `count`
+// tasks in device memory, and the task it is given is the one with the largest bounds (it
+// sizes the grid; the batches' blocks past their own bounds exit).
+struct Batches {
+  const LayerTask* tasks = nullptr;
+  int count = 1;
+};
+
+// Counts each seed's edges and scans them (task.count_scan) into task.scratch.ptr in the same
+// pass, after the run's start (when start.count > 0, fused in: the table must be cleared).
+// One launch.
+void count_edges(const LayerTask& task, const Batches& batches, cudaStream_t stream);
+// A run's start on its own (when count_edges ran before the table existed). One batch.
+void start_run(const LayerTask& task, cudaStream_t stream);
 // Draws each seed's edges into scratch.pos (one warp per seed) and enters their sources in the
 // table: the unordered numbering gives a new node its id here; the deterministic one keeps
 // each source's first edge and then ranks the first edges (value_of, rank; a second launch).
-void sample_edges(const SampleLayer& in, bool deterministic, const SampleTable& table,
-                  const LayerScratch& scratch, cudaStream_t stream);
+void sample_edges(const LayerTask& task, bool deterministic, const Batches& batches,
+                  cudaStream_t stream);
 
 // Whether a layer's rows (at most `fanout` edges) sort by warp; longer rows (fanout -1's hubs)
 // go through CUB's segmented sort, which needs the exact edge count.
@@ -113,10 +136,10 @@ size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool l
 // table for the run's next layer; the layer's counts), each row's (local id, edge) pairs by
 // local id (stable), the row pointers in the local id type and the user edge ids.
 // exact_edges: -1 for a warp-sortable layer (one launch: ids and sort fused), else the edge
-// count that the long-row path (ids into scratch.local, segmented sort, finish) needs.
-void write_rows(const SampleLayer& in, bool deterministic, bool local64, const SampleTable& table,
-                const LayerScratch& scratch, const LayerOutput& out, int64_t exact_edges,
-                cudaStream_t stream);
+// count that the long-row path (ids into scratch.local, segmented sort, finish; one batch)
+// needs.
+void write_rows(const LayerTask& task, bool deterministic, bool local64, int64_t exact_edges,
+                const Batches& batches, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fastgnn

@@ -120,7 +120,9 @@ class NeighborLoader:
 
     Sampling and gathering of the next ``prefetch`` batches run on a background thread (on a
     side CUDA stream for GPU work) while the current batch is used; ``prefetch=0`` does it
-    inline.
+    inline. The sampler draws ``batches_per_call`` batches at once (one native call, whose host
+    work they share), then they are gathered and delivered one by one; the batches are the same
+    for any ``batches_per_call``.
 
     Args:
         graph: the fastgnn.Graph to sample from (see :class:`NeighborSampler` for devices).
@@ -136,6 +138,9 @@ class NeighborLoader:
         build_transpose: build each batch graph's transposed CSR with the batch (on the
             background thread when prefetching), so that the training step's backward finds
             it; turn it off for loaders used without gradients.
+        batches_per_call: batches sampled by one call (default: 8 for a GPU sampler, whose
+            batches are mostly host work per call; 1 on the CPU). Their outputs share memory
+            until the last of them is freed.
         sampler_options: ``replace``, ``weight``, ``edge_dir``, ``deterministic`` and
             ``device`` of the :class:`NeighborSampler`.
     """
@@ -146,7 +151,8 @@ class NeighborLoader:
                  edge_features: Optional[torch.Tensor] = None, device=None,
                  layout: str = "blocks", prefetch: int = 2, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 build_transpose: bool = True, **sampler_options):
+                 build_transpose: bool = True, batches_per_call: Optional[int] = None,
+                 **sampler_options):
         _validate.choice("layout", layout, LAYOUTS)
         # not "sampler": Lightning reads that name as a torch DataLoader's index sampler
         self.neighbor_sampler = NeighborSampler(graph, fanouts, **sampler_options)
@@ -171,6 +177,11 @@ class NeighborLoader:
         self.device = torch.device(device) if device is not None else self.neighbor_sampler.device
         self.layout = layout
         self.build_transpose = bool(build_transpose)
+        if batches_per_call is None:
+            batches_per_call = 8 if self.neighbor_sampler.device.type == "cuda" else 1
+        self.batches_per_call = _validate.count("batches_per_call", batches_per_call)
+        if self.batches_per_call < 1:
+            raise ValueError("batches_per_call must be at least 1")
         self.seed = int(seed)
         self.epoch = 0
         self._rank = _resolve_rank(rank, world_size) if (rank, world_size) != (None, None) \
@@ -221,26 +232,51 @@ class NeighborLoader:
 
     # ---- batches -----------------------------------------------------------------------------
     def _batches(self, shard: torch.Tensor, generator: torch.Generator) -> Iterator[MiniBatch]:
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
-            yield self.load(shard[start:start + self.batch_size], generator)
+        starts = range(0, len(self) * self.batch_size, self.batch_size)
+        for first in range(0, len(starts), self.batches_per_call):
+            group = starts[first:first + self.batches_per_call]
+            end = min(group[-1] + self.batch_size, shard.numel())
+            sizes = [min(self.batch_size, end - start) for start in group]
+            yield from self._load(shard[group[0]:end], sizes, generator)
 
     def load(self, seeds: torch.Tensor, generator: Optional[torch.Generator] = None) -> MiniBatch:
         """Samples and gathers the mini-batch of ``seeds`` (what iteration does per batch)."""
-        pin = self.device.type == "cuda"
+        seeds = self.neighbor_sampler._seeds(seeds)
+        return next(self._load(seeds, [seeds.numel()], generator))
+
+    def _load(self, seeds: torch.Tensor, sizes: List[int],
+              generator: Optional[torch.Generator]) -> Iterator[MiniBatch]:
+        """The mini-batches of ``seeds`` (on the sampler's device, ``sizes[b]`` of them batch
+        b's), sampled in one call, then gathered one by one as they are asked for."""
+        sampler = self.neighbor_sampler
         if self.layout == "blocks":
-            blocks = self.neighbor_sampler.sample_blocks(seeds, generator).to(self.device, pin).blocks
-            nodes, out_seeds = blocks[0].src_ids, blocks[-1].dst_ids
-            batch = MiniBatch(out_seeds, blocks=blocks)
-            if self.edge_features is not None:
-                batch.edge_attr = [gather(self.edge_features, b.edge_ids, self.device, pin)
-                                   for b in blocks]
+            for sampled in sampler._blocks_many(seeds, sizes, generator):
+                yield self._finish(self._blocks_batch(sampled))
         else:
-            sub = self.neighbor_sampler.sample_subgraph(seeds, generator)
-            nodes = sub.node_ids.to(self.device, non_blocking=pin)
-            batch = MiniBatch(nodes[: seeds.numel()], graph=sub.graph.to(self.device, pin),
-                              node_ids=nodes, edge_ids=sub.edge_ids.to(self.device))
-            batch.edge_attr = gather(self.edge_features, sub.edge_ids, self.device, pin)
-        batch.x = gather(self.features, nodes, self.device, pin)
+            for sub, size in zip(sampler._subgraphs_many(seeds, sizes, generator), sizes):
+                yield self._finish(self._subgraph_batch(sub, size))
+
+    def _blocks_batch(self, sampled) -> MiniBatch:
+        pin = self.device.type == "cuda"
+        blocks = sampled.to(self.device, pin).blocks
+        batch = MiniBatch(blocks[-1].dst_ids, blocks=blocks)
+        if self.edge_features is not None:
+            batch.edge_attr = [gather(self.edge_features, b.edge_ids, self.device, pin)
+                               for b in blocks]
+        return batch
+
+    def _subgraph_batch(self, sub, batch_size: int) -> MiniBatch:
+        pin = self.device.type == "cuda"
+        nodes = sub.node_ids.to(self.device, non_blocking=pin)
+        batch = MiniBatch(nodes[:batch_size], graph=sub.graph.to(self.device, pin),
+                          node_ids=nodes, edge_ids=sub.edge_ids.to(self.device))
+        batch.edge_attr = gather(self.edge_features, sub.edge_ids, self.device, pin)
+        return batch
+
+    def _finish(self, batch: MiniBatch) -> MiniBatch:
+        """Gathers the batch's features and labels, and prepares it for the step."""
+        pin = self.device.type == "cuda"
+        batch.x = gather(self.features, batch.input_nodes, self.device, pin)
         batch.y = gather(self.labels, batch.seeds, self.device, pin)
         self._prepare(batch)
         return batch
@@ -256,8 +292,9 @@ class NeighborLoader:
                     graph.transpose()
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        # On the sampler's device once an epoch, not one host-to-GPU copy of seeds per batch.
-        shard = self.shard().to(self.neighbor_sampler.device)
+        # On the sampler's device once an epoch, not one host-to-GPU copy of seeds per batch;
+        # contiguous, so that any run of batches is one packed tensor of seeds.
+        shard = self.shard().to(self.neighbor_sampler.device).contiguous()
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         self.epoch += 1
         batches = self._batches(shard, generator)

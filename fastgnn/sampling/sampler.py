@@ -7,12 +7,14 @@ GPU memory, or in pinned host memory read through unified addressing; one host s
 unless a layer takes all neighbours). Each layer comes back as destination-major CSR with its
 sources already relabelled (destination nodes first, then new nodes in the order of their
 first sampled edge) and its user edge ids, so a :class:`Block` wraps the kernel's arrays as
-they are: nothing is rebuilt from COO.
+they are: nothing is rebuilt from COO. ``sample_blocks_many`` samples several mini-batches in
+one ``sample_neighbors_many`` call (on the GPU one launch per pass and one sync for all of
+them; on the CPU a batch per thread), each exactly as it would be sampled alone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -42,8 +44,23 @@ def _fake_sample_neighbors(rowptr, col, weight, edge_map, seeds, fanouts, layer_
     return rowptrs, cols, edge_ids, seeds.new_empty(dynamic())
 
 
+def _fake_sample_neighbors_many(rowptr, col, weight, edge_map, seeds, batch_sizes, fanouts,
+                                layer_seeds, expand_all, replace, deterministic):
+    """sample_neighbors' fake outputs packed over the batches (each batch's seed layer has its
+    seeds + 1 row pointers), and the layout: a CPU row per batch."""
+    rowptrs, cols, edge_ids, nodes = _fake_sample_neighbors(
+        rowptr, col, weight, edge_map, seeds, fanouts, layer_seeds[:len(fanouts)], expand_all,
+        replace, deterministic)
+    rowptrs[0] = seeds.new_empty(seeds.numel() + len(batch_sizes), dtype=torch.int32)
+    layout = torch.empty((len(batch_sizes), 4 * len(fanouts) + 2), dtype=torch.int64,
+                         device="cpu")
+    return rowptrs, cols, edge_ids, nodes, layout
+
+
 if _native.has_op("sample_neighbors"):
     _library.register_fake("sample_neighbors", _fake_sample_neighbors)
+if _native.has_op("sample_neighbors_many"):
+    _library.register_fake("sample_neighbors_many", _fake_sample_neighbors_many)
 
 
 class _SampledGraph(Graph):
@@ -138,12 +155,15 @@ class SampledSubgraph:
     num_sampled_edges: List[int]
 
 
-def _layer_seeds(count: int, generator: Optional[torch.Generator]) -> List[int]:
-    """One draw from ``generator`` a batch, spread over the layers by splitmix64's increment
-    (the kernels mix each seed before use): each draw is a tensor round trip, host time that a
-    GPU batch of about 100 us feels."""
-    base = int(torch.randint(0, _SEED_BOUND, (), generator=generator))
-    return [(base + layer * _GOLDEN_GAMMA) % _SEED_BOUND for layer in range(count)]
+def _layer_seeds(batches: int, layers: int, generator: Optional[torch.Generator]) -> List[int]:
+    """One draw from ``generator`` a batch, in batch order (one tensor of draws: each call is a
+    tensor round trip, host time that a GPU batch feels; a CPU generator gives the same
+    numbers as one draw after another), spread over the layers by splitmix64's increment (the
+    kernels mix each seed before use). Batch b's layer l seed is at ``b * layers + l``."""
+    bases = torch.randint(0, _SEED_BOUND, (batches,), generator=generator).tolist()
+    return [(base + layer * _GOLDEN_GAMMA) % _SEED_BOUND for base in bases
+            for layer in range(layers)]
+
 
 
 class NeighborSampler:
@@ -224,28 +244,69 @@ class NeighborSampler:
         per_edge = per_edge.contiguous()
         return per_edge.pin_memory() if self.graph.is_pinned() else per_edge
 
-    def _seeds(self, seeds) -> torch.Tensor:
+    def _seeds(self, seeds, name: str = "seeds") -> torch.Tensor:
         seeds = torch.as_tensor(seeds)
-        _validate.integer_tensor("seeds", seeds)
+        _validate.integer_tensor(name, seeds)
         if seeds.dim() != 1:
-            raise ValueError(f"seeds must be 1-D, got shape {list(seeds.shape)}")
+            raise ValueError(f"{name} must be 1-D, got shape {list(seeds.shape)}")
         # Range and uniqueness are checked by the kernels (a ValueError), without a sync here.
         return seeds.to(self.device, torch.int64).contiguous()
 
-    def _sample(self, seeds, fanouts: List[int], expand_all: bool,
-                generator: Optional[torch.Generator]):
-        """Every layer in one native call: (rowptrs, cols, edge_ids) per layer and the node
-        list whose prefixes are the layers' nodes."""
-        return torch.ops.fastgnn.sample_neighbors(
-            self._rowptr, self._col, self._weight, self._edge_of_position, self._seeds(seeds),
-            fanouts, _layer_seeds(len(fanouts), generator), expand_all, self.replace,
-            self.deterministic)
+    def _seed_batches(self, seeds) -> Tuple[Optional[torch.Tensor], List[int]]:
+        """A list of seed tensors, one per batch, packed on the sampler's device (None for
+        none) and the batches' sizes."""
+        if isinstance(seeds, torch.Tensor) or not isinstance(seeds, (list, tuple)):
+            raise TypeError(f"seeds must be a list of 1-D seed tensors (one per batch), got "
+                            f"{type(seeds).__name__}")
+        parts = [self._seeds(batch, f"seeds[{b}]") for b, batch in enumerate(seeds)]
+        packed = None if not parts else torch.cat(parts) if len(parts) > 1 else parts[0]
+        return packed, [part.numel() for part in parts]
+
+    def _sample(self, seeds: torch.Tensor, sizes: List[int], fanouts: List[int],
+                expand_all: bool, generator: Optional[torch.Generator]) -> List[tuple]:
+        """Every layer of every batch (``seeds`` packed, ``sizes[b]`` of them batch b's) in one
+        native call. Per batch: (rowptrs, cols, edge_ids) per layer and the node list whose
+        prefixes are the layers' nodes, as sampling the batch alone gives them (one generator
+        draw per batch, in order)."""
+        layer_seeds = _layer_seeds(len(sizes), len(fanouts), generator)
+        args = (self._rowptr, self._col, self._weight, self._edge_of_position, seeds)
+        options = (expand_all, self.replace, self.deterministic)
+        if len(sizes) == 1:
+            return [torch.ops.fastgnn.sample_neighbors(*args, fanouts, layer_seeds, *options)]
+        rowptrs, cols, edge_ids, nodes, layout = torch.ops.fastgnn.sample_neighbors_many(
+            *args, sizes, fanouts, layer_seeds, *options)
+        batches = []
+        for row in layout.tolist():  # batch b's parts are where layout[b] says
+            spans = [row[4 * l:4 * l + 4] for l in range(len(fanouts))]
+            node_at, num_nodes = row[4 * len(fanouts):]
+            batches.append(([r[at:at + n + 1] for r, (at, n, _, _) in zip(rowptrs, spans)],
+                             [c[at:at + n] for c, (_, _, at, n) in zip(cols, spans)],
+                             [e[at:at + n] for e, (_, _, at, n) in zip(edge_ids, spans)],
+                             nodes[node_at:node_at + num_nodes]))
+        return batches
 
     def sample_blocks(self, seeds, generator: Optional[torch.Generator] = None) -> SampledBlocks:
         """One block per layer, input layer first; ``seeds`` (unique node ids) are the last
         block's destinations. ``generator`` (a CPU torch.Generator) makes it reproducible."""
-        fanouts = self.fanouts[::-1]
-        rowptrs, cols, edge_ids, nodes = self._sample(seeds, fanouts, True, generator)
+        seeds = self._seeds(seeds)
+        return self._blocks_many(seeds, [seeds.numel()], generator)[0]
+
+    def sample_blocks_many(self, seeds: Sequence[torch.Tensor],
+                           generator: Optional[torch.Generator] = None) -> List[SampledBlocks]:
+        """``sample_blocks`` for each seed tensor of ``seeds`` (batches of any sizes, each its
+        own local numbering) in one native call: equal to ``[sample_blocks(s, generator) for s
+        in seeds]``, which draws once from ``generator`` per batch, in order (on the GPU with
+        ``deterministic=True``)."""
+        packed, sizes = self._seed_batches(seeds)
+        return self._blocks_many(packed, sizes, generator) if sizes else []
+
+    def _blocks_many(self, seeds: torch.Tensor, sizes: List[int],
+                     generator: Optional[torch.Generator]) -> List[SampledBlocks]:
+        """sample_blocks_many of packed seeds on the sampler's device (the loader's shard)."""
+        return [self._blocks(*sampled)
+                for sampled in self._sample(seeds, sizes, self.fanouts[::-1], True, generator)]
+
+    def _blocks(self, rowptrs, cols, edge_ids, nodes) -> SampledBlocks:
         # Layer l's sources are the next layer's rows (every known node), the last's all nodes.
         counts = [rowptr.numel() - 1 for rowptr in rowptrs[1:]] + [nodes.numel()]
         layers = zip(rowptrs, cols, (nodes[:count] for count in counts), edge_ids)
@@ -257,15 +318,33 @@ class NeighborSampler:
         """PyG's mini-batch: hop ``h`` draws ``hops[h]`` neighbours (default: the fanouts from
         the seeds outwards) for the nodes hop ``h - 1`` discovered only, and every hop's edges
         form one graph over all sampled nodes."""
+        seeds = self._seeds(seeds)
+        return self._subgraphs_many(seeds, [seeds.numel()], generator, hops)[0]
+
+    def sample_subgraph_many(self, seeds: Sequence[torch.Tensor],
+                             generator: Optional[torch.Generator] = None,
+                             hops: Optional[Sequence[int]] = None) -> List[SampledSubgraph]:
+        """``sample_subgraph`` for each seed tensor of ``seeds`` in one native call, as
+        ``sample_blocks_many`` does for blocks."""
+        packed, sizes = self._seed_batches(seeds)
+        return self._subgraphs_many(packed, sizes, generator, hops) if sizes else []
+
+    def _subgraphs_many(self, seeds: torch.Tensor, sizes: List[int],
+                        generator: Optional[torch.Generator],
+                        hops: Optional[Sequence[int]] = None) -> List[SampledSubgraph]:
         hops = list(reversed(self.fanouts)) if hops is None else _check_fanouts(hops)
-        rowptrs, cols, edge_ids, nodes = self._sample(seeds, hops, False, generator)
-        # Hop h's rows are the nodes hop h - 1 added (the seeds for hop 0); the last hop's
-        # new nodes are the rest of the list.
-        num_nodes = [rowptr.numel() - 1 for rowptr in rowptrs]
-        num_nodes.append(nodes.numel() - sum(num_nodes))
-        num_edges = [c.numel() for c in cols]
-        graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges, ("subgraph",) + tuple(hops))
-        return SampledSubgraph(graph, nodes, torch.cat(edge_ids), num_nodes, num_edges)
+        return [_subgraph(*sampled, hops)
+                for sampled in self._sample(seeds, sizes, hops, False, generator)]
+
+
+def _subgraph(rowptrs, cols, edge_ids, nodes, hops: List[int]) -> SampledSubgraph:
+    # Hop h's rows are the nodes hop h - 1 added (the seeds for hop 0); the last hop's new
+    # nodes are the rest of the list.
+    num_nodes = [rowptr.numel() - 1 for rowptr in rowptrs]
+    num_nodes.append(nodes.numel() - sum(num_nodes))
+    num_edges = [c.numel() for c in cols]
+    graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges, ("subgraph",) + tuple(hops))
+    return SampledSubgraph(graph, nodes, torch.cat(edge_ids), num_nodes, num_edges)
 
 
 def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
