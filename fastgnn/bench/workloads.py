@@ -264,12 +264,11 @@ for _reduce in ("min", "max"):
 
 
 # ---- edge softmax: logits [E, width] (the width is the heads), input edge order ----------------
-@register("edge-softmax", "op")
-def edge_softmax(ctx: Context) -> Case:
+def _edge_softmax_case(ctx: Context, norm_by: str) -> Case:
     g = ctx.graph
     logits = ctx.features(g.num_edges, ctx.width)
-    impls = fastgnn_implementations("edge_softmax", ctx,
-                                    lambda: fastgnn.ops.edge_softmax(g, logits))
+    impls = fastgnn_implementations(
+        "edge_softmax", ctx, lambda: fastgnn.ops.edge_softmax(g, logits, norm_by=norm_by))
 
     def dgl_ops(module_name: str):
         def make():
@@ -277,21 +276,27 @@ def edge_softmax(ctx: Context) -> Case:
             if block is None:
                 return None, reason
             op = importlib.import_module(module_name).edge_softmax
-            _check_fused(lambda: op(block, logits))
-            return (lambda: op(block, logits)), None
+            _check_fused(lambda: op(block, logits, norm_by=norm_by))
+            return (lambda: op(block, logits, norm_by=norm_by)), None
         return make
 
     def pyg_softmax():
         utils, reason = _optional_module("torch_geometric.utils")
         if utils is None:
             return None, reason
-        dst = ctx.cached("input_order_dst", lambda: g.edge_values_from_csr(ctx.dst))
-        return (lambda: utils.softmax(logits, dst, num_nodes=g.num_dst_nodes)), None
+        nodes, count = (ctx.dst, g.num_dst_nodes) if norm_by == "dst" else \
+            (ctx.src, g.num_src_nodes)
+        index = ctx.cached(("input_order", norm_by), lambda: g.edge_values_from_csr(nodes))
+        return (lambda: utils.softmax(logits, index, num_nodes=count)), None
 
     impls += [_guarded("fastgnn.dgl", FASTGNN, "fastgnn.dgl", dgl_ops("fastgnn.dgl")),
               _guarded("dgl-edge_softmax", BASELINE, "dgl", dgl_ops("dgl.ops")),
               _guarded("pyg-softmax", BASELINE, "torch_geometric", pyg_softmax)]
-    return Case([logits], lambda: reference.edge_softmax(g, logits), impls)
+    return Case([logits], lambda: reference.edge_softmax(g, logits, norm_by), impls)
+
+
+register("edge-softmax", "op")(functools.partial(_edge_softmax_case, norm_by="dst"))
+register("edge-softmax-src", "op")(functools.partial(_edge_softmax_case, norm_by="src"))
 
 
 # ---- MaxK aggregation: CBSR SpGEMM/SSpMM against dense SpMM of the same MaxK output -------------
