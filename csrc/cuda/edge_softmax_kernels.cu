@@ -35,14 +35,32 @@ struct LaneSplit {
   }
 };
 
-// Calls body(row) for each row of this warp (grid-stride: every lane of a warp takes the same
-// rows, so the body may shuffle).
-template <typename Body>
-__device__ __forceinline__ void for_each_row(int64_t rows, const Body& body) {
+// Calls body(begin, end, c) for each row of this warp and each pass over its columns: the
+// row's positions [begin, end) and this lane's column c, which is past the last column
+// (c >= width) on idle lanes of the last pass: they still take part in the body's shuffles.
+// Grid-stride, every lane of a warp on the same rows.
+template <typename index_t, typename Body>
+__device__ __forceinline__ void for_each_row_pass(const index_t* rowptr, int64_t rows,
+                                                  int64_t width, const LaneSplit& lanes,
+                                                  const Body& body) {
   const int64_t stride = int64_t(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-       row < rows; row += stride)
-    body(row);
+       row < rows; row += stride) {
+    const int64_t begin = rowptr[row], end = rowptr[row + 1];
+    for (int64_t c0 = 0; c0 < width; c0 += lanes.column_lanes)
+      body(begin, end, c0 + lanes.column);
+  }
+}
+
+// Calls f(at) for the entries of column c this lane owns in the row, at = the edge's input
+// position * width + c (none past the last column).
+template <typename index_t, typename F>
+__device__ __forceinline__ void for_each_lane_entry(const index_t* perm, int64_t begin,
+                                                    int64_t end, int64_t width, int64_t c,
+                                                    const LaneSplit& lanes, const F& f) {
+  if (c >= width) return;
+#pragma unroll 4
+  for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots) f(edge_at(perm, p) * width + c);
 }
 
 // Online softmax state of one lane: the largest logit seen and the sum of exp(logit - peak).
@@ -83,30 +101,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 edge_softmax_kernel(const index_t* __restrict__ rowptr, const index_t* __restrict__ perm,
                     int64_t rows, const scalar_t* __restrict__ logits,
                     scalar_t* __restrict__ out, int64_t width, int column_bits) {
-  using acc_t = typename Scalar<scalar_t>::acc;
+  using S = Scalar<scalar_t>;
   const LaneSplit lanes(column_bits);
-  for_each_row(rows, [&](int64_t row) {
-    const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    for (int64_t c0 = 0; c0 < width; c0 += lanes.column_lanes) {
-      const int64_t c = c0 + lanes.column;
-      SoftmaxState<acc_t> state;
-      if (c < width) {
-#pragma unroll 4
-        for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots)
-          state.add(Scalar<scalar_t>::load(logits[edge_at(perm, p) * width + c]));
-      }
-      for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
-        state.merge(__shfl_xor_sync(0xffffffffu, state.peak, offset),
-                    __shfl_xor_sync(0xffffffffu, state.total, offset));
-      if (c >= width) continue;
-      const acc_t scale = state.scale();
-#pragma unroll 4
-      for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots) {
-        const int64_t at = edge_at(perm, p) * width + c;
-        out[at] = Scalar<scalar_t>::store(
-            exp(Scalar<scalar_t>::load(logits[at]) - state.peak) * scale);
-      }
-    }
+  for_each_row_pass(rowptr, rows, width, lanes, [&](int64_t begin, int64_t end, int64_t c) {
+    SoftmaxState<typename S::acc> state;
+    for_each_lane_entry(perm, begin, end, width, c, lanes,
+                        [&](int64_t at) { state.add(S::load(logits[at])); });
+    for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
+      state.merge(__shfl_xor_sync(0xffffffffu, state.peak, offset),
+                  __shfl_xor_sync(0xffffffffu, state.total, offset));
+    const auto scale = state.scale();
+    for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      out[at] = S::store(exp(S::load(logits[at]) - state.peak) * scale);
+    });
   });
 }
 
@@ -117,30 +124,18 @@ edge_softmax_backward_kernel(const index_t* __restrict__ rowptr,
                              const scalar_t* __restrict__ out,
                              const scalar_t* __restrict__ grad_out,
                              scalar_t* __restrict__ grad, int64_t width, int column_bits) {
-  using acc_t = typename Scalar<scalar_t>::acc;
+  using S = Scalar<scalar_t>;
   const LaneSplit lanes(column_bits);
-  for_each_row(rows, [&](int64_t row) {
-    const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    for (int64_t c0 = 0; c0 < width; c0 += lanes.column_lanes) {
-      const int64_t c = c0 + lanes.column;
-      acc_t dot = 0;
-      if (c < width) {
-#pragma unroll 4
-        for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots) {
-          const int64_t at = edge_at(perm, p) * width + c;
-          dot += Scalar<scalar_t>::load(out[at]) * Scalar<scalar_t>::load(grad_out[at]);
-        }
-      }
-      for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
-        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      if (c >= width) continue;
-#pragma unroll 4
-      for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots) {
-        const int64_t at = edge_at(perm, p) * width + c;
-        grad[at] = Scalar<scalar_t>::store(
-            Scalar<scalar_t>::load(out[at]) * (Scalar<scalar_t>::load(grad_out[at]) - dot));
-      }
-    }
+  for_each_row_pass(rowptr, rows, width, lanes, [&](int64_t begin, int64_t end, int64_t c) {
+    typename S::acc dot = 0;
+    for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      dot += S::load(out[at]) * S::load(grad_out[at]);
+    });
+    for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
+      dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      grad[at] = S::store(S::load(out[at]) * (S::load(grad_out[at]) - dot));
+    });
   });
 }
 
