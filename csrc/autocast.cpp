@@ -16,10 +16,11 @@
 namespace fastgnn {
 namespace {
 
-// Feature arguments of the forward ops (csrc/ops.cpp).
-constexpr std::array<const char*, 11> kFeatureArguments = {
+// Feature arguments of the forward ops (csrc/ops.cpp); edge_softmax's logits among them, as
+// DGL's edge_softmax casts its logits to the autocast dtype too.
+constexpr std::array<const char*, 12> kFeatureArguments = {
     "x", "x_dst", "x_src", "att", "q", "k", "v", "edge_term", "alpha_src", "alpha_dst",
-    "alpha_edge"};
+    "alpha_edge", "logits"};
 
 bool is_feature_argument(const std::string& name) {
   for (const char* feature : kFeatureArguments)
@@ -62,8 +63,9 @@ void autocast_features(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys
 
 // The ops whose features follow autocast: every forward that takes float features. Their
 // backwards are left out: autograd hands them gradients in the dtype of the forward's output.
-constexpr std::array<const char*, 5> kAutocastOps = {
-    "spmm", "minmax_aggregate", "gatv2_forward", "graph_attention_forward", "gat_forward"};
+constexpr std::array<const char*, 6> kAutocastOps = {
+    "spmm", "minmax_aggregate", "gatv2_forward", "graph_attention_forward", "gat_forward",
+    "edge_softmax"};
 
 template <c10::DeviceType kDevice>
 void register_autocast(torch::Library& m) {

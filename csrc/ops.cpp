@@ -53,6 +53,20 @@ TORCH_LIBRARY(fastgnn, m) {
   m.def("minmax_aggregate_backward(Tensor arg, Tensor grad_out, int num_src, Tensor? t_rowptr, "
         "Tensor? t_col) -> Tensor");
 
+  // ---- Edge softmax ------------------------------------------------------------------------
+  // Softmax of logits [E, W] (input edge order) over the edges of each row, per column w: the
+  // edges of row i are the positions [rowptr[i], rowptr[i + 1]) (a destination's in-edges in
+  // the CSR, or a source's out-edges in the transposed CSR), position p holding input edge
+  // edge_perm[p] (None: p); rowptr's last entry must be E. out[e, w] = exp(logits[e, w] - m) /
+  // sum over the row of exp(logits[., w] - m), m the row's maximum, accumulated in float32
+  // (float64 for float64). A row whose maximum is +-inf (all -inf included) or that holds a NaN
+  // gives NaN, as DGL's edge_softmax does.
+  m.def("edge_softmax(Tensor rowptr, Tensor? edge_perm, Tensor logits) -> Tensor");
+  // grad_logits = out * (grad_out - sum over the row of out * grad_out), from the forward's
+  // output (not its logits), over the same rows.
+  m.def("edge_softmax_backward(Tensor rowptr, Tensor? edge_perm, Tensor out, Tensor grad_out) "
+        "-> Tensor");
+
   // ---- Attention family --------------------------------------------------------------------
   // Fused GATv2 and dot-product attention over destination-major CSR; features are [N, H, D].
   // Forward returns out [T, H, D] and lse [T, H] (log-sum-exp of each destination's logits;

@@ -15,7 +15,7 @@ import torch
 HAS_OP_AUTOGRAD = hasattr(torch.library, "register_autograd")
 # The feature arguments that the ops' autocast policy casts (csrc/autocast.cpp).
 AUTOCAST_ARGUMENTS = frozenset(("x", "x_dst", "x_src", "att", "q", "k", "v", "edge_term",
-                                "alpha_src", "alpha_dst", "alpha_edge"))
+                                "alpha_src", "alpha_dst", "alpha_edge", "logits"))
 
 
 if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4

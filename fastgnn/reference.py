@@ -6,6 +6,7 @@ order, the order of the ``edge_index`` the Graph was built from.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -100,6 +101,17 @@ def _segment_softmax(logits: torch.Tensor, dst: torch.Tensor, num_dst: int) -> t
     total = torch.zeros((num_dst, heads), dtype=logits.dtype, device=logits.device)
     total = total.index_add_(0, dst, weights)
     return weights / total[dst]
+
+
+def edge_softmax(g: Graph, logits: torch.Tensor, norm_by: str = "dst") -> torch.Tensor:
+    """Softmax of ``logits`` (``[E, *]``, input edge order) over the in-edges of each
+    destination (``norm_by="dst"``) or the out-edges of each source (``"src"``), per trailing
+    entry, in the accumulation dtype."""
+    src, dst = _csr_edges(g)
+    node, count = (dst, g.num_dst_nodes) if norm_by == "dst" else (src, g.num_src_nodes)
+    flat = logits.reshape(logits.shape[0], math.prod(logits.shape[1:]))
+    probs = _segment_softmax(_user_to_csr(g, flat).to(_acc_dtype(logits.dtype)), node, count)
+    return g.edge_values_from_csr(probs).to(logits.dtype).reshape(logits.shape)
 
 
 def _attend(g: Graph, logits: torch.Tensor, values: torch.Tensor, dropout: float,

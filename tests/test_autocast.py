@@ -33,6 +33,7 @@ def _calls(g, device, seed=0):
     q, k, v = (_features(g, device, 2, 8, seed=seed + i) for i in (1, 2, 3))
     att = torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)).to(device)
     alpha_src, alpha_dst = (_features(g, device, 2, seed=seed + i) for i in (4, 5))
+    logits = torch.randn(g.num_edges, 2, generator=torch.Generator().manual_seed(seed)).to(device)
     return {
         "spmm": (lambda x: fastgnn.ops.spmm(g, x, norm="both"),
                  lambda x: reference.spmm(g, x, norm="both"), (x,)),
@@ -44,6 +45,8 @@ def _calls(g, device, seed=0):
                             lambda q, k, v: reference.graph_attention(g, q, k, v), (q, k, v)),
         "gat": (lambda x, a, b: fastgnn.ops.gat_attention(g, x, a, b),
                 lambda x, a, b: reference.gat_attention(g, x, a, b), (q, alpha_src, alpha_dst)),
+        "edge-softmax": (lambda z: fastgnn.ops.edge_softmax(g, z),
+                         lambda z: reference.edge_softmax(g, z), (logits,)),
     }
 
 
@@ -64,7 +67,8 @@ def _close(actual, expected, dtype, half_reference=None):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat"])
+@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat",
+                                  "edge-softmax"])
 def test_ops_run_in_the_autocast_dtype(device, dtype, name, request):
     if name == "gatv2" and dtype == torch.bfloat16:
         request.node.add_marker(pytest.mark.xfail(reason=(
@@ -103,7 +107,8 @@ def _cast_events(run, device):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat"])
+@pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat",
+                                  "edge-softmax"])
 def test_no_casts_around_ops_fed_in_the_autocast_dtype(device, name, request):
     """Features arriving in bfloat16 (as a linear layer's output under autocast does) reach
     the kernels as they are: no cast or copy op is dispatched around the call."""
@@ -126,6 +131,8 @@ def test_float64_is_left_alone(device):
     with torch.autocast(device, dtype=torch.bfloat16):
         assert fastgnn.ops.spmm(g, x).dtype == torch.float64
         assert fastgnn.ops.aggregate(g, x, "min").dtype == torch.float64
+        logits = torch.randn(g.num_edges, 2, dtype=torch.float64, device=device)
+        assert fastgnn.ops.edge_softmax(g, logits).dtype == torch.float64
 
 
 @pytest.mark.parametrize("device", devices())

@@ -1,5 +1,6 @@
-"""The DGL layer workloads of the benchmark suite: both rows run, and fastgnn's matches DGL's
-(output and every input and parameter gradient) as the suite checks it before timing."""
+"""The DGL workloads of the benchmark suite: both rows run, and fastgnn's matches DGL's
+(output and every input and parameter gradient) as the suite checks it before timing; the
+edge-softmax workloads' DGL rows run too."""
 from __future__ import annotations
 
 import pytest
@@ -29,3 +30,13 @@ def test_dgl_workload_rows_run_and_match(name, spec):
 def test_five_dgl_workloads():
     assert sorted(DGL_WORKLOADS) == ["dgl-dotgatconv", "dgl-gatconv", "dgl-gatv2conv",
                                      "dgl-graphconv", "dgl-sageconv-pool"]
+
+
+@pytest.mark.parametrize("name", ["edge-softmax", "edge-softmax-src"])
+def test_edge_softmax_dgl_rows_run_and_match(name):
+    case = WORKLOADS[name].build(Context(graphs.load(TINY), 4, torch.device("cpu")))
+    rows = {impl.name: impl for impl in case.implementations}
+    expected, grad_output = measure.expected_result(case.oracle, case.inputs)
+    for row in ("fastgnn.dgl", "dgl-edge_softmax"):
+        assert rows[row].skip is None, rows[row].skip
+        measure.check(rows[row].forward, case.inputs, grad_output, expected, case.rtol)

@@ -55,7 +55,7 @@ def test_every_dgl_op_has_a_drop_in_with_its_signature():
     for name in names:
         fast = getattr(fdgl, name)
         assert fast is not getattr(dgl.ops, name), name
-        if name not in ("edge_softmax", "segment_reduce", "segment_softmax", "segment_mm",
+        if name not in ("segment_reduce", "segment_softmax", "segment_mm",
                         "gather_mm", "copy_u", "copy_v", "copy_e"):  # forwarded as *args
             assert inspect.signature(fast) == inspect.signature(getattr(dgl.ops, name)), name
         assert name in fdgl.__all__
@@ -179,13 +179,86 @@ def test_broadcast_that_widens_falls_back():
     _compare(fdgl.u_mul_e_sum, dgl.ops.u_mul_e_sum, graph, [x, e], fused=False)
 
 
+@pytest.mark.parametrize("kind", GRAPH_KINDS)
 @pytest.mark.parametrize("norm_by", ["dst", "src"])
-def test_edge_softmax_is_dgls(norm_by):
-    graph = make_graph("homogeneous", seed=9)
-    (logits,) = leaves((graph.num_edges(), 2, 1))
+@pytest.mark.parametrize("feat", [(), (1,), (4,), (3, 1)])
+def test_edge_softmax_fused(kind, norm_by, feat):
+    graph = make_graph(kind, seed=9)
+    if kind == "homogeneous":  # DGL's edge ids are not in CSR order
+        assert fdgl.fastgnn_graph(graph).edge_perm is not None
+    (logits,) = leaves((graph.num_edges(),) + feat)
     _compare(lambda g, z: fdgl.edge_softmax(g, z, norm_by=norm_by),
-             lambda g, z: dgl.ops.edge_softmax(g, z, norm_by=norm_by), graph, [logits],
-             fused=False)
+             lambda g, z: dgl.ops.edge_softmax(g, z, norm_by=norm_by), graph, [logits])
+
+
+def test_edge_softmax_float64_and_gradcheck():
+    graph = make_graph("block", seed=10)
+    (logits,) = leaves((graph.num_edges(), 2, 1), dtype=torch.float64)
+    for norm_by in ("dst", "src"):
+        _compare(lambda g, z: fdgl.edge_softmax(g, z, norm_by=norm_by),
+                 lambda g, z: dgl.ops.edge_softmax(g, z, norm_by=norm_by), graph, [logits],
+                 dtype=torch.float64)
+        with no_fallback():
+            assert torch.autograd.gradcheck(
+                lambda z: fdgl.edge_softmax(graph, z, norm_by=norm_by), (logits,))
+
+
+def test_edge_softmax_special_values_are_dgls():
+    """-inf rows, +inf and NaN give NaN rows in DGL 2.1; -inf beside finite logits a zero."""
+    inf, nan = float("inf"), float("nan")
+    dst = torch.tensor([1, 1, 2, 2, 2, 3, 3, 4, 4, 5])
+    values = torch.tensor([-inf, -inf, -inf, 0.0, 1.0, inf, 0.0, nan, 2.0, 3.0])
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(0))
+    graph = dgl.graph((torch.arange(10)[order] % 6, dst[order]), num_nodes=6)
+    logits = values[order].view(-1, 1).expand(-1, 2).contiguous()
+    fast_in, stock_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    with no_fallback():
+        fast = fdgl.edge_softmax(graph, fast_in)
+    stock = dgl.ops.edge_softmax(graph, stock_in)
+    assert int(stock.isnan().sum()) == 12  # rows 1, 3 and 4: the NaNs compared below
+    torch.testing.assert_close(fast, stock, equal_nan=True)
+    weight = torch.arange(20.0).view(10, 2)
+    (fast * weight).sum().backward()
+    (stock * weight).sum().backward()
+    torch.testing.assert_close(fast_in.grad, stock_in.grad, equal_nan=True)
+
+
+def test_edge_softmax_then_u_mul_e_sum_is_fused_and_dgls():
+    """GAT's aggregation in dgl.ops: softmax of [E, H, 1] scores, then per-head weighted sums."""
+    graph = make_graph("homogeneous", seed=11)
+    scores, x = leaves((graph.num_edges(), 4, 1), (60, 4, 8))
+
+    def attend(softmax, u_mul_e_sum):
+        return lambda g, s, h: u_mul_e_sum(g, h, softmax(g, s))
+    _compare(attend(fdgl.edge_softmax, fdgl.u_mul_e_sum),
+             attend(dgl.ops.edge_softmax, dgl.ops.u_mul_e_sum), graph, [scores, x])
+
+
+def test_edge_softmax_over_some_edges_or_edge_types_runs_dgl():
+    graph = make_graph("homogeneous", seed=12)
+    eids = torch.arange(0, graph.num_edges(), 2)
+    (logits,) = leaves((eids.numel(), 2))
+    _compare(lambda g, z: fdgl.edge_softmax(g, z, eids),
+             lambda g, z: dgl.ops.edge_softmax(g, z, eids), graph, [logits], fused=False)
+    hetero = dgl.heterograph({("a", "x", "b"): ([0, 1], [1, 0]), ("a", "y", "b"): ([1], [1])})
+    per_type = {("a", "x", "b"): torch.randn(2, 1), ("a", "y", "b"): torch.randn(1, 1)}
+    with pytest.warns(fdgl.FallbackWarning, match="several edge types"):
+        fast = fdgl.edge_softmax(hetero, per_type, norm_by="src")
+    stock = dgl.ops.edge_softmax(hetero, per_type, norm_by="src")
+    assert fast.keys() == stock.keys() and all(torch.equal(fast[k], stock[k]) for k in stock)
+
+
+def test_edge_softmax_bad_input_names_the_argument():
+    """DGL reads a wrong number of rows out of bounds and takes any norm_by other than "src"
+    for "dst"; the drop-in raises instead."""
+    graph = make_graph("homogeneous")
+    with no_fallback():
+        with pytest.raises(ValueError, match="logits must have"):
+            fdgl.edge_softmax(graph, torch.randn(graph.num_edges() - 1, 1))
+        with pytest.raises(TypeError, match="logits must be floating point"):
+            fdgl.edge_softmax(graph, torch.ones(graph.num_edges(), 1, dtype=torch.int64))
+        with pytest.raises(ValueError, match="norm_by"):
+            fdgl.edge_softmax(graph, torch.randn(graph.num_edges(), 1), norm_by="in")
 
 
 def test_heterograph_with_several_edge_types_runs_dgl():

@@ -154,15 +154,29 @@ def _pyg_scatter():
     return (module.scatter, None) if module is not None else (None, reason)
 
 
-def _dgl_graph(ctx: Context):
-    """A DGL graph of the same edges (CSR order, so edge data lines up), or a skip reason."""
+def _dgl_graph(ctx: Context, input_order: bool = False):
+    """A DGL graph of the same edges, or a skip reason. Its edge ids follow the CSR order, or
+    with ``input_order`` the graph's input edge order, so that edge data lines up with
+    fastgnn's (edge_perm then reorders it, as for any DGL graph)."""
     dgl, reason = _optional_module("dgl")
     if dgl is None:
         return None, reason
     g = ctx.graph
-    return ctx.cached("dgl_graph", lambda: dgl.create_block(
-        (ctx.src, ctx.dst), num_src_nodes=g.num_src_nodes, num_dst_nodes=g.num_dst_nodes,
-        device=ctx.device)), None
+
+    def build():
+        src, dst = ctx.src, ctx.dst
+        if input_order:
+            src, dst = g.edge_values_from_csr(src), g.edge_values_from_csr(dst)
+        return dgl.create_block((src, dst), num_src_nodes=g.num_src_nodes,
+                                num_dst_nodes=g.num_dst_nodes, device=ctx.device)
+    return ctx.cached(("dgl_graph", input_order), build), None
+
+
+def _check_fused(call: Callable[[], object]) -> None:
+    """Runs ``call`` once with FallbackWarning an error: a fallback would time DGL's code."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", FallbackWarning)
+        call()
 
 
 def _guarded(name: str, kind: str, library: str, make, grad_check: str = "elementwise"):
@@ -247,6 +261,42 @@ def _minmax_case(ctx: Context, reduce: str) -> Case:
 
 for _reduce in ("min", "max"):
     register(f"aggregate-{_reduce}", "op")(functools.partial(_minmax_case, reduce=_reduce))
+
+
+# ---- edge softmax: logits [E, width] (the width is the heads), input edge order ----------------
+def _edge_softmax_case(ctx: Context, norm_by: str) -> Case:
+    g = ctx.graph
+    logits = ctx.features(g.num_edges, ctx.width)
+    impls = fastgnn_implementations(
+        "edge_softmax", ctx, lambda: fastgnn.ops.edge_softmax(g, logits, norm_by=norm_by))
+
+    def dgl_ops(module_name: str):
+        def make():
+            block, reason = _dgl_graph(ctx, input_order=True)
+            if block is None:
+                return None, reason
+            op = importlib.import_module(module_name).edge_softmax
+            _check_fused(lambda: op(block, logits, norm_by=norm_by))
+            return (lambda: op(block, logits, norm_by=norm_by)), None
+        return make
+
+    def pyg_softmax():
+        utils, reason = _optional_module("torch_geometric.utils")
+        if utils is None:
+            return None, reason
+        nodes, count = (ctx.dst, g.num_dst_nodes) if norm_by == "dst" else \
+            (ctx.src, g.num_src_nodes)
+        index = ctx.cached(("input_order", norm_by), lambda: g.edge_values_from_csr(nodes))
+        return (lambda: utils.softmax(logits, index, num_nodes=count)), None
+
+    impls += [_guarded("fastgnn.dgl", FASTGNN, "fastgnn.dgl", dgl_ops("fastgnn.dgl")),
+              _guarded("dgl-edge_softmax", BASELINE, "dgl", dgl_ops("dgl.ops")),
+              _guarded("pyg-softmax", BASELINE, "torch_geometric", pyg_softmax)]
+    return Case([logits], lambda: reference.edge_softmax(g, logits, norm_by), impls)
+
+
+register("edge-softmax", "op")(functools.partial(_edge_softmax_case, norm_by="dst"))
+register("edge-softmax-src", "op")(functools.partial(_edge_softmax_case, norm_by="src"))
 
 
 # ---- MaxK aggregation: CBSR SpGEMM/SSpMM against dense SpMM of the same MaxK output -------------
@@ -415,9 +465,7 @@ def _dgl_layer_case(ctx: Context, make_layer: Callable[[int, int], torch.nn.Modu
         fast = fastgnn.enable(stock)  # a new object sharing stock's parameters
         if type(fast) is type(stock):
             return None, "no fastgnn adapter"
-        with warnings.catch_warnings(), torch.no_grad():  # a fallback would time DGL's code
-            warnings.simplefilter("error", FallbackWarning)
-            fast(block, x)
+        _check_fused(lambda: fast(block, x))
         return run(fast), None
 
     impls = [Implementation("dgl-stock", BASELINE, run(stock), "dgl"),

@@ -6,11 +6,14 @@ Fused on fastgnn kernels (no edge-sized feature tensor):
   - ``u_mul_e`` with sum/mean when the edge data holds one scalar per edge (``[E]``,
     ``[E, 1]``, ...) or one per edge and head (``[E, H, 1, ...]`` against ``[N, H, ...]``):
     ``fastgnn.ops.spmm`` with edge weights, per head;
-  - ``u_dot_v`` / ``v_dot_u`` on features of the same shape: the SDDMM kernel, per head.
-Everything else (other operators and reducers, edge softmax, broadcasting that widens the
-features, heterographs with several edge types, the segment and gather ops) runs DGL's own op,
-with a one-time :class:`fastgnn.FallbackWarning` naming it: results never differ from DGL's
-beyond float rounding.
+  - ``u_dot_v`` / ``v_dot_u`` on features of the same shape: the SDDMM kernel, per head;
+  - ``edge_softmax`` over every edge (``eids=ALL``), ``norm_by`` dst or src:
+    ``fastgnn.ops.edge_softmax``, whose output feeds ``u_mul_e_sum`` as per-head weights.
+Everything else (other operators and reducers, edge softmax over a subset of the edges,
+broadcasting that widens the features, heterographs with several edge types, the segment and
+gather ops) runs DGL's own op, with a one-time :class:`fastgnn.FallbackWarning` naming it:
+results never differ from DGL's beyond float rounding. Logits DGL would misread (a wrong
+number of rows, an unknown ``norm_by``) raise a ValueError or TypeError naming the argument.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from typing import Optional, Tuple
 
 import dgl.ops as dgl_ops
 import torch
+from dgl.base import ALL, is_all
 
 from fastgnn import _adapter, _native, backends, ops
 from fastgnn.dgl._graphs import Unsupported, fastgnn_graph, to_edge_order
@@ -196,6 +200,20 @@ def _make_sddmm(lhs_target: str, rhs_target: str, binary_op: str):
     return func
 
 
+# ---- edge_softmax ------------------------------------------------------------------------------
+def _edge_softmax_fused(graph, logits, eids, norm_by: str) -> torch.Tensor:
+    if not is_all(eids):
+        raise Unsupported("edge softmax over a subset of the edges (eids)")
+    return ops.edge_softmax(fastgnn_graph(graph), logits, norm_by)
+
+
+def edge_softmax(graph, logits, eids=ALL, norm_by="dst"):
+    try:
+        return _edge_softmax_fused(graph, logits, eids, norm_by)
+    except Unsupported as exc:
+        return _fallback("edge_softmax", str(exc), graph, logits, eids, norm_by)
+
+
 # ---- DGL's own ops, with the warning -----------------------------------------------------------
 def _stock(name: str, reason: str):
     def func(*args, **kwargs):
@@ -204,8 +222,6 @@ def _stock(name: str, reason: str):
     return func
 
 
-edge_softmax = _stock("edge_softmax", "edge softmax on its own (the fastgnn.dgl.nn attention "
-                      "layers fuse it with their aggregation)")
 copy_u = _stock("copy_u", "copying node data to edges")
 copy_v = _stock("copy_v", "copying node data to edges")
 copy_e = _stock("copy_e", "copy_e")

@@ -1,6 +1,8 @@
 """Checks and helpers shared by the op modules."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from fastgnn.graph import Graph
@@ -11,6 +13,13 @@ def check_graph(g) -> Graph:
         raise TypeError(f"g must be a fastgnn.Graph, got {type(g).__name__} (build one with "
                         "fastgnn.Graph.from_edge_index)")
     return g
+
+
+def edge_perm_index(g: Graph) -> Optional[torch.Tensor]:
+    """``g.edge_perm`` in the graph's index dtype, as the native ops take it (None: identity)."""
+    if g.edge_perm is None:
+        return None
+    return g.cached("edge_perm_index", lambda: g.edge_perm.to(g.index_dtype))
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:

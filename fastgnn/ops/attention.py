@@ -20,7 +20,7 @@ import torch
 
 from fastgnn import _library, _native, _validate, backends, reference, tuning
 from fastgnn.graph import Graph
-from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
+from fastgnn.ops._common import acc_dtype, check_graph, edge_perm_index, wants_grad
 
 
 def _check_heads(name: str, value: torch.Tensor, rows: int, g: Graph, rows_name: str,
@@ -195,9 +195,7 @@ def structure_args(g: Graph, needs_grad: bool):
     if needs_grad:
         t_rowptr, t_col, t_perm = g.transpose()
         transposed = (None, None, t_perm) if g.is_symmetric else (t_rowptr, t_col, t_perm)
-    edge_perm = None if g.edge_perm is None else g.cached(
-        "edge_perm_index", lambda: g.edge_perm.to(g.index_dtype))
-    return (g.rowptr, g.col, edge_perm) + transposed
+    return (g.rowptr, g.col, edge_perm_index(g)) + transposed
 
 
 def plan_buckets(g: Graph, plan: str):
