@@ -282,7 +282,7 @@ def test_loader_batches_per_call_keeps_shards(world_size):
 
 def test_loader_batches_per_call_default_and_bad_values():
     g, _ = _graph()
-    assert NeighborLoader(g, [2], torch.arange(5)).batches_per_call == 1
+    assert NeighborLoader(g, [2], torch.arange(5)).batches_per_call == 8
     for bad in (0, -2):
         with pytest.raises(ValueError, match="batches_per_call"):
             NeighborLoader(g, [2], torch.arange(5), batches_per_call=bad)
@@ -347,7 +347,8 @@ def test_gpu_many_unordered_numbering_samples_valid_blocks():
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["blocks", "subgraph"])
 def test_gpu_loader_default_batches_per_call(layout):
-    """A GPU loader draws 8 batches a call by default; its batches are those of one a call."""
+    """A GPU loader draws 8 batches a call by default, as a CPU one does; its batches are
+    those of one a call."""
     g, _ = random_graph(2000, 20000, seed=4)
     options = dict(batch_size=128, shuffle=True, layout=layout)
     for graph in (g.cuda(), g.pin_memory()):

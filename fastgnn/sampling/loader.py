@@ -138,9 +138,9 @@ class NeighborLoader:
         build_transpose: build each batch graph's transposed CSR with the batch (on the
             background thread when prefetching), so that the training step's backward finds
             it; turn it off for loaders used without gradients.
-        batches_per_call: batches sampled by one call (default: 8 for a GPU sampler, whose
-            batches are mostly host work per call; 1 on the CPU). Their outputs share memory
-            until the last of them is freed.
+        batches_per_call: batches sampled by one call. A call's host work (GPU) and its
+            threads' synchronisation (CPU: a batch per thread, no barrier inside a batch) are
+            shared by its batches. Their outputs share memory until the last of them is freed.
         sampler_options: ``replace``, ``weight``, ``edge_dir``, ``deterministic`` and
             ``device`` of the :class:`NeighborSampler`.
     """
@@ -151,7 +151,7 @@ class NeighborLoader:
                  edge_features: Optional[torch.Tensor] = None, device=None,
                  layout: str = "blocks", prefetch: int = 2, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 build_transpose: bool = True, batches_per_call: Optional[int] = None,
+                 build_transpose: bool = True, batches_per_call: int = 8,
                  **sampler_options):
         _validate.choice("layout", layout, LAYOUTS)
         # not "sampler": Lightning reads that name as a torch DataLoader's index sampler
@@ -177,8 +177,6 @@ class NeighborLoader:
         self.device = torch.device(device) if device is not None else self.neighbor_sampler.device
         self.layout = layout
         self.build_transpose = bool(build_transpose)
-        if batches_per_call is None:
-            batches_per_call = 8 if self.neighbor_sampler.device.type == "cuda" else 1
         self.batches_per_call = _validate.count("batches_per_call", batches_per_call)
         if self.batches_per_call < 1:
             raise ValueError("batches_per_call must be at least 1")
