@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import gc
+import importlib
+import importlib.util
 import warnings
 import weakref
 
@@ -17,7 +19,11 @@ from fastgnn import reordering
 from fastgnn._adapter import _warned
 from conftest import devices, load_dataset, random_edge_index, random_graph
 
-METHODS = ["rcm", "degree", "metis"]
+METHODS = ["rcm", "degree", pytest.param("metis", marks=pytest.mark.skipif(
+    importlib.util.find_spec("pymetis") is None, reason="pymetis is not installed"))]
+HAS_PYG = importlib.util.find_spec("torch_geometric") is not None
+needs_pyg = pytest.mark.skipif(not HAS_PYG, reason="torch_geometric is not installed")
+pyg_nn = importlib.import_module("torch_geometric.nn") if HAS_PYG else None
 F64 = torch.float64
 
 
@@ -197,8 +203,6 @@ def test_wrong_inputs_raise_the_plain_graphs_errors():
 
 
 # ---- enabled PyG layers ------------------------------------------------------------------------
-pyg_nn = pytest.importorskip("torch_geometric.nn")
-
 LAYERS = {
     "GCNConv": lambda: pyg_nn.GCNConv(8, 6),
     "GCNConv weighted": lambda: pyg_nn.GCNConv(8, 6, improved=True),
@@ -228,6 +232,7 @@ def _run_layer(layer, x, ei, extra):
     return [out] + list(torch.autograd.grad(out.square().sum(), inputs))
 
 
+@needs_pyg
 @pytest.mark.parametrize("method", ["rcm", "degree"])
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_enabled_layers_equal_without_reordering(name, method, monkeypatch):
@@ -251,6 +256,7 @@ def test_enabled_layers_equal_without_reordering(name, method, monkeypatch):
     _assert_same(ours, _run_layer(plain, x, ei, extra), name)
 
 
+@needs_pyg
 def test_enable_settings_and_bad_values():
     model = torch.nn.Sequential(pyg_nn.SAGEConv(8, 8))
     fastgnn.enable(model, reorder="rcm")
@@ -277,6 +283,7 @@ def _one_warning(match, run):
     return first
 
 
+@needs_pyg
 def test_unsupported_graphs_fall_back_with_one_warning():
     from fastgnn.sampling.sampler import _SampledGraph
 
@@ -299,6 +306,7 @@ def test_unsupported_graphs_fall_back_with_one_warning():
     _one_warning("reduce='max'", lambda: max_layer(x_src, g))
 
 
+@needs_pyg
 def test_compiled_layer_runs_unreordered_with_one_warning():
     ei = random_edge_index(40, 40, 200, seed=18)
     x = torch.randn(40, 8, generator=torch.Generator().manual_seed(19))
@@ -310,7 +318,9 @@ def test_compiled_layer_runs_unreordered_with_one_warning():
 
 
 # ---- the zoo: --model.reorder ------------------------------------------------------------------
+@needs_pyg
 def test_zoo_model_reorders_without_touching_the_data(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
     cli = pytest.importorskip("fastgnn.zoo.cli")
     common = ["--data.num_nodes=80", "--data.num_classes=3", "--data.num_channels=8",
               "--model.backend=fastgnn", "--model.arch=gatv2", "--model.heads=2",
