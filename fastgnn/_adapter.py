@@ -72,9 +72,8 @@ def reordering_scope(method: Optional[str], owner: str) -> Iterator[None]:
 def run_fused(layer, package: str, *args, **kwargs):
     """``layer._fused(*args, **kwargs)`` under the settings ``fastgnn.enable`` gave the layer:
     its backend and its ``reorder`` (``package``: where its class lives, for the warnings
-    that name it, e.g. "fastgnn.pyg"). Under torch.compile
-    the layer runs unreordered, with a fallback warning: the compiled ops look their graphs up
-    outside this scope."""
+    that name it, e.g. "fastgnn.pyg"). Under torch.compile the layer runs unreordered, with a
+    fallback warning: the compiled ops look their graphs up outside this scope."""
     state = layer.__dict__
     name = state.get("_fastgnn_backend", backends.AUTO)
     method = state.get("_fastgnn_reorder")

@@ -242,7 +242,9 @@ def _flagged(g, op_name: str) -> Optional[Graph]:
 def warn_if_requested(g, case: str, op_name: str) -> None:
     """For an op that runs ``g`` in its own node order whatever its reordering (``case`` says
     why): warns once when a reordering was asked for."""
-    method = g.reordering or _adapter.layer_settings.reorder if isinstance(g, Graph) else None
+    if not isinstance(g, Graph):
+        return
+    method = g.reordering or _adapter.layer_settings.reorder
     if method is not None:
         _warn_unreordered(method, case, op_name)
 
