@@ -1,14 +1,18 @@
 """What the PyG and DGL adapters share: the Unsupported signal of a fused path, the fallback
-warning, given once per (layer, option), and the cache of values derived from structure
-objects (held through weak references)."""
+warning, given once per (layer, option), the settings ``fastgnn.enable`` gave a layer (its
+backend and node reordering) in force while its fused path runs, and the cache of values
+derived from structure objects (held through weak references)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import warnings
 import weakref
-from typing import Callable, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
+from fastgnn import backends
+from fastgnn._library import is_compiling
 from fastgnn.graph import derived_tensors
 
 
@@ -33,6 +37,58 @@ def warn_fallback(qualified_name: str, option: str, stock_code: str, stacklevel:
         _warned.add((qualified_name, option))
     warnings.warn(f"{qualified_name}: {option} has no fused path; running {stock_code} for it",
                   FallbackWarning, stacklevel=stacklevel + 1)
+
+
+class _LayerSettings(threading.local):
+    reorder: Optional[str] = None  # enable(reorder=) of the layer running on this thread
+    owner: str = ""                # that layer's class, for fallback warnings
+
+
+#: read by ``fastgnn.reordering``: ops on a homogeneous graph inside a layer with ``reorder``
+#: set run as if the graph were flagged (``Graph.reordered``)
+layer_settings = _LayerSettings()
+#: how many reordering scopes are open on any thread: while none is, ops skip reading
+#: ``layer_settings`` (a thread-local read costs about as much as the rest of their check)
+open_reordering_scopes = 0
+_scopes_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def reordering_scope(method: Optional[str], owner: str) -> Iterator[None]:
+    """Ops called inside reorder homogeneous graphs by ``method`` (None: they do not)."""
+    global open_reordering_scopes
+    saved = layer_settings.reorder, layer_settings.owner
+    layer_settings.reorder, layer_settings.owner = method, owner
+    with _scopes_lock:
+        open_reordering_scopes += 1
+    try:
+        yield
+    finally:
+        layer_settings.reorder, layer_settings.owner = saved
+        with _scopes_lock:
+            open_reordering_scopes -= 1
+
+
+def run_fused(layer, package: str, *args, **kwargs):
+    """``layer._fused(*args, **kwargs)`` under the settings ``fastgnn.enable`` gave the layer:
+    its backend and its ``reorder`` (``package``: where its class lives, for the warnings
+    that name it, e.g. "fastgnn.pyg"). Under torch.compile the layer runs unreordered, with a
+    fallback warning: the compiled ops look their graphs up outside this scope."""
+    state = layer.__dict__
+    name = state.get("_fastgnn_backend", backends.AUTO)
+    method = state.get("_fastgnn_reorder")
+    if name == backends.AUTO and method is None:  # no scope to enter: this runs on every call
+        return layer._fused(*args, **kwargs)
+    owner = f"{package}.{type(layer).__name__}"
+    with contextlib.ExitStack() as scopes:
+        if name != backends.AUTO:
+            scopes.enter_context(backends.backend(name))
+        if method is not None and is_compiling():
+            warn_fallback(owner, f"reorder={method!r} under torch.compile",
+                          "the graph in its own node order")
+        elif method is not None:
+            scopes.enter_context(reordering_scope(method, owner))
+        return layer._fused(*args, **kwargs)
 
 
 class StructureCache:

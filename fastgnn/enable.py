@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib.util
 import types
 import warnings
-from typing import Dict, Type
+from typing import Dict, Optional, Type
 
 import torch
 
-from fastgnn import backends
+from fastgnn import backends, reordering
 
 _to_fast: Dict[type, type] = {}
 _to_stock: Dict[type, type] = {}
@@ -61,31 +61,49 @@ def _swap(module: torch.nn.Module, cls: type) -> torch.nn.Module:
     return swapped
 
 
-def _walk(module: torch.nn.Module, table: Dict[type, type], backend_name) -> torch.nn.Module:
+# enable()'s per-layer settings, kept in the swapped layers' __dict__ (not in the state_dict)
+_SETTINGS = ("_fastgnn_backend", "_fastgnn_reorder")
+
+
+def _configure(layer: torch.nn.Module, settings: Optional[Dict[str, object]]) -> None:
+    """Gives a swapped layer ``enable``'s settings (instance attributes read by
+    ``fastgnn._adapter.run_fused``; a None value, or ``settings`` None, removes one)."""
+    for name in _SETTINGS:
+        value = None if settings is None else settings[name]
+        if value is None:
+            layer.__dict__.pop(name, None)
+        else:
+            layer.__dict__[name] = value
+
+
+def _walk(module: torch.nn.Module, table: Dict[type, type],
+          settings: Optional[Dict[str, object]]) -> torch.nn.Module:
     for name, child in list(module._modules.items()):
         if child is not None:
-            module._modules[name] = _walk(child, table, backend_name)
+            module._modules[name] = _walk(child, table, settings)
     cls = table.get(type(module))
     if cls is None:
-        if backend_name is not None and type(module) in _to_stock:
-            module._fastgnn_backend = backend_name  # already enabled: only the backend changes
+        if settings is not None and type(module) in _to_stock:
+            _configure(module, settings)  # already enabled: only the settings change
         return module
     swapped = _swap(module, cls)
-    if backend_name is not None:
-        swapped._fastgnn_backend = backend_name
-    else:
-        swapped.__dict__.pop("_fastgnn_backend", None)
+    _configure(swapped, settings)
     return swapped
 
 
-def enable(model: torch.nn.Module, backend: str = "auto", *,
-           sparse_inputs: bool = False) -> torch.nn.Module:
+def enable(model: torch.nn.Module, backend: str = "auto", *, sparse_inputs: bool = False,
+           reorder: Optional[str] = None) -> torch.nn.Module:
     """Swaps every supported layer in ``model`` (or ``model`` itself) for its fastgnn subclass
     running on ``backend``; returns the model (the new object when ``model`` was a layer).
 
     ``sparse_inputs=True`` also swaps the first layer's linear maps for their sparse-input
     versions (``fastgnn.nn.SparseInputLinear``), which multiply sparse input features in CSR
     when measuring shows it pays (see :func:`_swap_first_linears`).
+
+    ``reorder`` ("rcm", "degree" or "metis") runs the swapped layers' ops on their graphs
+    reordered internally (``Graph.reordered``): inputs, outputs and gradients stay in the
+    caller's node and edge order. Bipartite and sampled mini-batch graphs, min/max
+    aggregation and torch.compile run unreordered, with a one-time ``FallbackWarning``.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -94,8 +112,10 @@ def enable(model: torch.nn.Module, backend: str = "auto", *,
                          f"{', '.join(backends.names())}")
     if not isinstance(sparse_inputs, bool):
         raise TypeError(f"sparse_inputs must be a bool, got {type(sparse_inputs).__name__}")
+    if reorder is not None:
+        reordering.check_method("reorder", reorder)
     _load_adapters()
-    model = _walk(model, _to_fast, backend)
+    model = _walk(model, _to_fast, {"_fastgnn_backend": backend, "_fastgnn_reorder": reorder})
     return _swap_first_linears(model) if sparse_inputs else model
 
 

@@ -84,6 +84,7 @@ class Graph:
         self.key = next(_keys)
         self._derived: Dict[object, object] = {}
         self._spmm_format: Optional[str] = None
+        self._reordering: Optional[str] = None
         self._finalizer = weakref.finalize(self, _release, self.key)
 
     # ---- construction ---------------------------------------------------------------------
@@ -389,6 +390,39 @@ class Graph:
             _validate.choice("spmm_format", value, SPMM_FORMATS)
         self._spmm_format = value
 
+    # ---- internal node order ------------------------------------------------------------------
+    @property
+    def reordering(self) -> Optional[str]:
+        """The node order the ops run this graph in internally ("rcm", "degree", "metis"), or
+        None: its own. Set by :meth:`reordered`."""
+        return self._reordering
+
+    def reordered(self, method: str = "rcm") -> "Graph":
+        """This graph with the opt-in internal reordering: the same structure, node and edge
+        order to the caller, but every ``fastgnn.ops`` call on it runs on a copy relabelled
+        by ``method`` (``fastgnn.reorder``'s methods), taking and returning node- and
+        edge-aligned tensors in this graph's order (forward and backward). Each call pays a
+        gather of its node inputs and of its output; min/max aggregation runs unreordered
+        (its ties go to the smallest caller id), with a ``fastgnn.FallbackWarning``.
+
+        The order and the relabelled copy are computed here, once, and cached with the
+        returned graph, itself cached on this one. Homogeneous graphs only."""
+        from fastgnn import reordering
+        reordering.check_method("method", method)
+        if self.is_bipartite:
+            raise ValueError("reordered(method=...) needs a homogeneous graph; this one is "
+                             f"bipartite ({self._num_src} sources, {self._num_dst} destinations)")
+        if method == self._reordering:
+            return self
+        flagged = self.cached(("reordered", method), lambda: self._moved(lambda t: t)
+                              ._with_reordering(method))
+        reordering.internal(flagged)
+        return flagged
+
+    def _with_reordering(self, method: Optional[str]) -> "Graph":
+        self._reordering = method
+        return self
+
     # ---- devices ----------------------------------------------------------------------------
     def to(self, device, non_blocking: bool = False) -> "Graph":
         """A Graph on ``device`` (self when already there, as for tensors: ``"cuda"`` names
@@ -398,7 +432,8 @@ class Graph:
             device = torch.device("cuda", torch.cuda.current_device())
         if device == self.device:
             return self
-        return self._moved(lambda t: None if t is None else t.to(device, non_blocking=non_blocking))
+        return self._moved(lambda t: None if t is None else t.to(
+            device, non_blocking=non_blocking))._with_reordering(self._reordering)
 
     def _moved(self, move: Callable[[Optional[torch.Tensor]], Optional[torch.Tensor]]) -> "Graph":
         """This graph's arrays through ``move`` (subclasses keep their own kind and fields)."""
@@ -408,8 +443,10 @@ class Graph:
     def _derive(self, rowptr: torch.Tensor, col: torch.Tensor, num_src_nodes: int,
                 tag: tuple) -> "Graph":
         """A trusted CSR graph built from this one (e.g. with self-loops added); ``tag`` names
-        the change. Subclasses keep their tuning class (a sampled batch's stays a size class)."""
-        return Graph(rowptr, col, num_src_nodes, None, _trusted=True)
+        the change. Subclasses keep their tuning class (a sampled batch's stays a size class);
+        a homogeneous result keeps the internal reordering."""
+        derived = Graph(rowptr, col, num_src_nodes, None, _trusted=True)
+        return derived._with_reordering(None if derived.is_bipartite else self._reordering)
 
     def cuda(self, device=None) -> "Graph":
         return self.to(device if device is not None else "cuda")
@@ -421,13 +458,15 @@ class Graph:
         """A CPU Graph whose structure lives in page-locked memory (fast async copies)."""
         pin = lambda t: None if t is None else t.pin_memory()  # noqa: E731
         return Graph(pin(self._rowptr), pin(self._col), self._num_src, pin(self._edge_perm),
-                     cache_transpose=self.cache_transpose, _trusted=True)
+                     cache_transpose=self.cache_transpose,
+                     _trusted=True)._with_reordering(self._reordering)
 
     def is_pinned(self) -> bool:
         return self._col.is_pinned()
 
     def __repr__(self) -> str:
         kind = "bipartite " if self.is_bipartite else ""
+        flag = f", reordering={self._reordering!r}" if self._reordering else ""
         return (f"fastgnn.Graph({kind}num_src_nodes={self._num_src}, "
                 f"num_dst_nodes={self._num_dst}, num_edges={self.num_edges}, "
-                f"index_dtype={self.index_dtype}, device={self.device})")
+                f"index_dtype={self.index_dtype}, device={self.device}{flag})")

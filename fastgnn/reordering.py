@@ -8,17 +8,50 @@ returns a :class:`NodeOrder` that moves node-aligned tensors into the new order 
 Methods: ``"rcm"`` (reverse Cuthill-McKee, native), ``"degree"`` (falling in-degree, hubs
 first, ties by id) and ``"metis"`` (METIS partitions through ``pymetis``, nodes grouped by
 part). Orders are computed on the CPU, once per dataset, and are deterministic.
+
+The opt-in Graph flag (``Graph.reordered(method)``, and ``fastgnn.enable(model,
+reorder=method)`` for enabled layers) reorders inside the ops instead: :func:`in_caller_order`
+runs an op of a flagged graph on its relabelled copy (:func:`internal`), moving node-aligned
+inputs into the copy's order and the output back, so the caller never sees the new ids.
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
+import inspect
 from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import _library, _native, _validate
+from fastgnn import _adapter, _library, _native, _validate
+from fastgnn.cbsr import CBSR
 from fastgnn.graph import Graph
 
 METHODS = ("rcm", "degree", "metis")
+_METIS_MISSING = "needs pymetis >= 2025.2: pip install 'pymetis>=2025.2'"
+
+
+def check_method(name: str, method) -> None:
+    """A ValueError naming ``name`` unless ``method`` is one of :data:`METHODS`; an
+    ImportError for "metis" without pymetis (raised when asked, not at the first op)."""
+    _validate.choice(name, method, METHODS)
+    if method == "metis" and importlib.util.find_spec("pymetis") is None:
+        raise ImportError(f"{name}='metis' {_METIS_MISSING}")
+
+
+class _RowGather(torch.autograd.Function):
+    """``x.index_select(0, index)`` for a permutation ``index``: its gradient is the gather by
+    the ``inverse`` permutation (autograd's own would scatter-add into a zeroed tensor)."""
+
+    @staticmethod
+    def forward(ctx, x, index, inverse):
+        ctx.save_for_backward(index, inverse)
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        index, inverse = ctx.saved_tensors
+        return _RowGather.apply(grad, inverse, index), None, None
 
 
 class NodeOrder:
@@ -38,12 +71,12 @@ class NodeOrder:
     def permute(self, x: torch.Tensor) -> torch.Tensor:
         """Node-aligned ``x`` (first dimension = nodes) from the caller's order to the new one."""
         self._check_rows("x", x)
-        return x[self._on(self.perm, x.device)]
+        return _RowGather.apply(x, self._on(self.perm, x.device), self._on(self.rank, x.device))
 
     def restore(self, x: torch.Tensor) -> torch.Tensor:
         """Node-aligned ``x`` from the new order back to the caller's order."""
         self._check_rows("x", x)
-        return x[self._on(self.rank, x.device)]
+        return _RowGather.apply(x, self._on(self.rank, x.device), self._on(self.perm, x.device))
 
     def relabel(self, edge_index: torch.Tensor) -> torch.Tensor:
         """``edge_index`` with the caller's node ids replaced by the new ones (same edge order)."""
@@ -88,8 +121,7 @@ def _metis(edge_index: torch.Tensor, num_nodes: int, num_parts: Optional[int]) -
     try:
         import pymetis
     except ImportError as exc:
-        raise ImportError("fastgnn.reorder(method='metis') needs pymetis >= 2025.2: "
-                          "pip install 'pymetis>=2025.2'") from exc
+        raise ImportError(f"fastgnn.reorder(method='metis') {_METIS_MISSING}") from exc
     if num_parts is None:  # parts of about 4096 nodes: a few hundred KB of features each
         num_parts = max(2, -(-num_nodes // 4096))
     ei = edge_index.to("cpu", torch.int64)
@@ -173,3 +205,85 @@ def reorder(graph_or_data, method: str = "rcm", *, num_parts: Optional[int] = No
         return out, order
     raise TypeError("graph_or_data must be a fastgnn.Graph, a PyG Data or an edge_index "
                     f"tensor, got {type(graph_or_data).__name__}")
+
+
+# ---- the opt-in Graph flag: ops run on a relabelled copy, in the caller's order ----------------
+def internal(g: Graph) -> Tuple[Graph, NodeOrder]:
+    """The relabelled copy of a graph whose ``reordering`` is set, and its order, built once
+    and cached on it. The copy lists its edges in ``g``'s input edge order, so per-edge
+    tensors (edge weights, edge features, dropout masks) need no moving."""
+    return g.cached("internal order", lambda: reorder(g, g.reordering))
+
+
+def _warn_unreordered(method: str, case: str, op_name: str) -> None:
+    owner = _adapter.layer_settings.owner or f"fastgnn.ops.{op_name}"
+    _adapter.warn_fallback(owner, f"reorder={method!r} {case}", "the graph in its own node order")
+
+
+def _flagged(g, op_name: str) -> Optional[Graph]:
+    """The flagged graph an op call on ``g`` runs through: ``g`` itself when it has a
+    reordering, ``g.reordered(method)`` inside an enabled layer's scope; None (unreordered)
+    otherwise, and, with a warning, for the graphs the scope cannot reorder."""
+    if not isinstance(g, Graph):
+        return None  # the op raises its own TypeError
+    if g.reordering is not None:
+        return g
+    method = _adapter.layer_settings.reorder
+    if method is None:
+        return None
+    if g.is_bipartite or g.tuned_by_size:
+        # a sampled mini-batch is a new graph every step: its order would cost more than it saves
+        _warn_unreordered(method, "on a bipartite graph" if g.is_bipartite
+                          else "on a sampled mini-batch graph", op_name)
+        return None
+    return g.reordered(method)
+
+
+def warn_if_requested(g, case: str, op_name: str) -> None:
+    """For an op that runs ``g`` in its own node order whatever its reordering (``case`` says
+    why): warns once when a reordering was asked for."""
+    if not isinstance(g, Graph):
+        return
+    method = g.reordering or _adapter.layer_settings.reorder
+    if method is not None:
+        _warn_unreordered(method, case, op_name)
+
+
+def _to_internal(order: NodeOrder, value):
+    """A node-aligned argument (tensor or CBSR with a row per node) in the copy's order; any
+    other value as it is, for the op's own checks to judge."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == len(order):
+        return order.permute(value)
+    if isinstance(value, CBSR) and value.values.shape[0] == len(order):
+        return CBSR(order.permute(value.values), order.permute(value.indices),
+                    value.num_features)
+    return value
+
+
+def in_caller_order(*node_args: str, restore: bool = True):
+    """Decorates an op whose first argument is a Graph: on a flagged graph (see
+    :func:`_flagged`) it runs on the relabelled copy, its arguments named in ``node_args``
+    moved into the copy's node order and its output (``restore``: one row per node) moved
+    back. The one place the flag acts; ops keep their per-edge arguments as they are."""
+    def decorate(op):
+        names = list(inspect.signature(op).parameters)[1:]
+        positions = {names.index(name) for name in node_args}
+
+        @functools.wraps(op)
+        def call(g, *args, **kwargs):
+            if getattr(g, "reordering", None) is None and not _adapter.open_reordering_scopes:
+                return op(g, *args, **kwargs)  # every call's path: nothing asks to reorder
+            flagged = _flagged(g, op.__name__)
+            if flagged is None:
+                return op(g, *args, **kwargs)
+            copy, order = internal(flagged)
+            copy.spmm_format = g.spmm_format  # the caller's graph holds the policy
+            args = [_to_internal(order, value) if i in positions else value
+                    for i, value in enumerate(args)]
+            kwargs = {name: _to_internal(order, value) if name in node_args else value
+                      for name, value in kwargs.items()}
+            with _adapter.reordering_scope(None, ""):  # the copy is not reordered again inside
+                out = op(copy, *args, **kwargs)
+            return order.restore(out) if restore else out
+        return call
+    return decorate

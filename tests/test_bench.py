@@ -73,6 +73,15 @@ def test_sampled_block_is_bipartite_with_destinations_first():
     assert graphs.load("block:base=powerlaw-50k,batch=8,fanout=2,seed=0").graph.num_dst_nodes == 8
 
 
+def test_shuffled_graph_is_the_same_structure_relabelled():
+    base = graphs.load("powerlaw-50k").graph
+    shuffled = graphs.load("shuffled:base=powerlaw-50k,seed=1").graph
+    assert shuffled.num_edges == base.num_edges and not torch.equal(shuffled.col, base.col)
+    assert torch.equal(shuffled.in_degree.sort().values, base.in_degree.sort().values)
+    with pytest.raises(ValueError, match="homogeneous"):
+        graphs.load("shuffled:base=block-small")
+
+
 def test_unknown_graph_is_an_error():
     with pytest.raises(ValueError, match="unknown"):
         graphs.load("nosuchgraph")
@@ -131,6 +140,21 @@ def test_bipartite_block_runs_and_gcn_is_skipped(tmp_path):
     assert status[("graph-attention", "pyg-ops")] == "ok"
     assert status[("sageconv-max", "pyg-stock")] == "ok"
     assert status[("gcnconv", "pyg-stock")] == "skipped"
+
+
+def test_reorder_flag_rows_are_checked_and_record_the_order_build(tmp_path):
+    assert "reorder-flag-spmm" not in suite.KERNELS  # opt-in: the default suites skip it
+    rows = suite.run(_options(tmp_path, graphs=["shuffled:base=powerlaw-50k,seed=0", TINY_BLOCK],
+                              workloads=["reorder-flag-spmm", "reorder-flag-graph-attention"]),
+                     log=lambda _: None)
+    flagged = [r for r in rows if r["implementation"].startswith("reordered-")]
+    homogeneous = [r for r in flagged if r["graph"] != TINY_BLOCK and (
+        r["implementation"] != "reordered-metis" or importlib.util.find_spec("pymetis"))]
+    assert len(homogeneous) in (4, 6) and all(
+        r["status"] == "ok" and r["setup_ms"] > 0 and r["check"].startswith("matches")
+        for r in homogeneous)
+    assert all(r["status"] == "skipped" and "homogeneous" in r["error"]
+               for r in flagged if r["graph"] == TINY_BLOCK)
 
 
 def test_layer_row_runs_when_enable_swaps_the_class(tmp_path, monkeypatch):

@@ -211,3 +211,51 @@ def test_cora_trains_to_the_same_accuracy(kind):
         fast_accuracy = _train(fast, graph, x, y, train, test)
     assert stock_accuracy > 0.75
     assert abs(fast_accuracy - stock_accuracy) <= 0.01, (fast_accuracy, stock_accuracy)
+
+
+_REORDERED_LAYERS = {
+    "GraphConv": lambda: dgl.nn.GraphConv(5, 4, norm="both", allow_zero_in_degree=True),
+    "SAGEConv": lambda: dgl.nn.SAGEConv(5, 4, "mean"),
+    "GATConv": lambda: dgl.nn.GATConv(5, 2, 2, allow_zero_in_degree=True),
+    "GATv2Conv": lambda: dgl.nn.GATv2Conv(5, 2, 2, allow_zero_in_degree=True),
+    "DotGatConv": lambda: dgl.nn.DotGatConv(5, 2, 2, allow_zero_in_degree=True),
+}
+
+
+@pytest.mark.parametrize("name", list(_REORDERED_LAYERS))
+def test_reordered_layers_equal_the_plain_ones(name, monkeypatch):
+    from fastgnn import reordering
+    from dgl_cases import grads, leaves
+
+    graph = make_graph("homogeneous")
+    torch.manual_seed(0)
+    stock = _REORDERED_LAYERS[name]().double()
+    plain = fastgnn.enable(stock)
+    flagged = fastgnn.enable(_REORDERED_LAYERS[name]().double(), reorder="rcm")
+    flagged.load_state_dict(plain.state_dict())
+    built = []
+    internal = reordering.internal
+    monkeypatch.setattr(reordering, "internal", lambda g: built.append(g) or internal(g))
+    (x,) = leaves((60, 5), dtype=torch.float64)
+    with no_fallback():
+        ours = flagged(graph, x)
+    assert built and built[0].reordering == "rcm"
+    theirs = plain(graph, x)
+    torch.testing.assert_close(ours, theirs)
+    params = [x] + list(flagged.parameters())
+    for a, b in zip(grads(ours, params), grads(theirs, [x] + list(plain.parameters()))):
+        torch.testing.assert_close(a, b)
+
+
+def test_reordered_layer_on_a_block_falls_back_once():
+    from fastgnn._adapter import _warned
+
+    block = make_graph("block")
+    layer = fastgnn.enable(dgl.nn.GraphConv(5, 4, allow_zero_in_degree=True), reorder="rcm")
+    plain = fastgnn.enable(dgl.nn.GraphConv(5, 4, allow_zero_in_degree=True))
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(block.num_src_nodes(), 5)
+    _warned.clear()
+    with pytest.warns(fastgnn.FallbackWarning, match="reorder='rcm' on a bipartite graph"):
+        out = layer(block, x)
+    torch.testing.assert_close(out, plain(block, x))

@@ -99,6 +99,9 @@ BAD = [
      "model 'sage' does not take add_self_loops"),
     (["--data.num_nodes=1"], "num_nodes must be an int"),
     (["--model.hidden_channels=wide"], "model.hidden_channels"),
+    (["--model.backend=fastgnn", "--model.reorder=random"],
+     "reorder must be one of ('rcm', 'degree', 'metis')"),
+    (["--model.reorder=rcm"], "reorder needs the fastgnn or reference backend, not 'pyg'"),
 ]
 
 

@@ -52,14 +52,18 @@ def _accepted_options(cls) -> set:
 
 
 def build_model(arch: str, num_features: int, num_outputs: int, backend: str = "pyg",
-                sparse_inputs: bool = False, **options) -> torch.nn.Module:
+                sparse_inputs: bool = False, reorder: Optional[str] = None,
+                **options) -> torch.nn.Module:
     """The zoo model ``arch`` from stock PyG layers, then swapped by ``fastgnn.enable`` for the
     ``fastgnn`` and ``reference`` backends (same parameters and ``state_dict`` keys), with
-    ``sparse_inputs`` passed on to it."""
+    ``sparse_inputs`` and ``reorder`` passed on to it."""
     _choice("model", arch, tuple(MODELS))
     _choice("backend", backend, tuple(BACKENDS))
-    if sparse_inputs and BACKENDS[backend] is None:
-        raise ValueError(f"sparse_inputs needs the fastgnn or reference backend, not {backend!r}")
+    if reorder is not None:
+        fastgnn.reordering.check_method("reorder", reorder)
+    for name, value in (("sparse_inputs", sparse_inputs), ("reorder", reorder)):
+        if value and BACKENDS[backend] is None:
+            raise ValueError(f"{name} needs the fastgnn or reference backend, not {backend!r}")
     cls = MODELS[arch]
     options = {name: value for name, value in options.items()
                if value is not None or name not in _ARCH_OPTIONS}
@@ -68,7 +72,8 @@ def build_model(arch: str, num_features: int, num_outputs: int, backend: str = "
         raise ValueError(f"model {arch!r} does not take {', '.join(unknown)}")
     model = cls(num_features, num_outputs, **options)
     if BACKENDS[backend] is not None:
-        model = fastgnn.enable(model, backend=BACKENDS[backend], sparse_inputs=sparse_inputs)
+        model = fastgnn.enable(model, backend=BACKENDS[backend], sparse_inputs=sparse_inputs,
+                               reorder=reorder)
     return model
 
 
@@ -119,8 +124,10 @@ class NodePropertyModule(pl.LightningModule):
     the first layer's linear maps for ``fastgnn.nn.SparseInputLinear``, which measures once
     whether the sparse product beats the dense one on these features; automatic turns it on
     for the fastgnn backend when the features are at most half non-zero, and ``false`` keeps
-    the stock first layer. Options set to None keep the architecture's default; an option the
-    architecture does not take is an error.
+    the stock first layer. ``reorder`` ("rcm", "degree", "metis"; fastgnn and reference
+    backends) runs the layers' ops on their graph reordered internally
+    (``fastgnn.enable(reorder=)``), the data left in its own order. Options set to None keep
+    the architecture's default; an option the architecture does not take is an error.
 
     ``cuda_graph`` (any backend, CUDA, full batch) captures the training step (forward, loss,
     backward) and the evaluation forward as CUDA graphs after three eager calls each, and
@@ -143,7 +150,7 @@ class NodePropertyModule(pl.LightningModule):
                  weight_decay: float = 5e-4, compile: bool = False, num_features: int = 1,
                  num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None,
                  sparse_inputs: Optional[bool] = None, feature_density: Optional[float] = None,
-                 cuda_graph: bool = False):
+                 cuda_graph: bool = False, reorder: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
         _choice("task", task, TASKS)
@@ -154,7 +161,7 @@ class NodePropertyModule(pl.LightningModule):
             raise ValueError("cuda_graph and compile cannot both be set: choose one")
         self.model = build_model(
             arch, num_features, num_outputs, backend,
-            _wants_sparse_inputs(sparse_inputs, backend, feature_density),
+            _wants_sparse_inputs(sparse_inputs, backend, feature_density), reorder,
             hidden_channels=hidden_channels,
             num_layers=num_layers, heads=heads, dropout=dropout, input_dropout=input_dropout,
             residual=residual, norm=norm, input_mlp=input_mlp, output_mlp=output_mlp,

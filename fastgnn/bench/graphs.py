@@ -3,7 +3,8 @@
 A graph is named by a spec string: a dataset name (``cora``, ``tolokers``, ``ogbn-arxiv``,
 ``flickr``, ``roads-ny``), a preset from :data:`PRESETS`, or a generator call
 ``kind:key=value,...`` with kind ``powerlaw`` (n, deg, skew, seed), ``uniform`` (n, deg, seed)
-or ``block`` (a sampled input block: base=<dataset or preset>, batch, fanout=15x10x5, seed).
+or ``block`` (a sampled input block: base=<dataset or preset>, batch, fanout=15x10x5, seed),
+or ``shuffled`` (base=<spec>, seed: its nodes relabelled at random).
 Generators are vectorised torch code, fast enough for tens of millions of edges.
 """
 from __future__ import annotations
@@ -128,6 +129,15 @@ def sampled_block(base: Graph, batch: int, fanouts: List[int], seed: int = 0) ->
     raise ValueError("fanouts must not be empty")
 
 
+def shuffled(base: Graph, seed: int = 0) -> Graph:
+    """``base`` with its nodes relabelled by a seeded random permutation: the order a graph
+    stored by hash or crawl order has, which reordering exists to undo."""
+    if base.is_bipartite:
+        raise ValueError("shuffled graphs need a homogeneous base graph")
+    labels = torch.randperm(base.num_dst_nodes, generator=torch.Generator().manual_seed(seed))
+    return Graph.from_edge_index(labels[base.edge_index()], num_nodes=base.num_dst_nodes)
+
+
 def _frontier_position(base: Graph, frontier: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Position in ``frontier`` of each sampled edge's destination."""
     dst = base.row.to(torch.int64)[edges]
@@ -149,6 +159,9 @@ PRESETS: Dict[str, str] = {
     "uniform-8M": "uniform:n=2000000,deg=4,seed=0",
     "block-arxiv": "block:base=ogbn-arxiv,batch=4096,fanout=10x15,seed=0",
     "block-powerlaw": "block:base=powerlaw-16M,batch=16384,fanout=10x15,seed=0",
+    # stored order lost: what reordering (fastgnn.reorder, Graph.reordered) is for
+    "roads-ny-shuffled": "shuffled:base=roads-ny,seed=0",
+    "ogbn-arxiv-shuffled": "shuffled:base=ogbn-arxiv,seed=0",
 }
 
 
@@ -192,7 +205,10 @@ def _build(spec: str) -> Graph:
     if kind == "block":
         fanouts = [int(f) for f in p.get("fanout", "15x10").split("x")]
         return sampled_block(_build(p["base"]), int(p.get("batch", 1024)), fanouts, seed)
-    raise ValueError(f"unknown graph kind {kind!r} in {spec!r} (powerlaw, uniform, block)")
+    if kind == "shuffled":
+        return shuffled(_build(p["base"]), seed)
+    raise ValueError(f"unknown graph kind {kind!r} in {spec!r} (powerlaw, uniform, block, "
+                     "shuffled)")
 
 
 def load(spec: str) -> BenchGraph:

@@ -19,7 +19,7 @@ import torch
 ROW_FIELDS = ("graph", "workload", "level", "width", "heads", "implementation", "kind", "backend",
               "device", "device_name", "threads", "torch", "fastgnn_commit", "date", "fwd_ms",
               "bwd_ms", "peak_mb", "mem_kind", "check", "status", "error", "nodes", "edges",
-              "tuned", "precision", "wall_ms", "busy_ms", "busy_kind")
+              "tuned", "precision", "wall_ms", "busy_ms", "busy_kind", "setup_ms")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 _PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

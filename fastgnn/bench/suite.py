@@ -20,7 +20,7 @@ from fastgnn.bench import measure, report, training
 from fastgnn.bench.workloads import WORKLOADS, Case, Context, Implementation
 
 # Suites: (graphs, workloads, widths, warmup, repeats)
-KERNELS = [name for name, w in WORKLOADS.items() if w.level != "step"]
+KERNELS = [name for name, w in WORKLOADS.items() if w.level != "step" and w.in_default_suite]
 STEPS = [name for name, w in WORKLOADS.items() if w.level == "step"]
 QUICK = (["cora", "powerlaw-50k", "block-small"],
          ["spmm-both", "aggregate-max", "gatv2-attention", "gatv2conv"], [32], 1, 3)
@@ -124,7 +124,7 @@ def run_case(case: Case, opts: Options, emit: Callable[..., None]) -> None:
         elif oracle.failure is not None:
             fields = dict(status=oracle.failure[0], error=oracle.failure[1])
         else:
-            fields = dict(check=oracle.check)
+            fields = dict(check=oracle.check, setup_ms=impl.setup_ms)
             fields.update(_measure(impl, case, oracle.expected, oracle.grad_output, opts))
         emit(implementation=impl.name, kind=impl.kind, backend=impl.backend, **fields)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
@@ -19,8 +20,9 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 import fastgnn
-from fastgnn import backends, reference
+from fastgnn import backends, reference, reordering
 from fastgnn._adapter import FallbackWarning
+from fastgnn.bench import measure
 from fastgnn.bench.graphs import BenchGraph
 from fastgnn.graph import Graph
 
@@ -40,6 +42,7 @@ class Implementation:
     skip: Optional[str] = None  # why it was not run
     # how the gradients are checked: measure.GRAD_CHECKS says which and why
     grad_check: str = "elementwise"
+    setup_ms: Optional[float] = None  # one-off preparation before the timed calls, if any
 
 
 @dataclass
@@ -107,14 +110,15 @@ class Workload:
     name: str
     level: str  # "op" or "layer"
     build: Callable[[Context], Case]
+    in_default_suite: bool = True  # False: run only when named with --workloads
 
 
 WORKLOADS: Dict[str, Workload] = {}
 
 
-def register(name: str, level: str):
+def register(name: str, level: str, in_default_suite: bool = True):
     def decorate(build: Callable[[Context], Case]) -> Callable[[Context], Case]:
-        WORKLOADS[name] = Workload(name, level, build)
+        WORKLOADS[name] = Workload(name, level, build, in_default_suite)
         return build
     return decorate
 
@@ -383,6 +387,50 @@ def graph_attention(ctx: Context) -> Case:
     impls.append(_guarded("pyg-ops", BASELINE, "torch_geometric", lambda: _pyg_attend(
         ctx, lambda: (q[ctx.dst] * k[ctx.src]).sum(-1) * d ** -0.5, lambda: v[ctx.src])))
     return Case([q, k, v], lambda: reference.graph_attention(g, q, k, v), impls)
+
+
+# ---- the reordering flag: an op on the graph as stored against Graph.reordered(method) -----------
+def _flagged_implementation(g: Graph, method: str, op) -> Implementation:
+    """``op`` on ``g.reordered(method)``: its calls include the gathers of their inputs and
+    outputs; ``setup_ms`` is the one-off build of the order and the relabelled copy (timed on
+    its own: ``g`` may already cache one from an earlier workload)."""
+    timed = {}
+
+    def make():
+        started = time.perf_counter()
+        reordering.reorder(g, method)
+        measure.sync(g.device)
+        timed["setup_ms"] = (time.perf_counter() - started) * 1e3
+        flagged = g.reordered(method)
+        return (lambda: op(flagged)), None
+    impl = _guarded(f"reordered-{method}", FASTGNN, "fastgnn.Graph.reordered", make)
+    impl.setup_ms = timed.get("setup_ms")
+    return impl
+
+
+def _reorder_flag_case(ctx: Context, op_name: str) -> Case:
+    """GCN SpMM ("spmm", norm "both") or Graph Transformer attention ("graph-attention") on
+    the graph as stored (the baseline) and flagged with each reordering method."""
+    g = ctx.graph
+    if op_name == "spmm":
+        x = ctx.features(g.num_src_nodes, ctx.width)
+        inputs = [x]
+        op = lambda graph: fastgnn.ops.spmm(graph, x, norm="both")  # noqa: E731
+        oracle = lambda: reference.spmm(g, x, norm="both")  # noqa: E731
+    else:
+        h, d = _heads(ctx)
+        inputs = [ctx.features(g.num_dst_nodes, h, d), ctx.features(g.num_src_nodes, h, d),
+                  ctx.features(g.num_src_nodes, h, d)]
+        op = lambda graph: fastgnn.ops.graph_attention(graph, *inputs)  # noqa: E731
+        oracle = lambda: reference.graph_attention(g, *inputs)  # noqa: E731
+    impls = [Implementation("stored-order", BASELINE, lambda: op(g), "fastgnn.ops")]
+    impls += [_flagged_implementation(g, method, op) for method in reordering.METHODS]
+    return Case(inputs, oracle, impls)
+
+
+for _op in ("spmm", "graph-attention"):
+    register(f"reorder-flag-{_op}", "op", in_default_suite=False)(
+        functools.partial(_reorder_flag_case, op_name=_op))
 
 
 # ---- layers: stock PyG vs after fastgnn.enable --------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import _library, _native, _validate, backends, reference, tuning
+from fastgnn import _library, _native, _validate, backends, reference, reordering, tuning
 from fastgnn.graph import Graph
 from fastgnn.ops._common import acc_dtype, check_graph, edge_perm_index, wants_grad
 
@@ -46,6 +46,7 @@ def check_dropout(dropout: float) -> None:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
 
 
+@reordering.in_caller_order("x_dst", "x_src")
 def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: torch.Tensor,
                     negative_slope: float = 0.2, dropout: float = 0.0, *,
                     edge_term: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -85,6 +86,7 @@ def _check_node_scores(name: str, value, rows: int, heads: int, g: Graph, rows_n
         raise ValueError(f"{name} must have shape [{rows}, {heads}], got {list(value.shape)}")
 
 
+@reordering.in_caller_order("x_src", "alpha_src", "alpha_dst")
 def gat_attention(g: Graph, x_src: torch.Tensor, alpha_src: torch.Tensor,
                   alpha_dst: torch.Tensor, negative_slope: float = 0.2, dropout: float = 0.0, *,
                   alpha_edge: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -118,6 +120,7 @@ def gat_attention(g: Graph, x_src: torch.Tensor, alpha_src: torch.Tensor,
                    dropout=float(dropout), alpha_edge=alpha_edge)
 
 
+@reordering.in_caller_order("q", "k", "v")
 def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     scale: Optional[float] = None, dropout: float = 0.0, *,
                     edge_term: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -283,6 +286,7 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
                           wants_grad(*features), _graph_attention)[0]
 
 
+@reordering.in_caller_order(restore=False)
 def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 0) -> torch.Tensor:
     """The [E, H] 0/1 keep-mask (input edge order, float32) the native kernels apply for this
     seed and offset: ``reference.*_attention(..., dropout_mask=...)`` then matches them."""

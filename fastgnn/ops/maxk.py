@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from fastgnn import _library, _native, _validate, backends, reference, tuning
+from fastgnn import _library, _native, _validate, backends, reference, reordering, tuning
 from fastgnn.cbsr import CBSR, index_dtype
 from fastgnn.graph import NORMS, Graph
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
@@ -70,6 +70,7 @@ def check_cbsr(name: str, h, num_rows: int, device: torch.device, rows_name: str
     _validate.node_features(f"{name}.values", h.values, num_rows, device, rows_name)
 
 
+@reordering.in_caller_order("h")
 def maxk_spmm(g: Graph, h: CBSR, norm: str = "none", edge_weight: Optional[torch.Tensor] = None,
               reduce: str = "sum", *, edge_values: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``fastgnn.ops.spmm(g, h.to_dense(), ...)`` without densifying ``h``: ``out [T, F]``.

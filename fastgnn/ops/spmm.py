@@ -21,7 +21,7 @@ import torch
 
 import os
 
-from fastgnn import _library, _native, _validate, backends, reference, tuning
+from fastgnn import _library, _native, _validate, backends, reference, reordering, tuning
 from fastgnn.graph import NORMS, SPMM_FORMATS, Graph, add_release_hook
 from fastgnn.ops import wsb
 from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
@@ -58,6 +58,7 @@ def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[to
     return spmm_unchecked(g, x, norm, edge_weight, reduce, edge_values)
 
 
+@reordering.in_caller_order("x")
 def spmm_unchecked(g: Graph, x: torch.Tensor, norm: str = "none",
                    edge_weight: Optional[torch.Tensor] = None, reduce: str = "sum",
                    edge_values: Optional[torch.Tensor] = None) -> torch.Tensor:

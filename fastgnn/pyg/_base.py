@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import _adapter, backends
+from fastgnn import _adapter
 # fastgnn.pyg exports FallbackWarning; tests reset _warned between cases
 from fastgnn._adapter import FallbackWarning, _warned  # noqa: F401
 from fastgnn._library import autocast_dtype, is_compiling
@@ -169,12 +169,8 @@ class FastLayer:
     def _dispatch(self, *args, **kwargs):
         reason = self._unsupported_state()
         if reason is None:
-            name = self.__dict__.get("_fastgnn_backend", backends.AUTO)
             try:
-                if name == backends.AUTO:  # no scope to enter: this runs on every call
-                    return self._fused(*args, **kwargs)
-                with backends.backend(name):
-                    return self._fused(*args, **kwargs)
+                return _adapter.run_fused(self, "fastgnn.pyg", *args, **kwargs)
             except Unsupported as exc:
                 reason = str(exc)
         warn_fallback(type(self).__name__, reason)

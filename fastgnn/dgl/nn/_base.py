@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from fastgnn import _adapter, backends
+from fastgnn import _adapter
 from fastgnn.dgl._graphs import Unsupported, fastgnn_graph
 from fastgnn.graph import Graph
 
@@ -83,12 +83,8 @@ class FastLayer:
         raise NotImplementedError
 
     def _dispatch(self, *args, **kwargs):
-        name = self.__dict__.get("_fastgnn_backend", backends.AUTO)
         try:
-            if name == backends.AUTO:
-                return self._fused(*args, **kwargs)
-            with backends.backend(name):
-                return self._fused(*args, **kwargs)
+            return _adapter.run_fused(self, "fastgnn.dgl.nn", *args, **kwargs)
         except Unsupported as exc:
             _adapter.warn_fallback(f"fastgnn.dgl.nn.{type(self).__name__}", str(exc),
                                    "DGL's own forward")
