@@ -27,4 +27,20 @@ inline void check_edge_rows(const at::Tensor& rowptr, const c10::optional<at::Te
   }
 }
 
+// Checks the optional light/heavy row lists (GPU launch split; the CPU reads neither): both
+// or neither, each a contiguous 1-D tensor of rowptr's dtype on its device.
+inline void check_row_split(const at::Tensor& rowptr, const c10::optional<at::Tensor>& light_rows,
+                            const c10::optional<at::Tensor>& heavy_rows, const char* op) {
+  TORCH_CHECK(light_rows.has_value() == heavy_rows.has_value(), op,
+              ": light_rows and heavy_rows come together (both or neither)");
+  for (const auto* rows : {&light_rows, &heavy_rows}) {
+    if (!rows->has_value()) continue;
+    TORCH_CHECK((*rows)->dim() == 1 && (*rows)->is_contiguous() &&
+                    (*rows)->scalar_type() == rowptr.scalar_type() &&
+                    (*rows)->device() == rowptr.device(),
+                op, ": light_rows and heavy_rows must be contiguous 1-D tensors of rowptr's "
+                "dtype and device");
+  }
+}
+
 }  // namespace fastgnn

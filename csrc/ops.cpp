@@ -61,11 +61,14 @@ TORCH_LIBRARY(fastgnn, m) {
   // sum over the row of exp(logits[., w] - m), m the row's maximum, accumulated in float32
   // (float64 for float64). A row whose maximum is +-inf (all -inf included) or that holds a NaN
   // gives NaN, as DGL's edge_softmax does.
-  m.def("edge_softmax(Tensor rowptr, Tensor? edge_perm, Tensor logits) -> Tensor");
+  // GPU only: light_rows/heavy_rows (both or neither; the CPU ignores them) split the rows by
+  // length, the light ones a warp each and the heavy ones a block each; None: every row a warp.
+  m.def("edge_softmax(Tensor rowptr, Tensor? edge_perm, Tensor logits, Tensor? light_rows, "
+        "Tensor? heavy_rows) -> Tensor");
   // grad_logits = out * (grad_out - sum over the row of out * grad_out), from the forward's
   // output (not its logits), over the same rows.
-  m.def("edge_softmax_backward(Tensor rowptr, Tensor? edge_perm, Tensor out, Tensor grad_out) "
-        "-> Tensor");
+  m.def("edge_softmax_backward(Tensor rowptr, Tensor? edge_perm, Tensor out, Tensor grad_out, "
+        "Tensor? light_rows, Tensor? heavy_rows) -> Tensor");
 
   // ---- Attention family --------------------------------------------------------------------
   // Fused GATv2 and dot-product attention over destination-major CSR; features are [N, H, D].

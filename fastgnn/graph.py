@@ -59,6 +59,22 @@ def derived_tensors():
     return torch.inference_mode(False)
 
 
+def split_by_degree(deg: torch.Tensor, quantile: float, by_degree: bool,
+                    index_dtype: torch.dtype) -> Tuple[int, torch.Tensor, torch.Tensor]:
+    """``(threshold, light_rows, heavy_rows)`` of rows of degrees ``deg`` split at the given
+    quantile (see ``Graph.degree_buckets``); one host sync, for the threshold."""
+    if deg.numel() == 0:
+        empty = torch.empty(0, dtype=index_dtype, device=deg.device)
+        return 0, empty, empty
+    threshold = int(torch.quantile(deg.double(), quantile).ceil())
+    heavy = deg > threshold
+    rows = torch.arange(deg.numel(), device=deg.device, dtype=index_dtype)
+    if by_degree:
+        order = torch.sort(deg, descending=True, stable=True).indices
+        rows, heavy = rows[order], heavy[order]
+    return threshold, rows[~heavy], rows[heavy]
+
+
 class Graph:
     """An immutable graph on ``num_src_nodes`` sources and ``num_dst_nodes`` destinations.
 
@@ -264,19 +280,9 @@ class Graph:
         orders each list by falling degree (ties by row id), so that the warps of one block
         get similar work and the longest rows start first.
         """
-        def build():
-            deg = self.in_degree
-            if deg.numel() == 0:
-                empty = torch.empty(0, dtype=self.index_dtype, device=self.device)
-                return 0, empty, empty
-            threshold = int(torch.quantile(deg.double(), quantile).ceil())
-            heavy = deg > threshold
-            rows = torch.arange(self._num_dst, device=self.device, dtype=self.index_dtype)
-            if by_degree:
-                order = torch.sort(deg, descending=True, stable=True).indices
-                rows, heavy = rows[order], heavy[order]
-            return threshold, rows[~heavy], rows[heavy]
-        return self.cached(("buckets", float(quantile), by_degree), build)
+        return self.cached(("buckets", float(quantile), by_degree),
+                           lambda: split_by_degree(self.in_degree, quantile, by_degree,
+                                                   self.index_dtype))
 
     #: whether ``signature`` is already the coarse ``size_classes`` (a mini-batch's graph)
     tuned_by_size = False

@@ -217,11 +217,71 @@ def test_gpu_deterministic():
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
 
 
+def _hub_graph(device, hub_edges=6000, light_edges=20_000, nodes=3000, seed=23):
+    """A hub destination and a hub source of ``hub_edges`` edges each among many light rows,
+    in a shuffled edge order."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.cat([torch.randint(0, nodes, (hub_edges,), generator=gen),
+                     torch.full((hub_edges,), 5),
+                     torch.randint(0, nodes, (light_edges,), generator=gen)])
+    dst = torch.cat([torch.full((hub_edges,), 7),
+                     torch.randint(0, nodes, (hub_edges + light_edges,), generator=gen)])
+    order = torch.randperm(src.numel(), generator=gen)
+    return fastgnn.Graph.from_edge_index(torch.stack([src, dst])[:, order],
+                                         num_nodes=nodes).to(device)
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [1, 4, 64, 70])
+def test_gpu_heavy_rows_take_a_block(dtype, width):
+    """Hub rows (a block each) and light rows (a warp each), both norms: the reference's values
+    and gradients, and the same bits run after run."""
+    from fastgnn.ops.edge_softmax import _buckets
+    g = _hub_graph("cuda")
+    z = _logits(g, (width,), dtype=dtype, device="cuda", seed=width, spread=4.0)
+    grad = _logits(g, (width,), dtype=dtype, device="cuda", seed=width + 1, spread=1.0)
+    for norm_by in NORMS:
+        light, heavy = _buckets(g, norm_by)
+        assert heavy is not None and 0 < heavy.numel() < 100 and light.numel() > 1000
+        hub = 7 if norm_by == "dst" else 5
+        assert int(heavy[0]) == hub  # longest first
+        _check(g, z, norm_by)
+        runs = []
+        for _ in range(3):
+            zz = z.clone().requires_grad_()
+            out = _native_softmax(g, zz, norm_by)
+            out.backward(grad)
+            runs.append((out.detach(), zz.grad))
+        assert all(torch.equal(runs[0][0], o) and torch.equal(runs[0][1], d)
+                   for o, d in runs[1:])
+    assert ("edge_softmax_src_buckets", 0.99) in g._derived
+
+
+@pytest.mark.gpu
+def test_gpu_split_matches_warp_per_row():
+    """The block-per-row path against every row by warp (no split): same values, within the
+    rounding of a different summation order."""
+    from fastgnn.ops.edge_softmax import _buckets, _rows
+    g = _hub_graph("cuda", hub_edges=9000, seed=24)
+    z = _logits(g, (8,), device="cuda", seed=24)
+    for norm_by in NORMS:
+        rowptr, perm = _rows(g, norm_by)
+        split = _buckets(g, norm_by)
+        assert split[1] is not None
+        out = OP(rowptr, perm, z, *split)
+        torch.testing.assert_close(out, OP(rowptr, perm, z, None, None))
+        grad = torch.randn_like(z)
+        torch.testing.assert_close(BACKWARD_OP(rowptr, perm, out, grad, *split),
+                                   BACKWARD_OP(rowptr, perm, out, grad, None, None))
+
+
 @pytest.mark.parametrize("device", devices())
 def test_opcheck(device):
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
-    from fastgnn.ops.edge_softmax import _rows
+    from fastgnn.ops.edge_softmax import _buckets, _rows
     for sorted_edges in (False, True):
         ei = random_edge_index(30, 30, 200, seed=18)
         if sorted_edges:
@@ -230,9 +290,10 @@ def test_opcheck(device):
         z = _logits(g, (3,), device=device, seed=18).requires_grad_()
         for norm_by in NORMS:
             rowptr, perm = _rows(g, norm_by)
-            torch.library.opcheck(OP, (rowptr, perm, z))
-            out = OP(rowptr, perm, z.detach())
-            torch.library.opcheck(BACKWARD_OP, (rowptr, perm, out, torch.randn_like(out)))
+            split = _buckets(g, norm_by)
+            torch.library.opcheck(OP, (rowptr, perm, z, *split))
+            out = OP(rowptr, perm, z.detach(), *split)
+            torch.library.opcheck(BACKWARD_OP, (rowptr, perm, out, torch.randn_like(out), *split))
 
 
 def test_bad_inputs():
@@ -251,13 +312,18 @@ def test_bad_inputs():
     with pytest.raises(TypeError, match="fastgnn.Graph"):
         fastgnn.ops.edge_softmax(g.edge_index(), z)
     with pytest.raises(RuntimeError, match="edge_softmax: rowptr ends at"):
-        OP(g.rowptr, None, z[1:])
+        OP(g.rowptr, None, z[1:], None, None)
     with pytest.raises(RuntimeError, match="edge_softmax: edge values must be 2-D"):
-        OP(g.rowptr, None, z[:, 0])
+        OP(g.rowptr, None, z[:, 0], None, None)
     with pytest.raises(RuntimeError, match="edge_softmax: edge_perm"):
-        OP(g.rowptr, g.edge_perm, z)  # int64 against int32 rows
+        OP(g.rowptr, g.edge_perm, z, None, None)  # int64 against int32 rows
+    rows = torch.arange(g.num_dst_nodes, dtype=g.index_dtype)
+    with pytest.raises(RuntimeError, match="edge_softmax: light_rows and heavy_rows come"):
+        OP(g.rowptr, None, z, rows, None)
+    with pytest.raises(RuntimeError, match="edge_softmax_backward: light_rows and heavy_rows must"):
+        BACKWARD_OP(g.rowptr, None, z, z, rows.long(), rows.long())
     with pytest.raises(RuntimeError, match="edge_softmax_backward: grad_out"):
-        BACKWARD_OP(g.rowptr, None, z, z[:, :1])
+        BACKWARD_OP(g.rowptr, None, z, z[:, :1], None, None)
 
 
 @pytest.mark.parametrize("device", devices())

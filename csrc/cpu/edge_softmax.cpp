@@ -97,9 +97,13 @@ const void* perm_or_null(const c10::optional<at::Tensor>& edge_perm) {
   return edge_perm.has_value() ? edge_perm->data_ptr() : nullptr;
 }
 
+// light_rows/heavy_rows: the GPU's launch split, checked and otherwise ignored.
 at::Tensor edge_softmax_cpu(const at::Tensor& rowptr, const c10::optional<at::Tensor>& edge_perm,
-                            const at::Tensor& logits) {
+                            const at::Tensor& logits,
+                            const c10::optional<at::Tensor>& light_rows,
+                            const c10::optional<at::Tensor>& heavy_rows) {
   check_edge_rows(rowptr, edge_perm, logits, "edge_softmax");
+  check_row_split(rowptr, light_rows, heavy_rows, "edge_softmax");
   check_edge_count(rowptr, logits, "edge_softmax");
   auto lc = logits.contiguous();
   auto out = at::empty_like(lc);
@@ -116,8 +120,11 @@ at::Tensor edge_softmax_cpu(const at::Tensor& rowptr, const c10::optional<at::Te
 
 at::Tensor edge_softmax_backward_cpu(const at::Tensor& rowptr,
                                      const c10::optional<at::Tensor>& edge_perm,
-                                     const at::Tensor& out, const at::Tensor& grad_out) {
+                                     const at::Tensor& out, const at::Tensor& grad_out,
+                                     const c10::optional<at::Tensor>& light_rows,
+                                     const c10::optional<at::Tensor>& heavy_rows) {
   check_edge_rows(rowptr, edge_perm, out, "edge_softmax_backward");
+  check_row_split(rowptr, light_rows, heavy_rows, "edge_softmax_backward");
   check_edge_count(rowptr, out, "edge_softmax_backward");
   TORCH_CHECK(grad_out.sizes() == out.sizes() && grad_out.scalar_type() == out.scalar_type(),
               "edge_softmax_backward: grad_out must have out's shape and dtype");

@@ -1,19 +1,24 @@
-// Edge softmax CUDA kernels: a warp per row. Its lanes split into 2^column_bits columns x the
-// remaining edge slots: a lane reads one column of every (32 >> column_bits)-th edge of the
-// row, so the lanes of one edge read its contiguous columns; rows wider than 32 columns take
-// several passes. The forward keeps an online (maximum, sum) per lane and merges the lanes of
-// a column by shuffles, then writes exp(logit - maximum) / sum; the backward sums out * grad
-// the same way, then writes the gradients. Fixed shuffle orders: deterministic.
+// Edge softmax CUDA kernels. Light rows take a warp each: its lanes split into 2^column_bits
+// columns x the remaining edge slots: a lane reads one column of every (32 >> column_bits)-th
+// edge of the row, so the lanes of one edge read its contiguous columns; rows wider than 32
+// columns take several passes. Heavy rows (long ones, e.g. a hub's in-edges) take a block of
+// kHeavyWarps warps each, split the same way with the warps' edge slots side by side. The
+// forward keeps an online (maximum, sum) per lane and merges the lanes of a column by
+// shuffles, then (heavy rows) the warps' partials through shared memory in warp order, then
+// writes exp(logit - maximum) / sum; the backward sums out * grad the same way, then writes
+// the gradients. Fixed merge orders: deterministic.
 #include "cuda/common.cuh"
 #include "cuda/edge_softmax_kernels.h"
 
 #include <limits>
+#include <type_traits>
 
 namespace fastgnn {
 namespace cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kWarpsPerBlock = 8;  // light rows: a warp each
+constexpr int kHeavyWarps = 16;     // heavy rows: a block of this many warps each
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t infinity() { return std::numeric_limits<acc_t>::infinity(); }
@@ -23,29 +28,37 @@ __device__ __forceinline__ int64_t edge_at(const index_t* perm, int64_t p) {
   return perm ? int64_t(perm[p]) : p;
 }
 
-// A lane's place in its warp: its column within a pass and its first edge slot.
+// A lane's place in its row's group (a warp, or the block of a heavy row): its column within
+// a pass and its first edge slot; the group's slots: a warp's slots times its warps.
 struct LaneSplit {
   int column, slot, column_lanes, slots;
-  __device__ explicit LaneSplit(int column_bits) {
+  __device__ LaneSplit(int column_bits, bool block_per_row) {
     const int lane = threadIdx.x % kWarp;
     column_lanes = 1 << column_bits;
     slots = kWarp >> column_bits;
     column = lane & (column_lanes - 1);
     slot = lane >> column_bits;
+    if (block_per_row) {
+      slot += int(threadIdx.x / kWarp) * slots;
+      slots *= int(blockDim.x / kWarp);
+    }
   }
 };
 
-// Calls body(begin, end, c) for each row of this warp and each pass over its columns: the
-// row's positions [begin, end) and this lane's column c, which is past the last column
-// (c >= width) on idle lanes of the last pass: they still take part in the body's shuffles.
-// Grid-stride, every lane of a warp on the same rows.
-template <typename index_t, typename Body>
-__device__ __forceinline__ void for_each_row_pass(const index_t* rowptr, int64_t rows,
-                                                  int64_t width, const LaneSplit& lanes,
-                                                  const Body& body) {
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x / kWarp);
-  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-       row < rows; row += stride) {
+// Calls body(begin, end, c) for each row of this group (warp, or block for kBlockPerRow) and
+// each pass over its columns: the row's positions [begin, end) and this lane's column c, which
+// is past the last column (c >= width) on idle lanes of the last pass: they still take part in
+// the body's merges. The rows are row_list[0, rows) (row_list null: 0 .. rows - 1).
+// Grid-stride, every lane of a group on the same rows.
+template <bool kBlockPerRow, typename index_t, typename Body>
+__device__ __forceinline__ void for_each_row_pass(const index_t* rowptr, const index_t* row_list,
+                                                  int64_t rows, int64_t width,
+                                                  const LaneSplit& lanes, const Body& body) {
+  const int64_t groups = kBlockPerRow ? 1 : blockDim.x / kWarp;
+  const int64_t stride = int64_t(gridDim.x) * groups;
+  for (int64_t i = int64_t(blockIdx.x) * groups + (kBlockPerRow ? 0 : threadIdx.x / kWarp);
+       i < rows; i += stride) {
+    const int64_t row = row_list ? int64_t(row_list[i]) : i;
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
     for (int64_t c0 = 0; c0 < width; c0 += lanes.column_lanes)
       body(begin, end, c0 + lanes.column);
@@ -88,6 +101,14 @@ struct SoftmaxState {
     total = rescaled(total, peak, top) + rescaled(other_total, other_peak, top);
     peak = top;
   }
+  __device__ void merge(const SoftmaxState& other) { merge(other.peak, other.total); }
+
+  __device__ SoftmaxState shuffled(int offset) const {
+    SoftmaxState other;
+    other.peak = __shfl_xor_sync(0xffffffffu, peak, offset);
+    other.total = __shfl_xor_sync(0xffffffffu, total, offset);
+    return other;
+  }
 
   // 1 / sum, or NaN where the row's maximum is +-inf (DGL's result: inf - inf).
   __device__ acc_t scale() const {
@@ -96,20 +117,68 @@ struct SoftmaxState {
   }
 };
 
-template <typename scalar_t, typename index_t>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+// A sum's partial of one lane.
+template <typename acc_t>
+struct SumState {
+  acc_t sum = 0;
+  __device__ void merge(const SumState& other) { sum += other.sum; }
+  __device__ SumState shuffled(int offset) const {
+    SumState other;
+    other.sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+    return other;
+  }
+};
+
+// Shared memory of a heavy row's block: one partial per warp and lane (raw bytes: the states
+// have initialisers, which __shared__ variables may not).
+template <typename State, bool kBlockPerRow>
+struct MergeScratch {
+  static constexpr int kSlots = kBlockPerRow ? kHeavyWarps * kWarp : 1;
+  alignas(16) unsigned char bytes[kSlots * sizeof(State)];
+  __device__ State* states() { return reinterpret_cast<State*>(bytes); }
+};
+
+// Merges the partials of this lane's column over its group, every lane of the column left
+// with the same result: shuffles across the warp's edge slots, then (kBlockPerRow) the
+// warps' results through shared memory, in warp order. Every thread of the group calls it.
+template <bool kBlockPerRow, typename State>
+__device__ __forceinline__ void merge_column(State& state, const LaneSplit& lanes,
+                                             MergeScratch<State, kBlockPerRow>& scratch) {
+  for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
+    state.merge(state.shuffled(offset));
+  if constexpr (kBlockPerRow) {
+    State* partial = scratch.states();
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    if (lane < lanes.column_lanes) partial[warp * kWarp + lane] = state;
+    __syncthreads();
+    state = partial[lanes.column];
+    for (int w = 1; w < int(blockDim.x / kWarp); ++w)
+      state.merge(partial[w * kWarp + lanes.column]);
+    __syncthreads();  // the next pass rewrites the partials
+  }
+}
+
+template <bool kBlockPerRow>
+constexpr int threads_per_block() {
+  return kBlockPerRow ? kHeavyWarps * kWarp : kWarpsPerBlock * kWarp;
+}
+
+template <bool kBlockPerRow, typename scalar_t, typename index_t>
+__global__ void __launch_bounds__(threads_per_block<kBlockPerRow>())
 edge_softmax_kernel(const index_t* __restrict__ rowptr, const index_t* __restrict__ perm,
-                    int64_t rows, const scalar_t* __restrict__ logits,
-                    scalar_t* __restrict__ out, int64_t width, int column_bits) {
+                    const index_t* __restrict__ row_list, int64_t rows,
+                    const scalar_t* __restrict__ logits, scalar_t* __restrict__ out,
+                    int64_t width, int column_bits) {
   using S = Scalar<scalar_t>;
-  const LaneSplit lanes(column_bits);
-  for_each_row_pass(rowptr, rows, width, lanes, [&](int64_t begin, int64_t end, int64_t c) {
-    SoftmaxState<typename S::acc> state;
+  using State = SoftmaxState<typename S::acc>;
+  __shared__ MergeScratch<State, kBlockPerRow> scratch;
+  const LaneSplit lanes(column_bits, kBlockPerRow);
+  for_each_row_pass<kBlockPerRow>(rowptr, row_list, rows, width, lanes,
+                                  [&](int64_t begin, int64_t end, int64_t c) {
+    State state;
     for_each_lane_entry(perm, begin, end, width, c, lanes,
                         [&](int64_t at) { state.add(S::load(logits[at])); });
-    for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
-      state.merge(__shfl_xor_sync(0xffffffffu, state.peak, offset),
-                  __shfl_xor_sync(0xffffffffu, state.total, offset));
+    merge_column<kBlockPerRow>(state, lanes, scratch);
     const auto scale = state.scale();
     for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
       out[at] = S::store(exp(S::load(logits[at]) - state.peak) * scale);
@@ -117,22 +186,26 @@ edge_softmax_kernel(const index_t* __restrict__ rowptr, const index_t* __restric
   });
 }
 
-template <typename scalar_t, typename index_t>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+template <bool kBlockPerRow, typename scalar_t, typename index_t>
+__global__ void __launch_bounds__(threads_per_block<kBlockPerRow>())
 edge_softmax_backward_kernel(const index_t* __restrict__ rowptr,
-                             const index_t* __restrict__ perm, int64_t rows,
+                             const index_t* __restrict__ perm,
+                             const index_t* __restrict__ row_list, int64_t rows,
                              const scalar_t* __restrict__ out,
                              const scalar_t* __restrict__ grad_out,
                              scalar_t* __restrict__ grad, int64_t width, int column_bits) {
   using S = Scalar<scalar_t>;
-  const LaneSplit lanes(column_bits);
-  for_each_row_pass(rowptr, rows, width, lanes, [&](int64_t begin, int64_t end, int64_t c) {
-    typename S::acc dot = 0;
+  using State = SumState<typename S::acc>;
+  __shared__ MergeScratch<State, kBlockPerRow> scratch;
+  const LaneSplit lanes(column_bits, kBlockPerRow);
+  for_each_row_pass<kBlockPerRow>(rowptr, row_list, rows, width, lanes,
+                                  [&](int64_t begin, int64_t end, int64_t c) {
+    State partial;
     for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
-      dot += S::load(out[at]) * S::load(grad_out[at]);
+      partial.sum += S::load(out[at]) * S::load(grad_out[at]);
     });
-    for (int offset = lanes.column_lanes; offset < kWarp; offset *= 2)
-      dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    merge_column<kBlockPerRow>(partial, lanes, scratch);
+    const auto dot = partial.sum;
     for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
       grad[at] = S::store(S::load(out[at]) * (S::load(grad_out[at]) - dot));
     });
@@ -146,27 +219,38 @@ int column_bits(int64_t width) {
   return bits;
 }
 
-// Calls launch(kernel arguments: grid, block) with one warp per row.
+// Calls launch(std::bool_constant<block per row>, row list, row count, grid, block): the
+// light rows (or every row) a warp each, then the heavy rows a block each.
 template <typename Launch>
 void launch_rows(const EdgeRows& rows, const Launch& launch) {
-  if (rows.rows == 0) return;
-  const int threads = kWarpsPerBlock * kWarp;
-  launch(grid_for(rows.rows * kWarp, threads), threads);
+  const bool split = rows.heavy && rows.num_heavy > 0;
+  const void* light = split ? rows.light : nullptr;
+  const int64_t num_light = split ? rows.num_light : rows.rows;
+  if (num_light > 0) {
+    const int threads = threads_per_block<false>();
+    launch(std::false_type{}, light, num_light, grid_for(num_light * kWarp, threads), threads);
+  }
+  if (split) {
+    const int threads = threads_per_block<true>();
+    launch(std::true_type{}, rows.heavy, rows.num_heavy, grid_for(rows.num_heavy, 1), threads);
+  }
 }
 
 }  // namespace
 
 void edge_softmax_forward(FloatType type, EdgeRows rows, const void* logits, void* out,
                           int64_t width, cudaStream_t stream) {
-  launch_rows(rows, [&](unsigned grid, int threads) {
+  if (rows.rows == 0) return;
+  launch_rows(rows, [&](auto block_per_row, const void* list, int64_t count, unsigned grid,
+                        int threads) {
     dispatch_float(type, [&](auto scalar) {
       using scalar_t = decltype(scalar);
       dispatch_index(rows.index64, [&](auto index) {
         using index_t = decltype(index);
-        edge_softmax_kernel<<<grid, threads, 0, stream>>>(
+        edge_softmax_kernel<decltype(block_per_row)::value><<<grid, threads, 0, stream>>>(
             static_cast<const index_t*>(rows.rowptr), static_cast<const index_t*>(rows.perm),
-            rows.rows, static_cast<const scalar_t*>(logits), static_cast<scalar_t*>(out), width,
-            column_bits(width));
+            static_cast<const index_t*>(list), count, static_cast<const scalar_t*>(logits),
+            static_cast<scalar_t*>(out), width, column_bits(width));
       });
     });
   });
@@ -175,16 +259,19 @@ void edge_softmax_forward(FloatType type, EdgeRows rows, const void* logits, voi
 
 void edge_softmax_backward(FloatType type, EdgeRows rows, const void* out, const void* grad_out,
                            void* grad, int64_t width, cudaStream_t stream) {
-  launch_rows(rows, [&](unsigned grid, int threads) {
+  if (rows.rows == 0) return;
+  launch_rows(rows, [&](auto block_per_row, const void* list, int64_t count, unsigned grid,
+                        int threads) {
     dispatch_float(type, [&](auto scalar) {
       using scalar_t = decltype(scalar);
       dispatch_index(rows.index64, [&](auto index) {
         using index_t = decltype(index);
-        edge_softmax_backward_kernel<<<grid, threads, 0, stream>>>(
-            static_cast<const index_t*>(rows.rowptr), static_cast<const index_t*>(rows.perm),
-            rows.rows, static_cast<const scalar_t*>(out),
-            static_cast<const scalar_t*>(grad_out), static_cast<scalar_t*>(grad), width,
-            column_bits(width));
+        edge_softmax_backward_kernel<decltype(block_per_row)::value>
+            <<<grid, threads, 0, stream>>>(
+                static_cast<const index_t*>(rows.rowptr), static_cast<const index_t*>(rows.perm),
+                static_cast<const index_t*>(list), count, static_cast<const scalar_t*>(out),
+                static_cast<const scalar_t*>(grad_out), static_cast<scalar_t*>(grad), width,
+                column_bits(width));
       });
     });
   });

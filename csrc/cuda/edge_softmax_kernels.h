@@ -13,11 +13,17 @@ namespace cuda {
 
 // The rows to normalise over: row i holds positions [rowptr[i], rowptr[i + 1]), position p
 // the input edge perm[p] (perm null: p); rowptr and perm int64 when index64, else int32.
+// light/heavy (rowptr's index type) split the rows by length: the light ones a warp each, the
+// heavy ones a block each; heavy null or empty: every row a warp (light unread).
 struct EdgeRows {
   const void* rowptr;
   const void* perm;
   int64_t rows;
   bool index64;
+  const void* light = nullptr;
+  int64_t num_light = 0;
+  const void* heavy = nullptr;
+  int64_t num_heavy = 0;
 };
 
 // out = softmax of logits over each row's edges, per column (the edge_softmax op).

@@ -4,7 +4,9 @@ Each destination's in-edges (``norm_by="dst"``, the destination-major CSR's rows
 source's out-edges (``"src"``, the cached transposed CSR's rows) are one softmax per trailing
 entry of the logits. The logits stay in the graph's input edge order: the kernels read and
 write edge ``perm[p]`` at row position ``p``. Autograd saves only the output; the backward
-``out * (grad - rowsum(out * grad))`` is a kernel of its own over the same rows.
+``out * (grad - rowsum(out * grad))`` is a kernel of its own over the same rows. On CUDA the
+rows split by length at a degree quantile (the Graph's cached buckets; the source rows' own,
+cached alike): the light rows take a warp each, the heavy ones (hubs) a block each.
 """
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from typing import Optional, Tuple
 import torch
 
 from fastgnn import _library, _native, _validate, backends, reference
-from fastgnn.graph import Graph
+from fastgnn.graph import Graph, split_by_degree
 from fastgnn.ops._common import check_graph, edge_perm_index
 
 OP = "edge_softmax"
 NORMS = ("dst", "src")
+#: rows longer than this quantile of the row lengths take a CUDA block each
+HEAVY_QUANTILE = 0.99
 
 
 def edge_softmax(g: Graph, logits: torch.Tensor, norm_by: str = "dst") -> torch.Tensor:
@@ -50,31 +54,48 @@ def _rows(g: Graph, norm_by: str) -> Tuple[torch.Tensor, Optional[torch.Tensor]]
     return g.cached("edge_softmax_src_rows", build) if g.cache_transpose else build()
 
 
+def _buckets(g: Graph, norm_by: str) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(light_rows, heavy_rows) of ``_rows(g, norm_by)``'s rows, longest first; (None, None) on
+    CPU or without heavy rows. Cached on the graph: one host sync when first built."""
+    if g.device.type != "cuda":
+        return None, None
+    if norm_by == "dst":
+        _, light, heavy = g.degree_buckets(HEAVY_QUANTILE, by_degree=True)
+    else:
+        def build():
+            t_rowptr = g.transpose()[0]
+            lengths = (t_rowptr[1:] - t_rowptr[:-1]).to(torch.int64)
+            return split_by_degree(lengths, HEAVY_QUANTILE, True, g.index_dtype)
+        _, light, heavy = g.cached(("edge_softmax_src_buckets", HEAVY_QUANTILE), build)
+    return (light, heavy) if heavy.numel() else (None, None)
+
+
 def native_edge_softmax(g: Graph, logits: torch.Tensor, norm_by: str) -> torch.Tensor:
     """``edge_softmax`` on the native kernels (inputs already checked)."""
     flat = logits.reshape(logits.shape[0], math.prod(logits.shape[1:]))
-    return _edge_softmax(*_rows(g, norm_by), flat).reshape(logits.shape)
+    return _edge_softmax(*_rows(g, norm_by), flat, *_buckets(g, norm_by)).reshape(logits.shape)
 
 
 # ---- autograd and fake kernels -----------------------------------------------------------------
 def _setup(ctx, inputs, output):
-    rowptr, perm, _ = inputs
-    ctx.save_for_backward(rowptr, perm, output)
+    rowptr, perm, _, light, heavy = inputs
+    ctx.save_for_backward(rowptr, perm, light, heavy, output)
 
 
 def _backward(ctx, grad_out):
-    rowptr, perm, out = ctx.saved_tensors
+    rowptr, perm, light, heavy, out = ctx.saved_tensors
     grad = None
     if ctx.needs_input_grad[2]:
-        grad = _library.op("edge_softmax_backward")(rowptr, perm, out, grad_out.contiguous())
-    return None, None, grad
+        grad = _library.op("edge_softmax_backward")(rowptr, perm, out, grad_out.contiguous(),
+                                                    light, heavy)
+    return None, None, grad, None, None
 
 
-def _fake(rowptr, edge_perm, logits):
+def _fake(rowptr, edge_perm, logits, light_rows, heavy_rows):
     return logits.new_empty(logits.shape)
 
 
-def _backward_fake(rowptr, edge_perm, out, grad_out):
+def _backward_fake(rowptr, edge_perm, out, grad_out, light_rows, heavy_rows):
     return out.new_empty(out.shape)
 
 
