@@ -2,7 +2,9 @@
 // thread, so results do not depend on the thread count. The forward makes three passes over a
 // row's edges: the column maxima; exp(logit - max) into a per-thread buffer, summed per
 // column; the normalised values, scattered to the edges' input positions. The backward makes
-// two: the column sums of out * grad_out, then the gradients.
+// two: the column sums of out * grad_out, then the gradients. The sums over a row are kept in
+// double: a hub's thousands of terms would otherwise lose more than the reference's pairwise
+// sums do.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -29,7 +31,8 @@ void softmax_rows(const index_t* rowptr, const index_t* perm, const scalar_t* lo
   using acc_t = acc_type<scalar_t>;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> peak(width), scale(width), exps;
+    std::vector<acc_t> peak(width), exps;
+    std::vector<double> scale(width);
 #pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t begin = rowptr[i], degree = int64_t(rowptr[i + 1]) - begin;
@@ -40,7 +43,7 @@ void softmax_rows(const index_t* rowptr, const index_t* perm, const scalar_t* lo
         for (int64_t w = 0; w < width; ++w) peak[w] = std::max(peak[w], acc_t(z[w]));
       }
       exps.resize(degree * width);
-      std::fill(scale.begin(), scale.end(), acc_t(0));
+      std::fill(scale.begin(), scale.end(), 0.0);
       for (int64_t k = 0; k < degree; ++k) {
         const scalar_t* z = logits + edge_at(perm, begin + k) * width;
         acc_t* e = exps.data() + k * width;
@@ -50,11 +53,11 @@ void softmax_rows(const index_t* rowptr, const index_t* perm, const scalar_t* lo
         }
       }
       // A maximum of +-inf (inf - inf) or a NaN logit made the sum NaN: so is the whole row.
-      for (int64_t w = 0; w < width; ++w) scale[w] = acc_t(1) / scale[w];
+      for (int64_t w = 0; w < width; ++w) scale[w] = 1.0 / scale[w];
       for (int64_t k = 0; k < degree; ++k) {
         scalar_t* o = out + edge_at(perm, begin + k) * width;
         const acc_t* e = exps.data() + k * width;
-        for (int64_t w = 0; w < width; ++w) o[w] = scalar_t(e[w] * scale[w]);
+        for (int64_t w = 0; w < width; ++w) o[w] = scalar_t(acc_t(e[w] * scale[w]));
       }
     }
   }
@@ -67,20 +70,21 @@ void softmax_backward_rows(const index_t* rowptr, const index_t* perm, const sca
   using acc_t = acc_type<scalar_t>;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> dot(width);
+    std::vector<double> dot(width);
 #pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t begin = rowptr[i], end = rowptr[i + 1];
       if (begin == end) continue;
-      std::fill(dot.begin(), dot.end(), acc_t(0));
+      std::fill(dot.begin(), dot.end(), 0.0);
       for (int64_t p = begin; p < end; ++p) {
         const int64_t e = edge_at(perm, p) * width;
-        for (int64_t w = 0; w < width; ++w) dot[w] += acc_t(out[e + w]) * acc_t(grad_out[e + w]);
+        for (int64_t w = 0; w < width; ++w)
+          dot[w] += double(acc_t(out[e + w]) * acc_t(grad_out[e + w]));
       }
       for (int64_t p = begin; p < end; ++p) {
         const int64_t e = edge_at(perm, p) * width;
         for (int64_t w = 0; w < width; ++w)
-          grad[e + w] = scalar_t(acc_t(out[e + w]) * (acc_t(grad_out[e + w]) - dot[w]));
+          grad[e + w] = scalar_t(acc_t(out[e + w]) * (acc_t(grad_out[e + w]) - acc_t(dot[w])));
       }
     }
   }
