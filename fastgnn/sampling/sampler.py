@@ -165,7 +165,6 @@ def _layer_seeds(batches: int, layers: int, generator: Optional[torch.Generator]
             for layer in range(layers)]
 
 
-
 class NeighborSampler:
     """Samples ``fanouts[i]`` neighbours per node for layer ``i`` of a GNN (``-1``: all of
     them), as ``dgl.dataloading.NeighborSampler`` numbers them: ``fanouts[-1]`` is drawn for
