@@ -59,22 +59,6 @@ def derived_tensors():
     return torch.inference_mode(False)
 
 
-def split_by_degree(deg: torch.Tensor, quantile: float, by_degree: bool,
-                    index_dtype: torch.dtype) -> Tuple[int, torch.Tensor, torch.Tensor]:
-    """``(threshold, light_rows, heavy_rows)`` of rows of degrees ``deg`` split at the given
-    quantile (see ``Graph.degree_buckets``); one host sync, for the threshold."""
-    if deg.numel() == 0:
-        empty = torch.empty(0, dtype=index_dtype, device=deg.device)
-        return 0, empty, empty
-    threshold = int(torch.quantile(deg.double(), quantile).ceil())
-    heavy = deg > threshold
-    rows = torch.arange(deg.numel(), device=deg.device, dtype=index_dtype)
-    if by_degree:
-        order = torch.sort(deg, descending=True, stable=True).indices
-        rows, heavy = rows[order], heavy[order]
-    return threshold, rows[~heavy], rows[heavy]
-
-
 class Graph:
     """An immutable graph on ``num_src_nodes`` sources and ``num_dst_nodes`` destinations.
 
@@ -271,18 +255,32 @@ class Graph:
             return bool(torch.equal(t_rowptr, self._rowptr) and torch.equal(t_col, self._col))
         return self.cached("is_symmetric", build)
 
-    def degree_buckets(self, quantile: float = 0.99,
-                       by_degree: bool = False) -> Tuple[int, torch.Tensor, torch.Tensor]:
-        """Splits destinations by in-degree at the given quantile.
+    def degree_buckets(self, quantile: float = 0.99, by_degree: bool = False,
+                       direction: str = "in") -> Tuple[int, torch.Tensor, torch.Tensor]:
+        """Splits destinations by in-degree (``direction="out"``: sources by out-degree, the
+        transposed CSR's rows) at the given quantile.
 
         Returns ``(threshold, light_rows, heavy_rows)``: rows with degree <= threshold are
         light. Row lists have the index dtype and are cached per quantile. ``by_degree``
         orders each list by falling degree (ties by row id), so that the warps of one block
-        get similar work and the longest rows start first.
+        get similar work and the longest rows start first. One host sync when first built.
         """
-        return self.cached(("buckets", float(quantile), by_degree),
-                           lambda: split_by_degree(self.in_degree, quantile, by_degree,
-                                                   self.index_dtype))
+        _validate.choice("direction", direction, ("in", "out"))
+
+        def build():
+            deg = self.in_degree if direction == "in" else self.out_degree
+            if deg.numel() == 0:
+                empty = torch.empty(0, dtype=self.index_dtype, device=self.device)
+                return 0, empty, empty
+            threshold = int(torch.quantile(deg.double(), quantile).ceil())
+            heavy = deg > threshold
+            rows = torch.arange(deg.numel(), device=self.device, dtype=self.index_dtype)
+            if by_degree:
+                order = torch.sort(deg, descending=True, stable=True).indices
+                rows, heavy = rows[order], heavy[order]
+            return threshold, rows[~heavy], rows[heavy]
+        key = ("buckets", float(quantile), by_degree) + (() if direction == "in" else ("out",))
+        return self.cached(key, build)
 
     #: whether ``signature`` is already the coarse ``size_classes`` (a mini-batch's graph)
     tuned_by_size = False
@@ -320,6 +318,18 @@ class Graph:
         if not self.cache_transpose:
             return build()
         return self.cached("transpose", build)
+
+    def transposed_edge_ids(self) -> torch.Tensor:
+        """The input edge id (position in the ``edge_index`` the graph was built from) of each
+        transposed-CSR position, in the index dtype; cached like the transpose."""
+        def build():
+            t_perm = self.transpose()[2]  # transposed position -> CSR position
+            if self._edge_perm is None:
+                return t_perm
+            return self._edge_perm[t_perm.to(torch.int64)].to(self.index_dtype)
+        if not self.cache_transpose:
+            return build()
+        return self.cached("transposed_edge_ids", build)
 
     def norm_values(self, norm: str, reduce: str = "sum",
                     dtype: torch.dtype = torch.float32) -> Optional[torch.Tensor]:

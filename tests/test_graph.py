@@ -65,6 +65,17 @@ def test_transpose_orders_by_source_then_destination_then_csr_position(device, n
     assert torch.equal(col_t.long().cpu(), dst[expected])
 
 
+def test_transposed_edge_ids_name_the_input_edges():
+    g, edge_index = random_graph(40, 200, seed=3)
+    assert g.edge_perm is not None  # an input order other than the CSR's
+    rowptr_t, col_t, _ = g.transpose()
+    ids = g.transposed_edge_ids().long()
+    src_of_t = torch.repeat_interleave(torch.arange(g.num_src_nodes), g.out_degree)
+    assert torch.equal(edge_index[0, ids], src_of_t)
+    assert torch.equal(edge_index[1, ids], col_t.long())
+    assert g.transposed_edge_ids() is g.transposed_edge_ids()  # cached
+
+
 def test_transpose_not_cached_when_disabled():
     g = fastgnn.Graph.from_edge_index(tiny_edge_index(), num_nodes=4, cache_transpose=False)
     assert g.transpose()[0] is not g.transpose()[0]
@@ -135,6 +146,20 @@ def test_degree_buckets_split_by_quantile():
     assert bool((g.in_degree[heavy.long()] > threshold).all())
     assert bool((g.in_degree[light.long()] <= threshold).all())
     assert 0 in heavy.tolist()  # the hub
+
+
+def test_degree_buckets_of_sources_split_out_degrees():
+    g, _ = random_graph(200, 2000, seed=4)
+    threshold, light, heavy = g.degree_buckets(0.9, by_degree=True, direction="out")
+    assert heavy.numel() > 0 and light.numel() + heavy.numel() == g.num_src_nodes
+    assert bool((g.out_degree[heavy.long()] > threshold).all())
+    assert bool((g.out_degree[light.long()] <= threshold).all())
+    degrees = g.out_degree[heavy.long()]
+    assert bool((degrees[:-1] >= degrees[1:]).all())  # longest first
+    assert g.degree_buckets(0.9, by_degree=True) is not g.degree_buckets(
+        0.9, by_degree=True, direction="out")
+    with pytest.raises(ValueError, match="direction"):
+        g.degree_buckets(direction="both")
 
 
 def test_int64_indices_when_needed(monkeypatch):

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import torch
 
 from fastgnn import _library, _native, _validate, backends, reference
-from fastgnn.graph import Graph, split_by_degree
+from fastgnn.graph import Graph
 from fastgnn.ops._common import check_graph, edge_perm_index
 
 OP = "edge_softmax"
@@ -45,13 +45,7 @@ def _rows(g: Graph, norm_by: str) -> Tuple[torch.Tensor, Optional[torch.Tensor]]
     """(rowptr, perm): the rows to normalise over and the input edge at each row position."""
     if norm_by == "dst":
         return g.rowptr, edge_perm_index(g)
-
-    def build():
-        t_rowptr, _, t_perm = g.transpose()  # t_perm: transposed position -> CSR position
-        if g.edge_perm is None:
-            return t_rowptr, t_perm
-        return t_rowptr, g.edge_perm[t_perm.to(torch.int64)].to(g.index_dtype)
-    return g.cached("edge_softmax_src_rows", build) if g.cache_transpose else build()
+    return g.transpose()[0], g.transposed_edge_ids()
 
 
 def _buckets(g: Graph, norm_by: str) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
@@ -59,14 +53,8 @@ def _buckets(g: Graph, norm_by: str) -> Tuple[Optional[torch.Tensor], Optional[t
     CPU or without heavy rows. Cached on the graph: one host sync when first built."""
     if g.device.type != "cuda":
         return None, None
-    if norm_by == "dst":
-        _, light, heavy = g.degree_buckets(HEAVY_QUANTILE, by_degree=True)
-    else:
-        def build():
-            t_rowptr = g.transpose()[0]
-            lengths = (t_rowptr[1:] - t_rowptr[:-1]).to(torch.int64)
-            return split_by_degree(lengths, HEAVY_QUANTILE, True, g.index_dtype)
-        _, light, heavy = g.cached(("edge_softmax_src_buckets", HEAVY_QUANTILE), build)
+    _, light, heavy = g.degree_buckets(HEAVY_QUANTILE, by_degree=True,
+                                       direction="in" if norm_by == "dst" else "out")
     return (light, heavy) if heavy.numel() else (None, None)
 
 

@@ -214,11 +214,9 @@ class NeighborSampler:
             self._rowptr, self._col = graph.rowptr, graph.col
             position_to_edge = graph.edge_perm
         else:
-            rowptr_t, col_t, transposed_to_csr = graph.transpose()
+            rowptr_t, col_t, _ = graph.transpose()
             self._rowptr, self._col = self._readable(rowptr_t), self._readable(col_t)
-            perm = graph.edge_perm
-            position_to_edge = (transposed_to_csr.to(torch.int64) if perm is None
-                                else perm[transposed_to_csr.to(torch.int64)])
+            position_to_edge = graph.transposed_edge_ids()
         # Maps a sampled CSR position to the user's edge id (None: they agree); the kernels
         # read it where they read the graph.
         self._edge_of_position = (None if position_to_edge is None
