@@ -104,20 +104,24 @@ def test_conv_on_static_features_matches_the_stacked_copy(device):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_hub_rows_cut_into_work_items(device, dtype):
+@pytest.mark.parametrize("width", [16, 70])
+@pytest.mark.parametrize("shared", [False, True])
+def test_hub_rows_cut_into_work_items(device, dtype, width, shared):
     """Rows of hundreds of edges, shared and not (the GPU cuts them into items of 64 edges
-    that add into the row), in both directions for the backward."""
+    that add into the row), in both directions for the backward; features of each snapshot or
+    shared by all (on the GPU then 8 or 1 lane slots a warp split each item's edges)."""
     gen = torch.Generator().manual_seed(5)
     hub_in = torch.stack([torch.randint(0, N, (400,), generator=gen), torch.zeros(400, dtype=torch.long)])
     lists = [torch.cat([hub_in, hub_in.flip(0), hub_in[:, : 100 + 50 * t]], 1).to(device)
              for t in range(3)]
     sg = SnapshotGraph(lists, N)
-    xs = features(3, 70, device, dtype=dtype).requires_grad_()
+    x = features(1 if shared else 3, width, device, dtype=dtype).requires_grad_()
+    xs = x.expand(3, -1, -1)
     out = fastgnn.ops.spmm_snapshots(sg, xs, "both")
     grad = torch.randn_like(out)
-    got, = torch.autograd.grad(out, xs, grad)
-    xs_ref = xs.detach().double().requires_grad_()
-    ref = per_snapshot(lists, xs_ref, "both")
+    got, = torch.autograd.grad(out, x, grad)
+    xs_ref = x.detach().double().requires_grad_()
+    ref = per_snapshot(lists, xs_ref.expand(3, -1, -1), "both")
     want, = torch.autograd.grad(ref, xs_ref, grad.double())
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
