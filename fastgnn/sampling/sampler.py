@@ -304,11 +304,11 @@ class NeighborSampler:
                 for sampled in self._sample(seeds, sizes, self.fanouts[::-1], True, generator)]
 
     def _blocks(self, rowptrs, cols, edge_ids, nodes) -> SampledBlocks:
-        # Layer l's sources are the next layer's rows (every known node), the last's all nodes.
-        counts = [rowptr.numel() - 1 for rowptr in rowptrs[1:]] + [nodes.numel()]
-        layers = zip(rowptrs, cols, (nodes[:count] for count in counts), edge_ids)
-        return SampledBlocks([Block(*layer, fanout) for layer, fanout in zip(
-            list(layers)[::-1], self.fanouts)])
+        # Layer l's sources are the next layer's rows (every known node), the last's all nodes
+        # (the list itself: a slice is a view's host time a batch).
+        sources = [nodes[:rowptr.numel() - 1] for rowptr in rowptrs[1:]] + [nodes]
+        layers = list(zip(rowptrs, cols, sources, edge_ids))[::-1]
+        return SampledBlocks([Block(*layer, fanout) for layer, fanout in zip(layers, self.fanouts)])
 
     def sample_subgraph(self, seeds, generator: Optional[torch.Generator] = None,
                         hops: Optional[Sequence[int]] = None) -> SampledSubgraph:
