@@ -18,9 +18,11 @@ Results are appended to ``benchmarks/results/<date>-<device>-sampling.jsonl``.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -116,14 +118,34 @@ def contender_name(base: str, per_call: int) -> str:
     return base if per_call == 1 else f"{base}-x{per_call}"
 
 
-def profile_host(run, device: torch.device) -> None:
-    """The host time of one round of fastgnn batches by op, syncs and copies included."""
+def profile_host(name: str, run, device: torch.device, num_batches: int) -> dict:
+    """Where one round of ``name``'s batches spends the host's time: per batch, the profiled
+    round's wall time and the sampling op's share of it (its C++ work, launches and the
+    read-back's wait for the kernels; the rest is Python building the batches), and counts
+    that do not depend on the machine's load: Python calls (cProfile) and torch ops called
+    from Python (the op's own allocations and launches not counted); then the time by op,
+    syncs and copies included. Returns the per-batch numbers."""
+    calls = cProfile.Profile()
+    calls.enable()
+    run()
+    calls.disable()
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
-        run()
+        _, wall = run()
+    host_ops = [e for e in prof.events()
+                if e.cpu_parent is None and e.device_type == torch.autograd.DeviceType.CPU]
+    sampling_us = sum(e.cpu_time_total for e in host_ops
+                      if e.name.startswith("fastgnn::sample_neighbors"))
+    row = {"us": wall / num_batches * 1e6, "sampling_op_us": sampling_us / num_batches,
+           "python_calls": pstats.Stats(calls).total_calls / num_batches,
+           "torch_ops": len(host_ops) / num_batches}
+    print(f"{name}, per batch (profiled): {row['us']:.1f} us, {row['sampling_op_us']:.1f} us of "
+          f"it in the sampling op; {row['python_calls']:.1f} Python calls, "
+          f"{row['torch_ops']:.1f} torch ops from Python")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    return row
 
 
 def main():
@@ -140,7 +162,8 @@ def main():
                         help="comma-separated batches per sampling call to time (1: sample_blocks)")
     parser.add_argument("--no-dgl", action="store_true")
     parser.add_argument("--profile", action="store_true",
-                        help="also print where the host's time goes (torch.profiler, by op)")
+                        help="also print where the host's time goes for the first device "
+                             "contender: per batch, the sampling op against Python, and by op")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -201,7 +224,8 @@ def main():
     if args.cpu_threads and device.type == "cuda":
         print_ratios(rows, gpu_name, cpu_name, per_calls)
     if args.profile:
-        profile_host(next(iter(contenders.values())), device)
+        name, run = next(iter(contenders.items()))
+        profile_host(name, run, device, args.batches)
     out = args.out or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
         f"{env['date'][:10]}-{device_tag(device)}-sampling.jsonl")
