@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 import fastgnn
+from fastgnn._adapter import StructureCache
 from fastgnn.zoo.cuda_graphs import StepGraphs
 from fastgnn.zoo.data.base import TASKS
 from fastgnn.zoo.models import MODELS
@@ -181,6 +182,8 @@ class NodePropertyModule(pl.LightningModule):
         self.automatic_optimization = not cuda_graph
         self._graphs = StepGraphs() if cuda_graph else None
         self._graphs_off: Optional[str] = None  # why this run takes no graphs (warned once)
+        self._mask_indices = StructureCache(
+            capacity=len(STAGES), stamp=lambda mask: (mask._version, mask.shape, mask.device))
 
     def forward(self, batch) -> torch.Tensor:
         if self.hparams.cached and getattr(batch, "batch_size", None) is not None:
@@ -218,7 +221,7 @@ class NodePropertyModule(pl.LightningModule):
         """(loss, scored outputs, targets) of the training step's replay, gradients left in
         the parameters; None when it runs eagerly."""
         def make_step():
-            index = batch[f"{stage}_mask"].nonzero().view(-1)  # outside the graph: a sync
+            index = self._mask_index(batch, stage)  # outside the graph: a sync
             y = batch.y[index]
 
             def step():
@@ -248,8 +251,14 @@ class NodePropertyModule(pl.LightningModule):
         seeds = getattr(batch, "batch_size", None)
         if seeds is not None:  # NeighborLoader mini-batch: the first batch_size nodes
             return out[:seeds], batch.y[:seeds]
+        index = self._mask_index(batch, stage)
+        return out.index_select(0, index), batch.y.index_select(0, index)
+
+    def _mask_index(self, batch, stage: str) -> torch.Tensor:
+        """The ids of the nodes ``stage``'s mask selects, found once per mask: a boolean index
+        at every step would sync the GPU (and so stall the host) mid-step."""
         mask = batch[f"{stage}_mask"]
-        return out[mask], batch.y[mask]
+        return self._mask_indices.get(mask, (), lambda: mask.nonzero().view(-1))
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.task == "multiclass":
