@@ -279,6 +279,27 @@ def test_compiled_step_calls_the_kernel_twins(name):
     assert called & {"fastgnn::pyg_spmm_kernel", "fastgnn::pyg_minmax_kernel",
                      "fastgnn::pyg_attention_kernel"}
     assert not called & {"fastgnn::pyg_spmm", "fastgnn::pyg_minmax", "fastgnn::pyg_attention"}
+    if hasattr(torch.Tag, "cudagraph_unsafe"):  # Inductor's CUDA graphs leave them out
+        for op_name in called:
+            op = getattr(torch.ops.fastgnn, op_name.split("::")[1]).default
+            assert torch.Tag.cudagraph_unsafe in op.tags, op_name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+@pytest.mark.parametrize("name", ["gcn", "sage-max", "gatv2"])
+def test_reduce_overhead_runs_the_ops_on_every_call(name):
+    """Under mode="reduce-overhead" the ops (cudagraph_unsafe) run outside Inductor's CUDA
+    graphs: results equal eager ones after the graphs are recorded, and an in-place change of
+    edge_index is seen, which a replayed structure lookup would miss."""
+    eager, model = _models(name, "cuda")
+    inputs = _inputs(40, 200, seed=16, device="cuda", name=name)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, mode="reduce-overhead")
+    for _ in range(3):  # warmup, recording, replay
+        _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs),
+                      rtol=1e-5, atol=1e-6)
+    inputs[1][:, :60] = inputs[1][:, :60].flip(0)  # reverse some edges in place
+    _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs), rtol=1e-5, atol=1e-6)
 
 
 def _opcheck_inputs(num_src, num_dst, seed, dtype=torch.float32):
