@@ -16,6 +16,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from fastgnn import _library
+
 AUTO = "auto"
 
 
@@ -123,12 +125,17 @@ def select(op: str, device: torch.device, name: Optional[str] = None) -> Impleme
     """The implementation of ``op`` to run on ``device`` under the active (or given) backend."""
     name = get_backend() if name is None else _check_name(name)
     device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
-    impl = _selected.get((op, name, device_type))
+    # Traced by torch.compile, the memo is neither read nor written: dynamo would guard on its
+    # contents, and the entry a traced call adds would fail that guard on the next call (one
+    # recompilation per compiled model).
+    memo = not _library.is_compiling()
+    impl = _selected.get((op, name, device_type)) if memo else None
     if impl is not None:
         return impl
     for impl in _registry.get(op, ()):
         if device_type in impl.devices and (name == AUTO or impl.backend == name):
-            _selected[(op, name, device_type)] = impl
+            if memo:
+                _selected[(op, name, device_type)] = impl
             return impl
     have = available(op, device_type)
     raise RuntimeError(

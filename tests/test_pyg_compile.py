@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+import torch._dynamo.testing
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
@@ -240,6 +241,69 @@ def test_inductor_matches_eager(name, device):
         _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs),
                       rtol=1e-5, atol=1e-6)
     assert fpyg.structure_cache.builds == builds
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcn-weighted", "sage-max", "gatv2"])
+def test_training_steps_compile_once(name):
+    """Compiled before any eager call (an empty backend memo, which the trace must neither
+    read nor fill: its guard failed on the second call), the model compiles once for every
+    training step, and an in-place change of edge_index is seen without a recompilation."""
+    eager, model = _models(name)
+    inputs = _inputs(40, 200, seed=14, name=name)
+    torch._dynamo.reset()
+    fastgnn.backends._selected.clear()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled_model = torch.compile(model, fullgraph=True, backend=counter)
+    steps = [_step(compiled_model, *inputs) for _ in range(3)]
+    inputs[1][:, :60] = inputs[1][:, :60].flip(0)  # reverse some edges in place
+    steps.append(_step(compiled_model, *inputs))
+    assert counter.frame_count == 1
+    _assert_equal(steps[0], steps[2], rtol=0, atol=0)
+    _assert_equal(steps[3], _step(eager, *inputs), rtol=0, atol=0)
+    assert not torch.equal(steps[3][0], steps[0][0])
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcn-weighted", "sage-max", "gatv2"])
+def test_compiled_step_calls_the_kernel_twins(name):
+    """The compiled forward and backward call the differentiable ops' twins without autograd
+    kernel (fastgnn::pyg_spmm_kernel, ...), never the ops themselves, whose Python autograd
+    kernel would run on every call."""
+    _, model = _models(name)
+    inputs = _inputs(40, 200, seed=15, name=name)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, fullgraph=True, backend="aot_eager")
+    _step(compiled_model, *inputs)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        _step(compiled_model, *inputs)
+    called = {event.name for event in profile.events() if event.name.startswith("fastgnn::pyg_")}
+    assert called & {"fastgnn::pyg_spmm_kernel", "fastgnn::pyg_minmax_kernel",
+                     "fastgnn::pyg_attention_kernel"}
+    assert not called & {"fastgnn::pyg_spmm", "fastgnn::pyg_minmax", "fastgnn::pyg_attention"}
+    if hasattr(torch.Tag, "cudagraph_unsafe"):  # Inductor's CUDA graphs leave them out
+        for op_name in called:
+            op = getattr(torch.ops.fastgnn, op_name.split("::")[1]).default
+            assert torch.Tag.cudagraph_unsafe in op.tags, op_name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+@pytest.mark.parametrize("name", ["gcn", "sage-max", "gatv2"])
+def test_reduce_overhead_runs_the_ops_on_every_call(name):
+    """Under mode="reduce-overhead" the ops (cudagraph_unsafe) run outside Inductor's CUDA
+    graphs: results equal eager ones after the graphs are recorded, and an in-place change of
+    edge_index is seen, which a replayed structure lookup would miss."""
+    eager, model = _models(name, "cuda")
+    inputs = _inputs(40, 200, seed=16, device="cuda", name=name)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, mode="reduce-overhead")
+
+    def check():
+        torch.compiler.cudagraph_mark_step_begin()  # one training step per iteration
+        _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs),
+                      rtol=1e-5, atol=1e-6)
+    for _ in range(3):  # warmup, recording, replay
+        check()
+    inputs[1][:, :60] = inputs[1][:, :60].flip(0)  # reverse some edges in place
+    check()
 
 
 def _opcheck_inputs(num_src, num_dst, seed, dtype=torch.float32):
