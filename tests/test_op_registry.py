@@ -12,8 +12,9 @@ pytestmark = pytest.mark.skipif(not _native.available, reason="native extension 
 TENSORLESS = {"release_graph_cache", "graph_cache_size"}
 # Ops that autograd never differentiates: backward kernels, the dropout-mask generator and
 # integer-valued preprocessing and neighbour sampling (integer outputs).
+# (``_kernel``: the compiled path's twin ops, which run inside their autograd formulas.)
 NOT_DIFFERENTIATED_SUFFIXES = ("_backward", "_dropout_mask", "reorder_rcm", "::sample_neighbors",
-                               "::sample_neighbors_many")
+                               "::sample_neighbors_many", "_kernel")
 # Ops that run on the CPU only, and why.
 CPU_ONLY = {
     "fastgnn::attention_dropout_mask":
