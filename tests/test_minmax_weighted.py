@@ -96,27 +96,30 @@ def test_matches_reference(graph_case, device, reduce, dtype, feat, w_feat):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_duplicate_edges_get_their_own_gradient(device, reduce):
-    """Destination 0 receives from source 1 twice (weights 1 and 3) and from source 2
-    (weight 2): the winning duplicate, not its twin, gets the weight's gradient, and the
-    source's gradient carries that edge's weight. Destination 1's four messages tie (sources
-    3, 2, 3, 2, all weights 2): the smallest source wins, then its earliest duplicate
-    (edge 4, not edge 6). Destinations 2 and 3 have no in-edges: no gradient."""
-    src = torch.tensor([1, 2, 1, 3, 2, 3, 2])
-    dst = torch.tensor([0, 0, 0, 1, 1, 1, 1])
-    w = torch.tensor([1.0, 2.0, 3.0, 2.0, 2.0, 2.0, 2.0], device=device, requires_grad=True)
-    x = torch.tensor([[0.5], [1.0], [1.0], [1.0]], device=device, requires_grad=True)
-    g = fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=4).to(device)
+    """Destination 0 receives from source 4 twice (weights 1 and 3), from 5 and from 3: the
+    winning duplicate, not its twin, gets the weight's gradient, and the source's gradient
+    carries that edge's weight. Destination 1's four messages tie (sources 6, 5, 6, 5, all
+    weights 2): the smallest source wins, then its earliest duplicate (edge 4, not edge 6).
+    The other destinations have no in-edges: no gradient. (Sources differ from CSR positions,
+    so recording one for the other fails.)"""
+    src = torch.tensor([4, 5, 4, 6, 5, 6, 5, 3])
+    dst = torch.tensor([0, 0, 0, 1, 1, 1, 1, 0])
+    w = torch.tensor([1.0, 2.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.5], device=device,
+                     requires_grad=True)
+    x = torch.tensor([[0.5]] * 3 + [[1.0]] * 4, device=device, requires_grad=True)
+    g = fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=7).to(device)
     with fastgnn.backend("native"):
         out = fastgnn.ops.aggregate(g, x, reduce, edge_weight=w)
-    out.backward(torch.tensor([[10.0], [100.0], [1000.0], [7.0]], device=device))
+    out.backward(torch.tensor([[10.0], [100.0], [1000.0], [7.0], [1.0], [1.0], [1.0]],
+                              device=device))
     if reduce == "max":  # row 0: 1 * 3 from edge 2
-        assert out.view(-1).tolist() == [3.0, 2.0, 0.0, 0.0]
-        assert w.grad.tolist() == [0.0, 0.0, 10.0, 0.0, 100.0, 0.0, 0.0]
-        assert x.grad.view(-1).tolist() == [0.0, 30.0, 200.0, 0.0]
+        assert out.view(-1).tolist() == [3.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        assert w.grad.tolist() == [0.0, 0.0, 10.0, 0.0, 100.0, 0.0, 0.0, 0.0]
+        assert x.grad.view(-1).tolist() == [0.0, 0.0, 0.0, 0.0, 30.0, 200.0, 0.0]
     else:  # row 0: 1 * 1 from edge 0
-        assert out.view(-1).tolist() == [1.0, 2.0, 0.0, 0.0]
-        assert w.grad.tolist() == [10.0, 0.0, 0.0, 0.0, 100.0, 0.0, 0.0]
-        assert x.grad.view(-1).tolist() == [0.0, 10.0, 200.0, 0.0]
+        assert out.view(-1).tolist() == [1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        assert w.grad.tolist() == [10.0, 0.0, 0.0, 0.0, 100.0, 0.0, 0.0, 0.0]
+        assert x.grad.view(-1).tolist() == [0.0, 0.0, 0.0, 0.0, 10.0, 200.0, 0.0]
 
 
 @pytest.mark.parametrize("device", devices())
