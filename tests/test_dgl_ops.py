@@ -88,6 +88,12 @@ def test_extremes_of_a_graph_without_edges_are_dgls_zeros(reduce):
     # The output does not depend on x: no gradient (DGL's backward sends one to source 0,
     # its default argmax).
     assert torch.equal(grads(out, [x])[0], torch.zeros(3, 2))
+    (e,) = leaves((0, 1))
+    name = f"u_mul_e_{reduce}"
+    with no_fallback():
+        out = getattr(fdgl, name)(graph, x, e)
+    assert torch.equal(out, getattr(dgl.ops, name)(graph, x, e))
+    assert torch.equal(out, torch.zeros(3, 2))
 
 
 @pytest.mark.parametrize("formats", ["csc", ["csc", "csr"], "csr"])

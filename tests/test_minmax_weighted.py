@@ -299,7 +299,7 @@ def test_every_gpu_plan_matches_reference(dtype, index_dtype):
     """Each launch plan the tuner may pick (light, heavy rows through packed atomics, the
     work-list split) with weights: values and winning positions."""
     g = _hub_graph("cuda", index_dtype)
-    for width, heads in ((3, 1), (40, 1), (40, 4), (130, 2), (256, 8)):
+    for width, heads in ((3, 1), (40, 4), (256, 8)):  # scalar loads; float4 rows; heads
         x = _tied((g.num_src_nodes, width), dtype, "cuda", seed=width)
         w = _tied((g.num_edges, heads), dtype, "cuda", seed=width + 1)
         weight = minmax.csr_weight(g, w, dtype)
