@@ -10,6 +10,7 @@ import torch
 import fastgnn
 from fastgnn import _native, reference
 from fastgnn.ops import minmax
+from fastgnn.ops._common import edge_perm_index
 from conftest import devices, random_edge_index, random_graph
 
 pytestmark = pytest.mark.skipif(not _native.has_op("minmax_aggregate"),
@@ -52,6 +53,11 @@ def _expected(g, x, w, arg, grad):
     return g_x.reshape(x.shape), g.edge_values_from_csr(g_w).reshape(w.shape)
 
 
+def _op_weights(g, w, dtype):
+    """The op's weight arguments: ``[E, H]`` in input edge order and the CSR-to-input map."""
+    return minmax.weight_matrix(g, w, dtype), edge_perm_index(g)
+
+
 def _check(g, x, w, reduce, tol=None):
     """Native forward (values, positions) and both gradients against the reference."""
     ref_out, ref_arg = reference.aggregate_with_arg(g, x, reduce, edge_weight=w)
@@ -60,9 +66,8 @@ def _check(g, x, w, reduce, tol=None):
         out = fastgnn.ops.aggregate(g, xg, reduce, edge_weight=wg)
     torch.testing.assert_close(out, ref_out, equal_nan=True, rtol=0, atol=0)
     width = x[0].numel() if x.shape[0] else 0
-    weight = minmax.csr_weight(g, w, x.dtype)
     _, arg = OP(g.rowptr, g.col, x.reshape(x.shape[0], width), reduce == "max", None, None, 0, 0,
-                None, None, 0, weight)
+                None, None, 0, *_op_weights(g, w, x.dtype))
     assert arg.dtype == g.index_dtype
     assert torch.equal(arg.long(), ref_arg.reshape(arg.shape))
     grad = torch.randn(out.shape, dtype=torch.float64, device=x.device).to(x.dtype)
@@ -239,19 +244,24 @@ def test_opcheck(device):
         _, light, heavy = g.degree_buckets(0.9)
         plans.append((light, heavy, g.max_in_degree, minmax.encode_config(4, 32)))
         plans.append((None, None, 0, minmax.encode_config(4, 0, split_chunk=8)))
+    perm = edge_perm_index(g)
+    assert perm is not None  # the random edges are not in CSR order
     for heads in (1, 3):
         w = torch.randn(g.num_edges, heads, device=device, requires_grad=True)
         for plan in plans:
             for is_max in (False, True):
-                torch.library.opcheck(OP, (g.rowptr, g.col, x, is_max, *plan, None, None, 0, w))
+                torch.library.opcheck(OP, (g.rowptr, g.col, x, is_max, *plan, None, None, 0, w,
+                                           perm))
                 torch.library.opcheck(OP, (g.rowptr, g.col, x, is_max, *plan, t_rowptr, t_col,
-                                           g.key, w))
+                                           g.key, w, None))
         _, arg = OP(g.rowptr, g.col, x.detach(), True, None, None, 0, 0, None, None, 0,
-                    w.detach())
+                    w.detach(), perm)
         grad = torch.randn(arg.shape, device=device)
-        torch.library.opcheck(BACKWARD_OP, (arg, grad, 30, None, None, g.col, w.detach()))
-        torch.library.opcheck(BACKWARD_OP, (arg, grad, 30, t_rowptr, t_col, g.col, w.detach()))
-        torch.library.opcheck(WEIGHT_BACKWARD_OP, (g.rowptr, g.col, arg, grad, x.detach(), heads))
+        w = w.detach()
+        torch.library.opcheck(BACKWARD_OP, (arg, grad, 30, None, None, g.col, w, perm))
+        torch.library.opcheck(BACKWARD_OP, (arg, grad, 30, t_rowptr, t_col, g.col, w, perm))
+        torch.library.opcheck(WEIGHT_BACKWARD_OP,
+                              (g.rowptr, g.col, arg, grad, x.detach(), heads, perm))
 
 
 def test_bad_inputs():
@@ -277,6 +287,9 @@ def test_bad_inputs():
         BACKWARD_OP(arg, torch.randn(20, 12), 20, None, None, g.col, None)
     with pytest.raises(RuntimeError, match="heads"):
         WEIGHT_BACKWARD_OP(g.rowptr, g.col, arg, torch.randn(20, 12), flat, 5)
+    with pytest.raises(RuntimeError, match="edge_perm"):
+        OP(g.rowptr, g.col, flat, True, None, None, 0, 0, None, None, 0, torch.randn(E, 4),
+           torch.arange(E))  # int64 against int32 ids
 
 
 def test_sum_and_mean_take_per_head_weights_too():
@@ -302,7 +315,7 @@ def test_every_gpu_plan_matches_reference(dtype, index_dtype):
     for width, heads in ((3, 1), (40, 4), (256, 8)):  # scalar loads; float4 rows; heads
         x = _tied((g.num_src_nodes, width), dtype, "cuda", seed=width)
         w = _tied((g.num_edges, heads), dtype, "cuda", seed=width + 1)
-        weight = minmax.csr_weight(g, w, dtype)
+        weights = _op_weights(g, w, dtype)
         plans, _ = minmax._plans(g, x)
         assert any(plan[1] is not None for plan in plans.values())  # heavy rows exist
         assert any(name.startswith("split") for name in plans)
@@ -311,7 +324,7 @@ def test_every_gpu_plan_matches_reference(dtype, index_dtype):
                 g, x.view(-1, heads, width // heads), reduce, edge_weight=w)
             for name, plan in plans.items():
                 out, arg = OP(g.rowptr, g.col, x, reduce == "max", *plan, None, None, g.key,
-                              weight)
+                              *weights)
                 torch.testing.assert_close(out, ref_out.view(out.shape), equal_nan=True,
                                            rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
                 assert torch.equal(arg.long(), ref_arg.view(arg.shape)), name

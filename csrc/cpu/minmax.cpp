@@ -1,7 +1,7 @@
 // CPU min/max aggregation: OpenMP over destination rows (dynamic schedule for skewed degrees),
 // the feature loop innermost, branch-free and contiguous so the compiler vectorises it. The
 // winning source is tracked alongside the running value; with edge weights (kWeighted) each
-// message is x[col[e], f] * weight[e, head of f] and the winning CSR position e is tracked.
+// message is x[col[e], f] * weight[edge e, head of f] and the winning CSR position e is tracked.
 #include "cpu/cpu_common.h"
 #include "minmax_checks.h"
 
@@ -23,19 +23,22 @@ inline bool replaces(acc_t v, acc_t b) {
   return (kMax ? !(v <= b) : !(v >= b)) & (b == b);
 }
 
-// Optional edge weights of one head: weight[e * stride] multiplies the features of the head
-// being reduced (stride: the number of heads). The product is rounded to the feature type
-// before it is compared, as a framework multiplying in that type would.
-template <typename scalar_t>
+// Optional edge weights of one head, in input edge order: the weight of CSR position e,
+// w[edge(e) * stride], multiplies the features of the head being reduced (stride: the number
+// of heads; perm maps positions to input edges, null: the same order). The product is rounded
+// to the feature type before it is compared, as a framework multiplying in that type would.
+template <typename scalar_t, typename index_t>
 struct HeadWeights {
   const scalar_t* w;
   int64_t stride;
+  const index_t* perm;
+  scalar_t at(index_t e) const { return w[int64_t(perm ? perm[e] : e) * stride]; }
 };
 
 template <bool kWeighted, typename scalar_t, typename acc_t, typename index_t>
-inline acc_t message(scalar_t xv, HeadWeights<scalar_t> hw, index_t e) {
+inline acc_t message(scalar_t xv, HeadWeights<scalar_t, index_t> hw, index_t e) {
   if constexpr (kWeighted)
-    return acc_t(scalar_t(acc_t(xv) * acc_t(hw.w[int64_t(e) * hw.stride])));
+    return acc_t(scalar_t(acc_t(xv) * acc_t(hw.at(e))));
   else
     return acc_t(xv);
 }
@@ -63,7 +66,8 @@ constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its
 template <bool kMax, bool kWeighted, int W, int kVecs>
 inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, int32_t begin,
                                                             int32_t end, const float* x,
-                                                            HeadWeights<float> hw, int64_t width,
+                                                            HeadWeights<float, int32_t> hw,
+                                                            int64_t width,
                                                             int64_t f0, float* b, int32_t* a) {
   using L = Lanes<W>;
   typename L::f32 best[kVecs];
@@ -80,7 +84,7 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
     const typename L::i32 jv = typename L::i32{} + (kWeighted ? e : j);
     for (int k = 0; k < kVecs; ++k) {
       typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);
-      if constexpr (kWeighted) v = v * hw.w[int64_t(e) * hw.stride];
+      if constexpr (kWeighted) v = v * hw.at(e);
       const typename L::i32 take =
           (kMax ? ~(v <= best[k]) : ~(v >= best[k])) & (best[k] == best[k]);  // as replaces()
       best[k] = take ? v : best[k];
@@ -99,7 +103,7 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_features(const index_t* col, index_t begin,
                                                             index_t end, const scalar_t* x,
-                                                            HeadWeights<scalar_t> hw,
+                                                            HeadWeights<scalar_t, index_t> hw,
                                                             int64_t width, int64_t f0, int64_t f1,
                                                             acc_t* b, index_t* a) {
   for (index_t e = begin; e < end; ++e) {
@@ -120,7 +124,8 @@ inline __attribute__((always_inline)) void reduce_features(const index_t* col, i
 template <bool kMax, bool kWeighted, int W, typename scalar_t, typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_span(const index_t* col, index_t begin,
                                                         index_t end, const scalar_t* x,
-                                                        HeadWeights<scalar_t> hw, int64_t width,
+                                                        HeadWeights<scalar_t, index_t> hw,
+                                                        int64_t width,
                                                         int64_t f0, int64_t f1, acc_t* b,
                                                         index_t* a) {
 #ifdef FASTGNN_VECTOR_TILES
@@ -142,7 +147,7 @@ template <bool kMax, bool kWeighted, int W, typename scalar_t, typename index_t,
 inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
                                                        const index_t* col, const scalar_t* x,
                                                        const scalar_t* weight, int64_t heads,
-                                                       scalar_t* out, index_t* arg, int64_t i,
+                                                       const index_t* perm, scalar_t* out, index_t* arg, int64_t i,
                                                        int64_t width, acc_t* b) {
   scalar_t* o = out + i * width;
   index_t* a = arg + i * width;
@@ -157,7 +162,7 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
   if constexpr (kWeighted) {
     const int64_t span = width / heads;
     for (int64_t h = 0; h < heads; ++h) {
-      const HeadWeights<scalar_t> hw{weight + h, heads};
+      const HeadWeights<scalar_t, index_t> hw{weight + h, heads, perm};
       for (int64_t f = h * span; f < (h + 1) * span; ++f)
         b[f] = message<kWeighted, scalar_t, acc_t>(x0[f], hw, begin);
       for (int64_t f = h * span; f < (h + 1) * span; ++f) a[f] = begin;
@@ -167,8 +172,9 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
   } else {
     for (int64_t f = 0; f < width; ++f) b[f] = acc_t(x0[f]);
     for (int64_t f = 0; f < width; ++f) a[f] = first;
-    reduce_span<kMax, kWeighted, W>(col, begin + 1, end, x, HeadWeights<scalar_t>{nullptr, 0},
-                                    width, 0, width, b, a);
+    reduce_span<kMax, kWeighted, W>(col, begin + 1, end, x,
+                                    HeadWeights<scalar_t, index_t>{nullptr, 0, nullptr}, width, 0,
+                                    width, b, a);
   }
   for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
@@ -177,9 +183,9 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
 // neither). AVX-512 is left out: GCC's 16-lane selects compile poorly.
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
 void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* x,
-                     const scalar_t* weight, int64_t heads, scalar_t* out, index_t* arg,
+                     const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out, index_t* arg,
                      int64_t i, int64_t width, acc_t* b) {
-  reduce_row<kMax, kWeighted, 4>(rowptr, col, x, weight, heads, out, arg, i, width, b);
+  reduce_row<kMax, kWeighted, 4>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 }
 
 #if defined(__x86_64__) && defined(FASTGNN_VECTOR_TILES)
@@ -187,16 +193,16 @@ void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* 
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
 __attribute__((target("avx2,fma"))) void reduce_row_avx2(const index_t* rowptr,
                                                          const index_t* col, const scalar_t* x,
-                                                         const scalar_t* weight, int64_t heads,
+                                                         const scalar_t* weight, int64_t heads, const index_t* perm,
                                                          scalar_t* out, index_t* arg, int64_t i,
                                                          int64_t width, acc_t* b) {
-  reduce_row<kMax, kWeighted, 8>(rowptr, col, x, weight, heads, out, arg, i, width, b);
+  reduce_row<kMax, kWeighted, 8>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 }
 #endif
 
 template <typename scalar_t, typename index_t, bool kMax, bool kWeighted>
 void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
-                 const scalar_t* weight, int64_t heads, scalar_t* out, index_t* arg,
+                 const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out, index_t* arg,
                  int64_t rows, int64_t width) {
   using acc_t = acc_type<scalar_t>;
   auto row_fn = &reduce_row_base<kMax, kWeighted, scalar_t, index_t, acc_t>;
@@ -209,7 +215,7 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
     std::vector<acc_t> best(width);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i)
-      row_fn(rowptr, col, x, weight, heads, out, arg, i, width, best.data());
+      row_fn(rowptr, col, x, weight, heads, perm, out, arg, i, width, best.data());
   }
 }
 
@@ -217,11 +223,11 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
 // thread owns a slice of the features, zeroes it and walks the rows in order, so every sum has
 // a fixed order (deterministic without atomics) and one parallel region does the whole job.
 // With weights (kWeighted) arg holds CSR positions p: grad[col[p], f] += grad_out[i, f] *
-// weight[p, head of f].
+// weight[edge of p, head of f].
 template <typename scalar_t, typename index_t, bool kWeighted>
 void minmax_scatter(const index_t* arg, const scalar_t* grad_out, const index_t* col,
-                    const scalar_t* weight, int64_t heads, acc_type<scalar_t>* grad,
-                    int64_t rows, int64_t num_src, int64_t width) {
+                    const scalar_t* weight, int64_t heads, const index_t* perm,
+                    acc_type<scalar_t>* grad, int64_t rows, int64_t num_src, int64_t width) {
   using acc_t = acc_type<scalar_t>;
   const int64_t threads = num_threads();
   constexpr int64_t kAlign = 16;  // a cache line of float: slices do not share lines
@@ -240,10 +246,10 @@ void minmax_scatter(const index_t* arg, const scalar_t* grad_out, const index_t*
       if constexpr (kWeighted) {
         for (int64_t h = f0 / span; h * span < f1; ++h) {  // the heads the slice overlaps
           const int64_t lo = std::max(f0, h * span), hi = std::min(f1, (h + 1) * span);
+          const HeadWeights<scalar_t, index_t> hw{weight + h, heads, perm};
           for (int64_t f = lo; f < hi; ++f) {
-            const int64_t p = a[f];
-            if (p >= 0)
-              grad[int64_t(col[p]) * width + f] += acc_t(g[f]) * acc_t(weight[p * heads + h]);
+            const index_t p = a[f];
+            if (p >= 0) grad[int64_t(col[p]) * width + f] += acc_t(g[f]) * acc_t(hw.at(p));
           }
         }
       } else {
@@ -254,26 +260,25 @@ void minmax_scatter(const index_t* arg, const scalar_t* grad_out, const index_t*
   }
 }
 
-// grad_w[p, h] = sum over the features f of head h with arg[i, f] == p (p in row i) of
-// grad_out[i, f] * x[col[p], f]. Rows own their edges' entries: parallel over rows, each row
-// zeroes its entries and adds in feature order (deterministic, no atomics).
+// grad_w[edge of p, h] (zeroed on entry) = sum over the features f of head h with
+// arg[i, f] == p (p in row i) of grad_out[i, f] * x[col[p], f]. Rows own their edges' entries:
+// parallel over rows, each row adding in feature order (deterministic, no atomics).
 template <typename scalar_t, typename index_t>
-void minmax_weight_grad(const index_t* rowptr, const index_t* col, const index_t* arg,
+void minmax_weight_grad(const index_t* col, const index_t* perm, const index_t* arg,
                         const scalar_t* grad_out, const scalar_t* x, acc_type<scalar_t>* grad_w,
                         int64_t rows, int64_t width, int64_t heads) {
   using acc_t = acc_type<scalar_t>;
   const int64_t span = width / heads;
 #pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 64)
   for (int64_t i = 0; i < rows; ++i) {
-    std::fill(grad_w + int64_t(rowptr[i]) * heads, grad_w + int64_t(rowptr[i + 1]) * heads,
-              acc_t(0));
     const index_t* a = arg + i * width;
     const scalar_t* g = grad_out + i * width;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t f = h * span; f < (h + 1) * span; ++f) {
-        const int64_t p = a[f];
+        const index_t p = a[f];
         if (p >= 0)
-          grad_w[p * heads + h] += acc_t(g[f]) * acc_t(x[int64_t(col[p]) * width + f]);
+          grad_w[int64_t(perm ? perm[p] : p) * heads + h] +=
+              acc_t(g[f]) * acc_t(x[int64_t(col[p]) * width + f]);
       }
     }
   }
@@ -285,24 +290,26 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*max_degree*/,
     int64_t /*config*/, const c10::optional<at::Tensor>& /*t_rowptr*/,
     const c10::optional<at::Tensor>& /*t_col*/, int64_t /*graph_key*/,
-    const c10::optional<at::Tensor>& weight) {
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& edge_perm) {
   check_csr(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2, "minmax_aggregate: x must be 2-D [num_src, F], got ", x.dim(), " dims");
   const int64_t rows = rowptr.numel() - 1, width = x.size(1);
-  const int64_t heads = check_minmax_weight(weight, col, x, "minmax_aggregate");
+  const int64_t heads = check_minmax_weight(weight, edge_perm, col, x, "minmax_aggregate");
   auto xc = x.contiguous();
   auto wc = weight.has_value() ? weight->contiguous() : at::Tensor();
+  const bool permuted = heads > 0 && edge_perm.has_value();
   auto out = at::empty({rows, width}, x.options());
   auto arg = at::empty({rows, width}, x.options().dtype(col.scalar_type()));
   if (rows == 0 || width == 0) return {out, arg};
   FASTGNN_DISPATCH_INDEX(rowptr.scalar_type(), "minmax_aggregate", [&] {
     FASTGNN_DISPATCH_FLOAT(x.scalar_type(), "minmax_aggregate", [&] {
       const scalar_t* w = heads > 0 ? wc.data_ptr<scalar_t>() : nullptr;
+      const index_t* perm = permuted ? edge_perm->data_ptr<index_t>() : nullptr;
       auto run = [&](auto is_max_tag, auto weighted_tag) {
         minmax_rows<scalar_t, index_t, decltype(is_max_tag)::value,
                     decltype(weighted_tag)::value>(
             rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), xc.data_ptr<scalar_t>(), w,
-            heads, out.data_ptr<scalar_t>(), arg.data_ptr<index_t>(), rows, width);
+            heads, perm, out.data_ptr<scalar_t>(), arg.data_ptr<index_t>(), rows, width);
       };
       auto by_weight = [&](auto is_max_tag) {
         if (w) run(is_max_tag, std::true_type{}); else run(is_max_tag, std::false_type{});
@@ -318,11 +325,12 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
                                          const c10::optional<at::Tensor>& /*t_rowptr*/,
                                          const c10::optional<at::Tensor>& /*t_col*/,
                                          const c10::optional<at::Tensor>& col,
-                                         const c10::optional<at::Tensor>& weight) {
+                                         const c10::optional<at::Tensor>& weight,
+                                         const c10::optional<at::Tensor>& edge_perm) {
   TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes(),
               "minmax_aggregate_backward: grad_out and arg must be [T, F] of one shape");
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");
-  const int64_t heads = check_backward_weight(arg, grad_out, col, weight);
+  const int64_t heads = check_backward_weight(arg, grad_out, col, weight, edge_perm);
   auto ac = arg.contiguous(), gc = grad_out.contiguous();
   auto cc = heads > 0 ? col->contiguous() : at::Tensor();
   auto wc = heads > 0 ? weight->contiguous() : at::Tensor();
@@ -336,6 +344,7 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
             ac.data_ptr<index_t>(), gc.data_ptr<scalar_t>(),
             kWeighted ? cc.data_ptr<index_t>() : nullptr,
             kWeighted ? wc.data_ptr<scalar_t>() : nullptr, heads,
+            kWeighted && edge_perm.has_value() ? edge_perm->data_ptr<index_t>() : nullptr,
             grad.data_ptr<acc_type<scalar_t>>(), arg.size(0), num_src, arg.size(1));
       };
       if (heads > 0) run(std::true_type{}); else run(std::false_type{});
@@ -346,10 +355,11 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
 
 at::Tensor minmax_weight_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                                       const at::Tensor& arg, const at::Tensor& grad_out,
-                                      const at::Tensor& x, int64_t heads) {
+                                      const at::Tensor& x, int64_t heads,
+                                      const c10::optional<at::Tensor>& edge_perm) {
   check_csr(rowptr, col, "minmax_weight_backward");
   const int64_t rows = rowptr.numel() - 1;
-  check_weight_backward(col, arg, grad_out, x, heads, rows);
+  check_weight_backward(col, arg, grad_out, x, heads, rows, edge_perm);
   auto ac = arg.contiguous(), gc = grad_out.contiguous(), xc = x.contiguous();
   const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto grad_w = at::zeros({col.numel(), heads}, grad_out.options().dtype(acc));
@@ -357,8 +367,8 @@ at::Tensor minmax_weight_backward_cpu(const at::Tensor& rowptr, const at::Tensor
   FASTGNN_DISPATCH_INDEX(col.scalar_type(), "minmax_weight_backward", [&] {
     FASTGNN_DISPATCH_FLOAT(grad_out.scalar_type(), "minmax_weight_backward", [&] {
       minmax_weight_grad<scalar_t, index_t>(
-          rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), ac.data_ptr<index_t>(),
-          gc.data_ptr<scalar_t>(), xc.data_ptr<scalar_t>(),
+          col.data_ptr<index_t>(), edge_perm.has_value() ? edge_perm->data_ptr<index_t>() : nullptr,
+          ac.data_ptr<index_t>(), gc.data_ptr<scalar_t>(), xc.data_ptr<scalar_t>(),
           grad_w.data_ptr<acc_type<scalar_t>>(), rows, arg.size(1), heads);
     });
   });

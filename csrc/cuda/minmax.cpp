@@ -51,17 +51,18 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
     int64_t max_degree, int64_t config, const c10::optional<at::Tensor>& /*t_rowptr*/,
     const c10::optional<at::Tensor>& /*t_col*/, int64_t graph_key,
-    const c10::optional<at::Tensor>& weight) {
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& edge_perm) {
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2 && x.is_cuda(),
               "minmax_aggregate: x must be a 2-D [num_src, F] GPU tensor, got ", x.dim(), " dims");
   const LaunchConfig launch = decode(config);
   const int64_t width = x.size(1);
-  const int64_t heads = check_minmax_weight(weight, col, x, "minmax_aggregate");
+  const int64_t heads = check_minmax_weight(weight, edge_perm, col, x, "minmax_aggregate");
   auto xc = x.contiguous();
   auto wc = heads > 0 ? weight->contiguous() : at::Tensor();
-  const EdgeWeights weights{heads > 0 ? wc.data_ptr() : nullptr, heads};
+  const EdgeWeights weights{heads > 0 ? wc.data_ptr() : nullptr, heads,
+                            heads > 0 && edge_perm.has_value() ? edge_perm->data_ptr() : nullptr};
   auto out = at::empty({csr.rows, width}, x.options());
   auto arg = at::empty({csr.rows, width}, x.options().dtype(col.scalar_type()));
   if (csr.rows == 0 || width == 0) return {out, arg};
@@ -108,7 +109,8 @@ at::Tensor minmax_aggregate_backward_cuda(const at::Tensor& arg, const at::Tenso
                                           const c10::optional<at::Tensor>& t_rowptr,
                                           const c10::optional<at::Tensor>& t_col,
                                           const c10::optional<at::Tensor>& col,
-                                          const c10::optional<at::Tensor>& weight) {
+                                          const c10::optional<at::Tensor>& weight,
+                                          const c10::optional<at::Tensor>& edge_perm) {
   const c10::cuda::CUDAGuard guard(grad_out.device());
   TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes() && arg.is_cuda() &&
                   grad_out.is_cuda(),
@@ -118,14 +120,15 @@ at::Tensor minmax_aggregate_backward_cuda(const at::Tensor& arg, const at::Tenso
               "minmax_aggregate_backward: arg must be int32 or int64");
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");
   const FloatType type = float_type(grad_out);
-  const int64_t heads = check_backward_weight(arg, grad_out, col, weight);
+  const int64_t heads = check_backward_weight(arg, grad_out, col, weight, edge_perm);
   TORCH_CHECK(heads == 0 || (col->is_cuda() && weight->is_cuda()),
               "minmax_aggregate_backward: col and weight must be GPU tensors");
   auto ac = arg.contiguous(), gc = grad_out.contiguous();
   auto cc = heads > 0 ? col->contiguous() : at::Tensor();
   auto wc = heads > 0 ? weight->contiguous() : at::Tensor();
   const void* col_ptr = heads > 0 ? cc.data_ptr() : nullptr;
-  const EdgeWeights weights{heads > 0 ? wc.data_ptr() : nullptr, heads};
+  const EdgeWeights weights{heads > 0 ? wc.data_ptr() : nullptr, heads,
+                            heads > 0 && edge_perm.has_value() ? edge_perm->data_ptr() : nullptr};
   const int64_t width = arg.size(1);
   if (t_rowptr.has_value() && t_col.has_value()) {
     const CsrView t_csr = csr_view(*t_rowptr, *t_col, "minmax_aggregate_backward");
@@ -147,16 +150,19 @@ at::Tensor minmax_aggregate_backward_cuda(const at::Tensor& arg, const at::Tenso
 
 at::Tensor minmax_weight_backward_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                                        const at::Tensor& arg, const at::Tensor& grad_out,
-                                       const at::Tensor& x, int64_t heads) {
+                                       const at::Tensor& x, int64_t heads,
+                                       const c10::optional<at::Tensor>& edge_perm) {
   const c10::cuda::CUDAGuard guard(grad_out.device());
   const CsrView csr = csr_view(rowptr, col, "minmax_weight_backward");
-  check_weight_backward(col, arg, grad_out, x, heads, csr.rows);
+  check_weight_backward(col, arg, grad_out, x, heads, csr.rows, edge_perm);
   TORCH_CHECK(arg.is_cuda() && grad_out.is_cuda() && x.is_cuda(),
               "minmax_weight_backward: arg, grad_out and x must be GPU tensors");
   auto ac = arg.contiguous(), gc = grad_out.contiguous(), xc = x.contiguous();
   auto grad_w = at::zeros({csr.nnz, heads}, grad_out.options().dtype(acc_type(grad_out)));
-  minmax_weight_grad(float_type(grad_out), csr, ac.data_ptr(), gc.data_ptr(), xc.data_ptr(),
-                     grad_w.data_ptr(), arg.size(1), heads, stream());
+  minmax_weight_grad(float_type(grad_out), csr,
+                     edge_perm.has_value() ? edge_perm->data_ptr() : nullptr, ac.data_ptr(),
+                     gc.data_ptr(), xc.data_ptr(), grad_w.data_ptr(), arg.size(1), heads,
+                     stream());
   return grad_w.scalar_type() == grad_out.scalar_type() ? grad_w
                                                         : grad_w.to(grad_out.scalar_type());
 }

@@ -7,7 +7,7 @@
 // max): no float compares, so --use_fast_math's flush-to-zero cannot merge denormals with
 // zero. Ties keep the earliest edge (strict comparisons over ascending sources) and, across
 // chunks, the smaller source through the packed word's low half. With edge weights (kWeighted)
-// every message is x[col[e], f] * weight[e, f / span] rounded to the feature type, and the CSR
+// every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature type, and the CSR
 // position e takes the source's place everywhere (arg, packed words): ties then go to the
 // smallest position, the smallest source and then the earliest duplicate.
 #include "cuda/common.cuh"
@@ -79,14 +79,26 @@ __device__ __forceinline__ void atomic_merge(unsigned long long* address, unsign
   if (kMax) atomicMax(address, w); else atomicMin(address, w);
 }
 
-// The message of edge e for feature value v: v itself, or v * weight[e * heads + head] in the
-// feature type (the product rounded as a framework multiplying in that type would round it).
-template <bool kWeighted, typename scalar_t>
+// The weight of CSR position p for one head: weights in input edge order, perm mapping
+// positions to input edges (null: the same order).
+template <typename scalar_t, typename index_t>
+__device__ __forceinline__ scalar_t edge_weight(const scalar_t* __restrict__ weight,
+                                                const index_t* __restrict__ perm, int64_t p,
+                                                int64_t heads, int64_t head) {
+  return weight[(perm ? int64_t(perm[p]) : p) * heads + head];
+}
+
+// The message of CSR position e for feature value v: v itself, or v times the edge's weight in
+// the feature type (the product rounded as a framework multiplying in that type would round
+// it).
+template <bool kWeighted, typename scalar_t, typename index_t>
 __device__ __forceinline__ scalar_t message(scalar_t v, const scalar_t* __restrict__ weight,
-                                            int64_t e, int64_t heads, int64_t head) {
+                                            const index_t* __restrict__ perm, int64_t e,
+                                            int64_t heads, int64_t head) {
   if constexpr (kWeighted)
     return Scalar<scalar_t>::store(Scalar<scalar_t>::load(v) *
-                                   Scalar<scalar_t>::load(weight[e * heads + head]));
+                                   Scalar<scalar_t>::load(edge_weight(weight, perm, e, heads,
+                                                                      head)));
   else
     return v;
 }
@@ -147,7 +159,8 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
                                     SplitWorkView work, const scalar_t* __restrict__ x,
-                                    const scalar_t* __restrict__ weight, int64_t heads,
+                                    const scalar_t* __restrict__ weight,
+                                    const index_t* __restrict__ perm, int64_t heads,
                                     int64_t span, scalar_t* __restrict__ out,
                                     index_t* __restrict__ arg,
                                     unsigned long long* __restrict__ packed, int64_t width,
@@ -186,7 +199,7 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
       head[u] = kWeighted ? min(lane_feature<kVector>(base, u, lanes), width - 1) / span : 0;
     }
     auto consider = [&](int u, index_t e, index_t j, scalar_t v) {
-      const scalar_t m = message<kWeighted>(v, weight, e, heads, head[u]);
+      const scalar_t m = message<kWeighted>(v, weight, perm, e, heads, head[u]);
       const key_t k = order_key<kMax>(Scalar<scalar_t>::load(m));
       if (better<kMax>(k, key[u])) {
         key[u] = k;
@@ -242,7 +255,8 @@ __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ heavy_rows,
                                     const scalar_t* __restrict__ x,
-                                    const scalar_t* __restrict__ weight, int64_t heads,
+                                    const scalar_t* __restrict__ weight,
+                                    const index_t* __restrict__ perm, int64_t heads,
                                     int64_t span, unsigned long long* __restrict__ packed,
                                     int64_t width, int edges_per_block, int lanes_log2) {
   extern __shared__ unsigned long long chunk_best[];
@@ -262,7 +276,8 @@ __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
       if (f < width) {
         for (int64_t e = c0 + group; e < c1; e += groups) {
           const index_t j = col[e];
-          const scalar_t m = message<kWeighted>(x[int64_t(j) * width + f], weight, e, heads, head);
+          const scalar_t m =
+              message<kWeighted>(x[int64_t(j) * width + f], weight, perm, e, heads, head);
           const unsigned long long w =
               pack<kMax>(Scalar<scalar_t>::load(m), uint32_t(kWeighted ? e : int64_t(j)));
           best = kMax ? (w > best ? w : best) : (w < best ? w : best);
@@ -306,7 +321,8 @@ __global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int
                                      const index_t* __restrict__ arg,
                                      const index_t* __restrict__ col,
                                      const scalar_t* __restrict__ x,
-                                     const scalar_t* __restrict__ weight, int64_t heads,
+                                     const scalar_t* __restrict__ weight,
+                                     const index_t* __restrict__ perm, int64_t heads,
                                      int64_t span, scalar_t* __restrict__ out, int64_t width) {
   const int64_t total = num_heavy * width;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
@@ -317,7 +333,8 @@ __global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int
     if (p < 0) {
       out[at] = Scalar<scalar_t>::store(0.f);
     } else if constexpr (kWeighted) {
-      out[at] = message<kWeighted>(x[int64_t(col[p]) * width + f], weight, p, heads, f / span);
+      out[at] = message<kWeighted>(x[int64_t(col[p]) * width + f], weight, perm, p, heads,
+                                   f / span);
     } else {
       out[at] = x[p * width + f];
     }
@@ -362,13 +379,14 @@ template <bool kWeighted, int N, typename scalar_t, typename index_t, typename a
 __device__ __forceinline__ void resolve_packet(index_t (&j)[N], acc_t (&g)[N],
                                                const index_t* __restrict__ col,
                                                const scalar_t* __restrict__ weight,
-                                               int64_t heads, int64_t span, int64_t f) {
+                                               const index_t* __restrict__ perm, int64_t heads,
+                                               int64_t span, int64_t f) {
   if constexpr (kWeighted) {
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       if (j[n] >= 0) {
         const int64_t p = j[n];
-        g[n] *= Scalar<scalar_t>::load(weight[p * heads + (f + n) / span]);
+        g[n] *= Scalar<scalar_t>::load(edge_weight(weight, perm, p, heads, (f + n) / span));
         j[n] = col[p];
       }
     }
@@ -379,7 +397,8 @@ template <typename scalar_t, typename index_t, int N, bool kWeighted>
 __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
                                       const scalar_t* __restrict__ grad_out,
                                       const index_t* __restrict__ col,
-                                      const scalar_t* __restrict__ weight, int64_t heads,
+                                      const scalar_t* __restrict__ weight,
+                                      const index_t* __restrict__ perm, int64_t heads,
                                       int64_t span,
                                       typename Scalar<scalar_t>::acc* __restrict__ acc,
                                       int64_t rows, int64_t width, int64_t work) {
@@ -398,7 +417,7 @@ __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
       load_packet<scalar_t, N>(grad_out + first * width + f, run_g);
 #pragma unroll
       for (int n = 0; n < N; ++n) run_j[n] = j.v[n];
-      resolve_packet<kWeighted>(run_j, run_g, col, weight, heads, span, f);
+      resolve_packet<kWeighted>(run_j, run_g, col, weight, perm, heads, span, f);
     }
     for (int64_t i = first + 1; i < last; ++i) {
       const Packet<index_t, N> packet = *reinterpret_cast<const Packet<index_t, N>*>(
@@ -408,7 +427,7 @@ __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
       for (int n = 0; n < N; ++n) j[n] = packet.v[n];
       acc_t g[N];
       load_packet<scalar_t, N>(grad_out + i * width + f, g);
-      resolve_packet<kWeighted>(j, g, col, weight, heads, span, f);
+      resolve_packet<kWeighted>(j, g, col, weight, perm, heads, span, f);
       bool same = true;
 #pragma unroll
       for (int n = 0; n < N; ++n) same &= j[n] == run_j[n];
@@ -437,7 +456,8 @@ __global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
                                    const index_t* __restrict__ arg,
                                    const scalar_t* __restrict__ grad_out,
                                    const index_t* __restrict__ col,
-                                   const scalar_t* __restrict__ weight, int64_t heads,
+                                   const scalar_t* __restrict__ weight,
+                                   const index_t* __restrict__ perm, int64_t heads,
                                    int64_t span, scalar_t* __restrict__ grad_x, int64_t width,
                                    int lanes_log2) {
   using acc_t = typename Scalar<scalar_t>::acc;
@@ -461,7 +481,7 @@ __global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
         if constexpr (kWeighted) {
           if (a >= 0 && int64_t(col[a]) == j)
             sum[u] += Scalar<scalar_t>::load(grad_out[int64_t(i) * width + f]) *
-                      Scalar<scalar_t>::load(weight[a * heads + f / span]);
+                      Scalar<scalar_t>::load(edge_weight(weight, perm, a, heads, f / span));
         } else if (a == j) {
           sum[u] += Scalar<scalar_t>::load(grad_out[int64_t(i) * width + f]);
         }
@@ -480,6 +500,7 @@ __global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
 // entries of its row's positions for its head: no atomics, a fixed order.
 template <typename scalar_t, typename index_t>
 __global__ void minmax_weight_grad_kernel(const index_t* __restrict__ col,
+                                          const index_t* __restrict__ perm,
                                           const index_t* __restrict__ arg,
                                           const scalar_t* __restrict__ grad_out,
                                           const scalar_t* __restrict__ x,
@@ -495,7 +516,7 @@ __global__ void minmax_weight_grad_kernel(const index_t* __restrict__ col,
     for (int64_t f = h * span; f < (h + 1) * span; ++f) {
       const int64_t p = arg[i * width + f];
       if (p != run) {
-        if (run >= 0) grad_w[run * heads + h] += sum;
+        if (run >= 0) grad_w[(perm ? int64_t(perm[run]) : run) * heads + h] += sum;
         run = p;
         sum = acc_t(0);
       }
@@ -503,7 +524,7 @@ __global__ void minmax_weight_grad_kernel(const index_t* __restrict__ col,
         sum += Scalar<scalar_t>::load(grad_out[i * width + f]) *
                Scalar<scalar_t>::load(x[int64_t(col[p]) * width + f]);
     }
-    if (run >= 0) grad_w[run * heads + h] += sum;
+    if (run >= 0) grad_w[(perm ? int64_t(perm[run]) : run) * heads + h] += sum;
   }
 }
 
@@ -550,7 +571,8 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
                 static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
                 static_cast<const index_t*>(rows), num_rows, work,
                 static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
-                weights.heads, span, static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
+                static_cast<const index_t*>(weights.perm), weights.heads, span,
+                static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
                 packed, width, lanes_log2);
           };
           if constexpr (std::is_same_v<scalar_t, float>) {
@@ -635,7 +657,8 @@ void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int6
                 <<<grid, threads, shared, stream>>>(
                     static_cast<const index_t*>(csr.rowptr),
                     static_cast<const index_t*>(csr.col), rows, static_cast<const scalar_t*>(x),
-                    static_cast<const scalar_t*>(weights.values), weights.heads, span, packed,
+                    static_cast<const scalar_t*>(weights.values),
+                    static_cast<const index_t*>(weights.perm), weights.heads, span, packed,
                     width, edges_per_block, lanes_log2);
           });
           minmax_unpack_kernel<index_t, kMax>
@@ -662,7 +685,8 @@ void minmax_heavy_values(FloatType type, CsrView csr, const void* heavy_rows,
             <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
             static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
             static_cast<const index_t*>(csr.col), static_cast<const scalar_t*>(x),
-            static_cast<const scalar_t*>(weights.values), weights.heads, span,
+            static_cast<const scalar_t*>(weights.values),
+            static_cast<const index_t*>(weights.perm), weights.heads, span,
             static_cast<scalar_t*>(out), width);
       });
     });
@@ -693,7 +717,8 @@ void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const 
               <<<grid_for(work, kThreads), kThreads, 0, stream>>>(
                   static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
                   static_cast<const index_t*>(col),
-                  static_cast<const scalar_t*>(weights.values), weights.heads, span,
+                  static_cast<const scalar_t*>(weights.values),
+                  static_cast<const index_t*>(weights.perm), weights.heads, span,
                   static_cast<acc_t*>(acc), rows, width, work);
         });
       });
@@ -720,16 +745,17 @@ void minmax_pull(FloatType type, CsrView t_csr, const void* arg, const void* gra
             static_cast<const index_t*>(t_csr.rowptr), static_cast<const index_t*>(t_csr.col),
             t_csr.rows, static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
             static_cast<const index_t*>(col), static_cast<const scalar_t*>(weights.values),
-            weights.heads, span, static_cast<scalar_t*>(grad_x), width, lanes_log2);
+            static_cast<const index_t*>(weights.perm), weights.heads, span,
+            static_cast<scalar_t*>(grad_x), width, lanes_log2);
       });
     });
   });
   check_launch("minmax_pull");
 }
 
-void minmax_weight_grad(FloatType type, CsrView csr, const void* arg, const void* grad_out,
-                        const void* x, void* grad_w, int64_t width, int64_t heads,
-                        cudaStream_t stream) {
+void minmax_weight_grad(FloatType type, CsrView csr, const void* perm, const void* arg,
+                        const void* grad_out, const void* x, void* grad_w, int64_t width,
+                        int64_t heads, cudaStream_t stream) {
   if (csr.rows == 0 || width == 0) return;
   constexpr int kThreads = 256;
   dispatch_float(type, [&](auto s) {
@@ -739,9 +765,9 @@ void minmax_weight_grad(FloatType type, CsrView csr, const void* arg, const void
       using index_t = decltype(i);
       minmax_weight_grad_kernel<scalar_t, index_t>
           <<<grid_for(csr.rows * heads, kThreads), kThreads, 0, stream>>>(
-          static_cast<const index_t*>(csr.col), static_cast<const index_t*>(arg),
-          static_cast<const scalar_t*>(grad_out), static_cast<const scalar_t*>(x),
-          static_cast<acc_t*>(grad_w), csr.rows, width, heads);
+          static_cast<const index_t*>(csr.col), static_cast<const index_t*>(perm),
+          static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+          static_cast<const scalar_t*>(x), static_cast<acc_t*>(grad_w), csr.rows, width, heads);
     });
   });
   check_launch("minmax_weight_grad");

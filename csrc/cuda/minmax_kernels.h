@@ -11,12 +11,14 @@
 namespace fastgnn {
 namespace cuda {
 
-// Optional per-edge weights, [E, heads] in CSR order of the feature type: weight[e, f / (width /
-// heads)] multiplies x[col[e], f], and arg holds the winning CSR position instead of the source.
-// values null: unweighted.
+// Optional per-edge weights, [E, heads] in input edge order of the feature type: the weight of
+// CSR position p, values[perm[p], f / (width / heads)] (perm: the CSR's index type, null: the
+// same order), multiplies x[col[p], f], and arg holds the winning CSR position instead of the
+// source. values null: unweighted.
 struct EdgeWeights {
   const void* values;
   int64_t heads;
+  const void* perm;
 };
 
 // Light path: a group of lanes per destination, lanes over features, a sequential scan of the
@@ -63,12 +65,13 @@ void minmax_pull(FloatType type, CsrView t_csr, const void* arg, const void* gra
                  const void* col, EdgeWeights weights, void* grad_x, int64_t width,
                  cudaStream_t stream);
 
-// The weighted forward's weight gradient: grad_w[p, h] ([E, heads], zeroed by the caller, the
-// accumulation type) += grad_out[i, f] * x[col[p], f] over the features f of head h with
-// arg[i, f] == p. One thread per (row, head) owns its entries: deterministic, no atomics.
-void minmax_weight_grad(FloatType type, CsrView csr, const void* arg, const void* grad_out,
-                        const void* x, void* grad_w, int64_t width, int64_t heads,
-                        cudaStream_t stream);
+// The weighted forward's weight gradient: grad_w[perm[p], h] ([E, heads] in input edge order,
+// zeroed by the caller, the accumulation type; perm null: CSR order) += grad_out[i, f] *
+// x[col[p], f] over the features f of head h with arg[i, f] == p. One thread per (row, head)
+// owns its entries: deterministic, no atomics.
+void minmax_weight_grad(FloatType type, CsrView csr, const void* perm, const void* arg,
+                        const void* grad_out, const void* x, void* grad_w, int64_t width,
+                        int64_t heads, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fastgnn
