@@ -59,7 +59,8 @@ def encode_config(warps: int, edges_per_block: int, split_chunk: int = 0) -> int
 
 
 def _heavy_allowed(g: Graph, x: torch.Tensor) -> bool:
-    # Packed words hold a float32 key and a 32-bit source index (weighted: CSR position).
+    # Packed words hold a float32 key and a 32-bit source index (weighted calls: a CSR
+    # position, which _choose_plan bounds).
     return x.dtype != torch.float64 and g.num_src_nodes <= _INT32_MAX
 
 
