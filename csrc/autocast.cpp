@@ -17,10 +17,11 @@ namespace fastgnn {
 namespace {
 
 // Feature arguments of the forward ops (csrc/ops.cpp); edge_softmax's logits among them, as
-// DGL's edge_softmax casts its logits to the autocast dtype too.
-constexpr std::array<const char*, 12> kFeatureArguments = {
+// DGL's edge_softmax casts its logits to the autocast dtype too, and minmax_aggregate's edge
+// weight, which must keep x's dtype.
+constexpr std::array<const char*, 13> kFeatureArguments = {
     "x", "x_dst", "x_src", "att", "q", "k", "v", "edge_term", "alpha_src", "alpha_dst",
-    "alpha_edge", "logits"};
+    "alpha_edge", "logits", "weight"};
 
 bool is_feature_argument(const std::string& name) {
   for (const char* feature : kFeatureArguments)

@@ -38,7 +38,12 @@ TORCH_LIBRARY(fastgnn, m) {
   // out[i, f] = min (is_max: max) of x[j, f] over the sources j of row i, with arg[i, f] the
   // winning source: ties go to the smallest source (col must be ascending within each row),
   // NaN wins (the first NaN source), rows without edges get out 0 and arg -1. arg has col's
-  // dtype. GPU only: light_rows/heavy_rows split the rows by degree (both absent: every row
+  // dtype. With weight ([E, H] in input edge order, x's dtype, H dividing F = x.size(1);
+  // edge_perm maps CSR position p to its input edge, None: the same order) the message of
+  // position p is x[col[p], f] * weight[edge_perm[p], f / (F / H)] (rounded to x's dtype) and
+  // arg[i, f] holds the winning CSR position instead of the source: ties go to the smallest
+  // position, i.e. the smallest source, then the earliest duplicate edge.
+  // GPU only: light_rows/heavy_rows split the rows by degree (both absent: every row
   // takes the light path), max_degree bounds the heavy rows' degree, config packs the tuner's
   // launch choice (warps per block in bits 0-7, edges per heavy block in bits 8-31; 0:
   // defaults; bits 32-47: the edges per work item of the load-balanced path, which then does
@@ -47,11 +52,18 @@ TORCH_LIBRARY(fastgnn, m) {
   // autograd keeps them for a deterministic GPU backward.
   m.def("minmax_aggregate(Tensor rowptr, Tensor col, Tensor x, bool is_max, Tensor? light_rows, "
         "Tensor? heavy_rows, int max_degree, int config, Tensor? t_rowptr, Tensor? t_col, "
-        "int graph_key=0) -> (Tensor, Tensor)");
+        "int graph_key=0, Tensor? weight=None, Tensor? edge_perm=None) -> (Tensor, Tensor)");
   // grad_x[arg[i, f], f] += grad_out[i, f] (arg -1: nothing), grad_x with num_src rows. With
-  // the transposed CSR the GPU pulls per source (deterministic); without it, it uses atomics.
+  // col, weight and edge_perm (the forward's), arg holds CSR positions p: grad_x[col[p], f] +=
+  // grad_out[i, f] * weight[edge_perm[p], f / (F / H)]. With the transposed CSR the GPU pulls
+  // per source (deterministic); without it, it uses atomics.
   m.def("minmax_aggregate_backward(Tensor arg, Tensor grad_out, int num_src, Tensor? t_rowptr, "
-        "Tensor? t_col) -> Tensor");
+        "Tensor? t_col, Tensor? col=None, Tensor? weight=None, Tensor? edge_perm=None) -> Tensor");
+  // The weighted forward's weight gradient, [E, heads] in input edge order: grad_w[edge_perm[p],
+  // h] = sum of grad_out[i, f] * x[col[p], f] over the features f of head h that position p won
+  // (arg[i, f] == p). Deterministic on every device (rows own their edges: no atomics).
+  m.def("minmax_weight_backward(Tensor rowptr, Tensor col, Tensor arg, Tensor grad_out, "
+        "Tensor x, int heads, Tensor? edge_perm=None) -> Tensor");
 
   // ---- Edge softmax ------------------------------------------------------------------------
   // Softmax of logits [E, W] (input edge order) over the edges of each row, per column w: the

@@ -15,7 +15,7 @@ import torch
 HAS_OP_AUTOGRAD = hasattr(torch.library, "register_autograd")
 # The feature arguments that the ops' autocast policy casts (csrc/autocast.cpp).
 AUTOCAST_ARGUMENTS = frozenset(("x", "x_dst", "x_src", "att", "q", "k", "v", "edge_term",
-                                "alpha_src", "alpha_dst", "alpha_edge", "logits"))
+                                "alpha_src", "alpha_dst", "alpha_edge", "logits", "weight"))
 
 
 if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
@@ -110,6 +110,8 @@ def _autocast(inputs: tuple, features: tuple) -> tuple:
         return inputs
     cast = list(inputs)
     for i in features:
+        if i >= len(cast):  # an optional argument left to its default
+            break
         t = cast[i]
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in (
                 dtype, torch.float64):

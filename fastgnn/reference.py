@@ -52,40 +52,79 @@ def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[to
     return out.index_add_(0, dst, msg).to(x.dtype)
 
 
-def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
-    """Sum, mean, min or max of in-neighbour features; isolated destinations get zeros.
+def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
+              edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Sum, mean, min or max of in-neighbour features (times ``edge_weight``: ``[E]``, or
+    ``[E, H]`` per head with ``x`` ``[N, H, ...]``, input edge order); isolated destinations
+    get zeros.
 
-    Min/max are a gather at the winning source, so the whole gradient goes to that source
-    (ties: the smallest index), not split among tied sources as scatter_reduce's is.
+    Min/max are a gather at the winning message, so the whole gradient goes to that message's
+    source and edge (ties: the smallest source, then the earliest duplicate edge), not split
+    among tied messages as scatter_reduce's is.
     """
     if reduce in ("sum", "mean"):
-        return spmm(g, x, reduce=reduce)
-    _, arg = aggregate_with_arg(g, x.detach(), reduce)
-    won = torch.gather(x, 0, arg.clamp(min=0))
+        if edge_weight is None or edge_weight.dim() == 1:
+            return spmm(g, x, reduce=reduce, edge_weight=edge_weight)
+        heads = edge_weight.shape[1]
+        return torch.stack([spmm(g, x[:, h], reduce=reduce, edge_weight=edge_weight[:, h])
+                            for h in range(heads)], dim=1)
+    msg = _messages(g, x, edge_weight)
+    _, arg = _reduce_with_arg(g, msg.detach(), reduce)
+    won = torch.gather(msg, 0, arg.clamp(min=0))
     return torch.where(arg >= 0, won, torch.zeros_like(won))
 
 
-def aggregate_with_arg(g: Graph, x: torch.Tensor, reduce: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Min or max aggregation and, per output entry, the winning source index.
+def _messages(g: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor]) -> torch.Tensor:
+    """Per-edge messages in CSR order: ``x[src]`` times the edge's weight (per head), in x's
+    dtype."""
+    src, _ = _csr_edges(g)
+    msg = x[src]
+    if edge_weight is None:
+        return msg
+    w = _user_to_csr(g, edge_weight).to(x.dtype)
+    if x.dim() == 1:
+        return msg * w.reshape(g.num_edges)
+    heads = edge_weight.shape[1] if edge_weight.dim() > 1 else 1
+    return msg * w.reshape((g.num_edges, heads) + (1,) * (x.dim() - 2))
 
-    Ties go to the smallest source index; NaN wins (and propagates) like
-    ``torch.scatter_reduce(..., "amin"/"amax")``. Isolated destinations: value 0, index -1.
+
+def aggregate_with_arg(g: Graph, x: torch.Tensor, reduce: str,
+                       edge_weight: Optional[torch.Tensor] = None
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Min or max aggregation and, per output entry, the winning source index, or with
+    ``edge_weight`` the winning edge's CSR position.
+
+    Ties go to the smallest source index (then the earliest duplicate edge: the smallest CSR
+    position); NaN wins (and propagates) like ``torch.scatter_reduce(..., "amin"/"amax")``.
+    Isolated destinations: value 0, index -1.
     """
+    out, arg = _reduce_with_arg(g, _messages(g, x, edge_weight), reduce)
+    if edge_weight is None:
+        src, _ = _csr_edges(g)
+        arg = torch.where(arg >= 0, src[arg.clamp(min=0)], arg)
+    return out, arg
+
+
+def _reduce_with_arg(g: Graph, msg: torch.Tensor, reduce: str
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Min/max of CSR-ordered messages ``msg`` per destination and the winning CSR position
+    (the smallest among ties; -1 and value 0 where there is none)."""
     if reduce not in ("min", "max"):
         raise ValueError(f"reduce must be 'min' or 'max', got {reduce!r}")
-    src, dst = _csr_edges(g)
-    width = x.shape[1:]
-    msg = x[src]
+    _, dst = _csr_edges(g)
+    width = msg.shape[1:]
     index = dst.view(-1, *([1] * len(width))).expand_as(msg)
-    out = torch.zeros((g.num_dst_nodes,) + tuple(width), dtype=x.dtype, device=x.device)
+    out = torch.zeros((g.num_dst_nodes,) + tuple(width), dtype=msg.dtype, device=msg.device)
     out = out.scatter_reduce(0, index, msg, "amax" if reduce == "max" else "amin",
                              include_self=False)
-    # Winner: smallest source whose value equals the result (NaN matches NaN).
+    # Winner: smallest position whose value equals the result (NaN matches NaN). CSR rows hold
+    # their sources ascending, duplicates in input order: the smallest source, then the
+    # earliest duplicate.
     won = (msg == out[dst]) | (msg.isnan() & out[dst].isnan())
     big = torch.iinfo(torch.int64).max
-    cand = torch.where(won, src.view(-1, *([1] * len(width))).expand_as(msg),
-                       torch.full_like(msg, big, dtype=torch.int64))
-    arg = torch.full(out.shape, big, dtype=torch.int64, device=x.device)
+    pos = torch.arange(msg.shape[0], device=msg.device).view(-1, *([1] * len(width)))
+    cand = torch.where(won, pos.expand_as(msg), torch.full_like(msg, big, dtype=torch.int64))
+    arg = torch.full(out.shape, big, dtype=torch.int64, device=msg.device)
     arg = arg.scatter_reduce(0, index, cand, "amin", include_self=True)
     arg = torch.where(arg == big, torch.full_like(arg, -1), arg)
     return out, arg

@@ -131,7 +131,7 @@ def test_sageconv(kind, aggregator, in_out):
     check_layer(stock, graph, feat, leaves)
 
 
-@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
+@pytest.mark.parametrize("aggregator", ["mean", "gcn", "pool"])
 def test_sageconv_edge_weight_and_feat_drop(aggregator):
     graph = make_graph("block", seed=3)
     torch.manual_seed(0)
@@ -145,8 +145,7 @@ def test_sageconv_fallbacks_match_dgl():
     graph = make_graph("homogeneous", seed=4)
     torch.manual_seed(0)
     feat, leaves = _features(graph)
-    check_layer(dgl.nn.SAGEConv(IN, OUT, "lstm"), graph, feat, leaves, fused=False)
-    check_layer(dgl.nn.SAGEConv(IN, OUT, "pool"), graph, feat, leaves, fused=False,
+    check_layer(dgl.nn.SAGEConv(IN, OUT, "lstm"), graph, feat, leaves, fused=False,
                 edge_weight=torch.rand(graph.num_edges()))
 
 
@@ -155,7 +154,7 @@ def test_sageconv_fallback_in_training_draws_dgls_dropout():
     graph = make_graph("homogeneous", seed=4)
     torch.manual_seed(0)
     feat, leaves = _features(graph)
-    check_layer(dgl.nn.SAGEConv(IN, OUT, "pool", feat_drop=0.5).train(), graph, feat, leaves,
+    check_layer(dgl.nn.SAGEConv(IN, OUT, "lstm", feat_drop=0.5).train(), graph, feat, leaves,
                 fused=False, seed=3, edge_weight=torch.rand(graph.num_edges()))
 
 
@@ -172,15 +171,14 @@ def test_ginconv(kind, aggregator, learn_eps):
     check_layer(stock, graph, feat, leaves)
 
 
-@pytest.mark.parametrize("aggregator", ["sum", "mean"])
-def test_ginconv_edge_weight(aggregator):
-    graph = make_graph("bipartite", seed=6)
+@pytest.mark.parametrize("aggregator", ["sum", "mean", "max"])
+@pytest.mark.parametrize("kind", ["bipartite", "block-int32"])
+def test_ginconv_edge_weight(aggregator, kind):
+    graph = make_graph(kind, seed=6)
     stock = dgl.nn.GINConv(None, aggregator)
     feat, leaves = _features(graph)
-    edge_weight = torch.rand(graph.num_edges(), 1).requires_grad_()
+    edge_weight = torch.randn(graph.num_edges(), 1).requires_grad_()  # signs: max and min mix
     check_layer(stock, graph, feat, leaves, edge_weight=edge_weight)
-    check_layer(dgl.nn.GINConv(None, "max"), graph, feat, leaves, fused=False,
-                edge_weight=edge_weight)
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -479,6 +477,8 @@ ACCURACY_LAYERS = {
     "GINConv-mean": (lambda: dgl.nn.GINConv(_gin_mlp(), "mean", learn_eps=True), False),
     "GINConv-mean-weighted": (lambda: dgl.nn.GINConv(None, "mean"), True),
     "GINConv-max": (lambda: dgl.nn.GINConv(_gin_mlp(), "max", learn_eps=True), False),
+    "GINConv-max-weighted": (lambda: dgl.nn.GINConv(None, "max"), True),
+    "SAGEConv-pool-weighted": (lambda: dgl.nn.SAGEConv(32, 32, "pool"), True),
 }
 
 

@@ -88,6 +88,12 @@ def test_extremes_of_a_graph_without_edges_are_dgls_zeros(reduce):
     # The output does not depend on x: no gradient (DGL's backward sends one to source 0,
     # its default argmax).
     assert torch.equal(grads(out, [x])[0], torch.zeros(3, 2))
+    (e,) = leaves((0, 1))
+    name = f"u_mul_e_{reduce}"
+    with no_fallback():
+        out = getattr(fdgl, name)(graph, x, e)
+    assert torch.equal(out, getattr(dgl.ops, name)(graph, x, e))
+    assert torch.equal(out, torch.zeros(3, 2))
 
 
 @pytest.mark.parametrize("formats", ["csc", ["csc", "csr"], "csr"])
@@ -107,7 +113,7 @@ def test_graphs_restricted_to_compressed_formats(formats):
 
 
 @pytest.mark.parametrize("kind", GRAPH_KINDS)
-@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
 @pytest.mark.parametrize("x_shape,e_shape", [
     ((8,), ()),              # one weight per edge, DGL pads it to [E, 1]
     ((8,), (1,)),
@@ -122,6 +128,44 @@ def test_u_mul_e_fused(kind, reduce, x_shape, e_shape):
     x, e = leaves((num_src,) + x_shape, (graph.num_edges(),) + e_shape)
     name = f"u_mul_e_{reduce}"
     _compare(getattr(fdgl, name), getattr(dgl.ops, name), graph, [x, e])
+    _compare(lambda g, a, b: fdgl.gspmm(g, "mul", reduce, a, b),
+             lambda g, a, b: dgl.ops.gspmm(g, "mul", reduce, a, b), graph, [x, e])
+
+
+@pytest.mark.parametrize("kind", ["homogeneous", "block-int32"])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_u_mul_e_extremes_on_duplicate_edges(kind, reduce):
+    """Every edge doubled, the twin with another weight: the winning edge of each output entry,
+    not its twin, gets the weight's gradient, as in DGL."""
+    graph = make_graph(kind, seed=9)
+    src, dst = graph.edges()
+    if kind.startswith("block"):
+        doubled = dgl.create_block((torch.cat([src, src]), torch.cat([dst, dst])),
+                                   graph.num_src_nodes(), graph.num_dst_nodes(),
+                                   idtype=graph.idtype)
+    else:
+        doubled = dgl.graph((torch.cat([src, src]), torch.cat([dst, dst])),
+                            num_nodes=graph.num_nodes(), idtype=graph.idtype)
+    x, e = leaves((doubled.num_src_nodes(), 3, 4), (doubled.num_edges(), 3, 1), seed=4)
+    name = f"u_mul_e_{reduce}"
+    _compare(getattr(fdgl, name), getattr(dgl.ops, name), doubled, [x, e])
+    # the gradient reaches both twins somewhere (each wins some entries)
+    with no_fallback():
+        out = getattr(fdgl, name)(doubled, x, e)
+    grad_e = grads(out * out.isfinite(), [x, e])[1].abs().sum(dim=(1, 2))
+    half = graph.num_edges()
+    assert bool((grad_e[:half] > 0).any()) and bool((grad_e[half:] > 0).any())
+
+
+def test_u_mul_e_extremes_with_many_heads_fused():
+    """Max/min take every head in one kernel: no per-head limit."""
+    graph = make_graph("homogeneous", seed=10)
+    x, e = leaves((60, 80, 2), (graph.num_edges(), 80, 1))
+    _compare(fdgl.u_mul_e_max, dgl.ops.u_mul_e_max, graph, [x, e])
+    x, e = leaves((60, 80, 2), (graph.num_edges(), 1))
+    _compare(fdgl.u_mul_e_sum, dgl.ops.u_mul_e_sum, graph, [x, e])
+    x, e = leaves((60, 80, 2), (graph.num_edges(), 80, 1))
+    _compare(fdgl.u_mul_e_sum, dgl.ops.u_mul_e_sum, graph, [x, e], fused=False)
 
 
 @pytest.mark.parametrize("kind", ["homogeneous", "bipartite", "block-int32"])
@@ -140,6 +184,10 @@ def test_float64_gradients_match_dgl():
     graph = make_graph("homogeneous", seed=5)
     x, e = leaves((60, 4, 3), (graph.num_edges(), 4, 1), dtype=torch.float64)
     _compare(fdgl.u_mul_e_sum, dgl.ops.u_mul_e_sum, graph, [x, e], dtype=torch.float64)
+    for name in ("u_mul_e_max", "u_mul_e_min"):
+        _compare(getattr(fdgl, name), getattr(dgl.ops, name), graph, [x, e], dtype=torch.float64)
+        _compare(getattr(fdgl, name), getattr(dgl.ops, name), graph, [x, e[:, 0, 0]],
+                 dtype=torch.float64)
     x, y = leaves((60, 4, 3), (60, 4, 3), dtype=torch.float64)
     _compare(fdgl.u_dot_v, dgl.ops.u_dot_v, graph, [x, y], dtype=torch.float64)
 
@@ -154,6 +202,12 @@ def test_gradcheck_float64():
         assert torch.autograd.gradcheck(lambda a, b: fdgl.u_dot_v(graph, a, b), (x, y))
         finite_max = lambda a: fdgl.copy_u_max(graph, a).nan_to_num(neginf=0.0)  # noqa: E731
         assert torch.autograd.gradcheck(finite_max, (x,))
+        weighted_max = lambda a, b: fdgl.u_mul_e_max(graph, a, b).nan_to_num(  # noqa: E731
+            neginf=0.0)
+        assert torch.autograd.gradcheck(weighted_max, (x, e))
+        weighted_min = lambda a, b: fdgl.gspmm(graph, "mul", "min", a, b).nan_to_num(  # noqa
+            posinf=0.0)
+        assert torch.autograd.gradcheck(weighted_min, (x, e[:, :1]))
 
 
 @pytest.mark.parametrize("kind", ["homogeneous", "block-int32", "bipartite"])
@@ -173,10 +227,20 @@ def test_stock_ops_warn_once_and_match(kind, name, targets):
         getattr(fdgl, name)(graph, *inputs)  # once only
 
 
-def test_broadcast_that_widens_falls_back():
+@pytest.mark.parametrize("name", ["u_mul_e_sum", "u_mul_e_max", "u_mul_e_min"])
+def test_broadcast_that_widens_falls_back(name):
     graph = make_graph("homogeneous", seed=8)
     x, e = leaves((60, 1, 5), (graph.num_edges(), 3, 1))  # output [N, 3, 5]
-    _compare(fdgl.u_mul_e_sum, dgl.ops.u_mul_e_sum, graph, [x, e], fused=False)
+    _compare(getattr(fdgl, name), getattr(dgl.ops, name), graph, [x, e], fused=False)
+    x, e = leaves((60, 4), (graph.num_edges(), 4))  # one weight per feature
+    _compare(getattr(fdgl, name), getattr(dgl.ops, name), graph, [x, e], fused=False)
+
+
+def test_edge_data_of_another_dtype_gets_dgls_error():
+    graph = make_graph("homogeneous", seed=8)
+    x, e = leaves((60, 4), (graph.num_edges(), 1))
+    with pytest.warns(fdgl.FallbackWarning), pytest.raises(dgl.DGLError, match="data type"):
+        fdgl.u_mul_e_max(graph, x, e.double())
 
 
 @pytest.mark.parametrize("kind", GRAPH_KINDS)

@@ -120,6 +120,15 @@ def test_min_max_run_unreordered_with_one_warning():
     with pytest.warns(fastgnn.FallbackWarning, match="reduce='min'"):
         torch.testing.assert_close(fastgnn.ops.aggregate(flagged, x, "min"),
                                    fastgnn.ops.aggregate(g, x, "min"))
+    # with edge weights (ties among duplicate edges too): the same winners, both gradients
+    w = torch.randint(-1, 2, (g.num_edges,)).to(F64).requires_grad_()
+    for reduce in ("max", "min"):
+        got = fastgnn.ops.aggregate(flagged, x, reduce, edge_weight=w)
+        want = fastgnn.ops.aggregate(g, x, reduce, edge_weight=w)
+        torch.testing.assert_close(got, want)
+        for a, b in zip(torch.autograd.grad(got.sum(), (x, w)),
+                        torch.autograd.grad(want.sum(), (x, w))):
+            torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("kind", ["gatv2", "graph_attention"])

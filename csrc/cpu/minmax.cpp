@@ -1,7 +1,9 @@
 // CPU min/max aggregation: OpenMP over destination rows (dynamic schedule for skewed degrees),
 // the feature loop innermost, branch-free and contiguous so the compiler vectorises it. The
-// winning source is tracked alongside the running value.
+// winning source is tracked alongside the running value; with edge weights (kWeighted) each
+// message is x[col[e], f] * weight[edge e, head of f] and the winning CSR position e is tracked.
 #include "cpu/cpu_common.h"
+#include "minmax_checks.h"
 
 #include <torch/library.h>
 
@@ -19,6 +21,26 @@ namespace {
 template <bool kMax, typename acc_t>
 inline bool replaces(acc_t v, acc_t b) {
   return (kMax ? !(v <= b) : !(v >= b)) & (b == b);
+}
+
+// Optional edge weights of one head, in input edge order: the weight of CSR position e,
+// w[edge(e) * stride], multiplies the features of the head being reduced (stride: the number
+// of heads; perm maps positions to input edges, null: the same order). The product is rounded
+// to the feature type before it is compared, as a framework multiplying in that type would.
+template <typename scalar_t, typename index_t>
+struct HeadWeights {
+  const scalar_t* w;
+  int64_t stride;
+  const index_t* perm;
+  scalar_t at(index_t e) const { return w[int64_t(perm ? perm[e] : e) * stride]; }
+};
+
+template <bool kWeighted, typename scalar_t, typename acc_t, typename index_t>
+inline acc_t message(scalar_t xv, HeadWeights<scalar_t, index_t> hw, index_t e) {
+  if constexpr (kWeighted)
+    return acc_t(scalar_t(acc_t(xv) * acc_t(hw.at(e))));
+  else
+    return acc_t(xv);
 }
 
 // GCC's vector extensions (selects on vector masks included) carry the float32 fast path;
@@ -41,11 +63,12 @@ constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its
 
 // float32 features with int32 sources, the common case: features [f0, f0 + W * kVecs) of one
 // row over edges [begin, end), the running values and sources held in vector registers.
-template <bool kMax, int W, int kVecs>
+template <bool kMax, bool kWeighted, int W, int kVecs>
 inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, int32_t begin,
                                                             int32_t end, const float* x,
-                                                            int64_t width, int64_t f0, float* b,
-                                                            int32_t* a) {
+                                                            HeadWeights<float, int32_t> hw,
+                                                            int64_t width,
+                                                            int64_t f0, float* b, int32_t* a) {
   using L = Lanes<W>;
   typename L::f32 best[kVecs];
   typename L::i32 src[kVecs];
@@ -58,9 +81,10 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
     const float* xj = x + int64_t(j) * width + f0;
     if (e + kPrefetchAhead < end)  // the tile of a later edge's row
       prefetch_row(x + int64_t(col[e + kPrefetchAhead]) * width + f0, W * kVecs);
-    const typename L::i32 jv = typename L::i32{} + j;
+    const typename L::i32 jv = typename L::i32{} + (kWeighted ? e : j);
     for (int k = 0; k < kVecs; ++k) {
-      const typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);
+      typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);
+      if constexpr (kWeighted) v = v * hw.at(e);
       const typename L::i32 take =
           (kMax ? ~(v <= best[k]) : ~(v >= best[k])) & (best[k] == best[k]);  // as replaces()
       best[k] = take ? v : best[k];
@@ -75,30 +99,55 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 
 #endif  // FASTGNN_VECTOR_TILES
 
-// Any types: features [f0, width) of one row over edges [begin, end).
-template <bool kMax, typename scalar_t, typename index_t, typename acc_t>
+// Any types: features [f0, f1) of one row over edges [begin, end).
+template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_features(const index_t* col, index_t begin,
                                                             index_t end, const scalar_t* x,
-                                                            int64_t width, int64_t f0, acc_t* b,
-                                                            index_t* a) {
+                                                            HeadWeights<scalar_t, index_t> hw,
+                                                            int64_t width, int64_t f0, int64_t f1,
+                                                            acc_t* b, index_t* a) {
   for (index_t e = begin; e < end; ++e) {
     const index_t j = col[e];
+    const index_t won = kWeighted ? e : j;
     const scalar_t* xj = x + int64_t(j) * width;
-    for (int64_t f = f0; f < width; ++f) {
-      const acc_t v = acc_t(xj[f]);
+    for (int64_t f = f0; f < f1; ++f) {
+      const acc_t v = message<kWeighted, scalar_t, acc_t>(xj[f], hw, e);
       const bool take = replaces<kMax>(v, b[f]);
       b[f] = take ? v : b[f];
-      a[f] = take ? j : a[f];
+      a[f] = take ? won : a[f];
     }
   }
 }
 
+// Features [f0, f1) (one head's, with weights) of one row over edges [begin, end), b and a
+// already holding the first edge's messages: vector tiles, then the generic loop.
+template <bool kMax, bool kWeighted, int W, typename scalar_t, typename index_t, typename acc_t>
+inline __attribute__((always_inline)) void reduce_span(const index_t* col, index_t begin,
+                                                        index_t end, const scalar_t* x,
+                                                        HeadWeights<scalar_t, index_t> hw,
+                                                        int64_t width,
+                                                        int64_t f0, int64_t f1, acc_t* b,
+                                                        index_t* a) {
+#ifdef FASTGNN_VECTOR_TILES
+  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<index_t, int32_t>) {
+    constexpr int kVecs = 4;  // 4 + 4 registers of running values and sources
+    for (; f0 + W * kVecs <= f1; f0 += W * kVecs)
+      reduce_tile_f32<kMax, kWeighted, W, kVecs>(col, begin, end, x, hw, width, f0, b, a);
+    for (; f0 + W <= f1; f0 += W)
+      reduce_tile_f32<kMax, kWeighted, W, 1>(col, begin, end, x, hw, width, f0, b, a);
+  }
+#endif
+  if (f0 < f1) reduce_features<kMax, kWeighted>(col, begin, end, x, hw, width, f0, f1, b, a);
+}
+
 // One destination row i: out/arg row i; b is a per-thread buffer of width entries. W is the
-// vector width of the float32 fast path.
-template <bool kMax, int W, typename scalar_t, typename index_t, typename acc_t>
+// vector width of the float32 fast path. With weights ([E, heads], CSR order) each head's
+// features are reduced with that head's weight column.
+template <bool kMax, bool kWeighted, int W, typename scalar_t, typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
                                                        const index_t* col, const scalar_t* x,
-                                                       scalar_t* out, index_t* arg, int64_t i,
+                                                       const scalar_t* weight, int64_t heads,
+                                                       const index_t* perm, scalar_t* out, index_t* arg, int64_t i,
                                                        int64_t width, acc_t* b) {
   scalar_t* o = out + i * width;
   index_t* a = arg + i * width;
@@ -110,79 +159,127 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
   }
   const index_t first = col[begin];
   const scalar_t* x0 = x + int64_t(first) * width;
-  for (int64_t f = 0; f < width; ++f) b[f] = acc_t(x0[f]);
-  for (int64_t f = 0; f < width; ++f) a[f] = first;
-  int64_t f0 = 0;
-#ifdef FASTGNN_VECTOR_TILES
-  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<index_t, int32_t>) {
-    constexpr int kVecs = 4;  // 4 + 4 registers of running values and sources
-    for (; f0 + W * kVecs <= width; f0 += W * kVecs)
-      reduce_tile_f32<kMax, W, kVecs>(col, begin + 1, end, x, width, f0, b, a);
-    for (; f0 + W <= width; f0 += W)
-      reduce_tile_f32<kMax, W, 1>(col, begin + 1, end, x, width, f0, b, a);
+  if constexpr (kWeighted) {
+    const int64_t span = width / heads;
+    for (int64_t h = 0; h < heads; ++h) {
+      const HeadWeights<scalar_t, index_t> hw{weight + h, heads, perm};
+      for (int64_t f = h * span; f < (h + 1) * span; ++f)
+        b[f] = message<kWeighted, scalar_t, acc_t>(x0[f], hw, begin);
+      for (int64_t f = h * span; f < (h + 1) * span; ++f) a[f] = begin;
+      reduce_span<kMax, kWeighted, W>(col, begin + 1, end, x, hw, width, h * span,
+                                      (h + 1) * span, b, a);
+    }
+  } else {
+    for (int64_t f = 0; f < width; ++f) b[f] = acc_t(x0[f]);
+    for (int64_t f = 0; f < width; ++f) a[f] = first;
+    reduce_span<kMax, kWeighted, W>(col, begin + 1, end, x,
+                                    HeadWeights<scalar_t, index_t>{nullptr, 0, nullptr}, width, 0,
+                                    width, b, a);
   }
-#endif
-  if (f0 < width) reduce_features<kMax>(col, begin + 1, end, x, width, f0, b, a);
   for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
 
 // reduce_row for the baseline ISA and for AVX2, picked at run time (the build assumes
 // neither). AVX-512 is left out: GCC's 16-lane selects compile poorly.
-template <bool kMax, typename scalar_t, typename index_t, typename acc_t>
-void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* x, scalar_t* out,
-                     index_t* arg, int64_t i, int64_t width, acc_t* b) {
-  reduce_row<kMax, 4>(rowptr, col, x, out, arg, i, width, b);
+template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
+void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* x,
+                     const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out, index_t* arg,
+                     int64_t i, int64_t width, acc_t* b) {
+  reduce_row<kMax, kWeighted, 4>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 }
 
 #if defined(__x86_64__) && defined(FASTGNN_VECTOR_TILES)
 #define FASTGNN_X86_DISPATCH 1
-template <bool kMax, typename scalar_t, typename index_t, typename acc_t>
+template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
 __attribute__((target("avx2,fma"))) void reduce_row_avx2(const index_t* rowptr,
                                                          const index_t* col, const scalar_t* x,
+                                                         const scalar_t* weight, int64_t heads, const index_t* perm,
                                                          scalar_t* out, index_t* arg, int64_t i,
                                                          int64_t width, acc_t* b) {
-  reduce_row<kMax, 8>(rowptr, col, x, out, arg, i, width, b);
+  reduce_row<kMax, kWeighted, 8>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 }
 #endif
 
-template <typename scalar_t, typename index_t, bool kMax>
-void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x, scalar_t* out,
-                 index_t* arg, int64_t rows, int64_t width) {
+template <typename scalar_t, typename index_t, bool kMax, bool kWeighted>
+void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
+                 const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out, index_t* arg,
+                 int64_t rows, int64_t width) {
   using acc_t = acc_type<scalar_t>;
-  auto row_fn = &reduce_row_base<kMax, scalar_t, index_t, acc_t>;
+  auto row_fn = &reduce_row_base<kMax, kWeighted, scalar_t, index_t, acc_t>;
 #ifdef FASTGNN_X86_DISPATCH
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    row_fn = &reduce_row_avx2<kMax, scalar_t, index_t, acc_t>;
+    row_fn = &reduce_row_avx2<kMax, kWeighted, scalar_t, index_t, acc_t>;
 #endif
 #pragma omp parallel num_threads(num_threads())
   {
     std::vector<acc_t> best(width);
 #pragma omp for schedule(dynamic, 16)
-    for (int64_t i = 0; i < rows; ++i) row_fn(rowptr, col, x, out, arg, i, width, best.data());
+    for (int64_t i = 0; i < rows; ++i)
+      row_fn(rowptr, col, x, weight, heads, perm, out, arg, i, width, best.data());
   }
 }
 
 // grad[arg[i, f], f] += grad_out[i, f], grad [num_src, width] uninitialised on entry. Each
 // thread owns a slice of the features, zeroes it and walks the rows in order, so every sum has
 // a fixed order (deterministic without atomics) and one parallel region does the whole job.
-template <typename scalar_t, typename index_t>
-void minmax_scatter(const index_t* arg, const scalar_t* grad_out, acc_type<scalar_t>* grad,
-                    int64_t rows, int64_t num_src, int64_t width) {
+// With weights (kWeighted) arg holds CSR positions p: grad[col[p], f] += grad_out[i, f] *
+// weight[edge of p, head of f].
+template <typename scalar_t, typename index_t, bool kWeighted>
+void minmax_scatter(const index_t* arg, const scalar_t* grad_out, const index_t* col,
+                    const scalar_t* weight, int64_t heads, const index_t* perm,
+                    acc_type<scalar_t>* grad, int64_t rows, int64_t num_src, int64_t width) {
+  using acc_t = acc_type<scalar_t>;
   const int64_t threads = num_threads();
   constexpr int64_t kAlign = 16;  // a cache line of float: slices do not share lines
   const int64_t per_thread = (width + threads - 1) / threads;
   const int64_t slice = std::max(kAlign, (per_thread + kAlign - 1) / kAlign * kAlign);
   const int64_t slices = (width + slice - 1) / slice;
+  const int64_t span = kWeighted ? width / heads : width;
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t f0 = s * slice, f1 = std::min(width, f0 + slice);
     for (int64_t j = 0; j < num_src; ++j)
-      std::fill(grad + j * width + f0, grad + j * width + f1, acc_type<scalar_t>(0));
+      std::fill(grad + j * width + f0, grad + j * width + f1, acc_t(0));
     for (int64_t i = 0; i < rows; ++i) {
       const index_t* a = arg + i * width;
       const scalar_t* g = grad_out + i * width;
-      for (int64_t f = f0; f < f1; ++f)
-        if (a[f] >= 0) grad[int64_t(a[f]) * width + f] += acc_type<scalar_t>(g[f]);
+      if constexpr (kWeighted) {
+        for (int64_t h = f0 / span; h * span < f1; ++h) {  // the heads the slice overlaps
+          const int64_t lo = std::max(f0, h * span), hi = std::min(f1, (h + 1) * span);
+          const HeadWeights<scalar_t, index_t> hw{weight + h, heads, perm};
+          for (int64_t f = lo; f < hi; ++f) {
+            const index_t p = a[f];
+            if (p >= 0) grad[int64_t(col[p]) * width + f] += acc_t(g[f]) * acc_t(hw.at(p));
+          }
+        }
+      } else {
+        for (int64_t f = f0; f < f1; ++f)
+          if (a[f] >= 0) grad[int64_t(a[f]) * width + f] += acc_t(g[f]);
+      }
+    }
+  }
+}
+
+// grad_w[edge of p, h] (zeroed on entry) = sum over the features f of head h with
+// arg[i, f] == p (p in row i) of grad_out[i, f] * x[col[p], f]. Rows own their edges' entries:
+// parallel over rows, each row adding in feature order (deterministic, no atomics).
+template <typename scalar_t, typename index_t>
+void minmax_weight_grad(const index_t* col, const index_t* perm, const index_t* arg,
+                        const scalar_t* grad_out, const scalar_t* x, acc_type<scalar_t>* grad_w,
+                        int64_t rows, int64_t width, int64_t heads) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t span = width / heads;
+#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 64)
+  for (int64_t i = 0; i < rows; ++i) {
+    const index_t* a = arg + i * width;
+    const scalar_t* g = grad_out + i * width;
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t f = h * span; f < (h + 1) * span; ++f) {
+        const index_t p = a[f];
+        if (p >= 0)
+          grad_w[int64_t(perm ? perm[p] : p) * heads + h] +=
+              acc_t(g[f]) * acc_t(x[int64_t(col[p]) * width + f]);
+      }
     }
   }
 }
@@ -192,22 +289,32 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*max_degree*/,
     int64_t /*config*/, const c10::optional<at::Tensor>& /*t_rowptr*/,
-    const c10::optional<at::Tensor>& /*t_col*/, int64_t /*graph_key*/) {
+    const c10::optional<at::Tensor>& /*t_col*/, int64_t /*graph_key*/,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& edge_perm) {
   check_csr(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2, "minmax_aggregate: x must be 2-D [num_src, F], got ", x.dim(), " dims");
   const int64_t rows = rowptr.numel() - 1, width = x.size(1);
+  const int64_t heads = check_minmax_weight(weight, edge_perm, col, x, "minmax_aggregate");
   auto xc = x.contiguous();
+  auto wc = weight.has_value() ? weight->contiguous() : at::Tensor();
+  const bool permuted = heads > 0 && edge_perm.has_value();
   auto out = at::empty({rows, width}, x.options());
   auto arg = at::empty({rows, width}, x.options().dtype(col.scalar_type()));
   if (rows == 0 || width == 0) return {out, arg};
   FASTGNN_DISPATCH_INDEX(rowptr.scalar_type(), "minmax_aggregate", [&] {
     FASTGNN_DISPATCH_FLOAT(x.scalar_type(), "minmax_aggregate", [&] {
-      auto run = [&](auto is_max_tag) {
-        minmax_rows<scalar_t, index_t, decltype(is_max_tag)::value>(
-            rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), xc.data_ptr<scalar_t>(),
-            out.data_ptr<scalar_t>(), arg.data_ptr<index_t>(), rows, width);
+      const scalar_t* w = heads > 0 ? wc.data_ptr<scalar_t>() : nullptr;
+      const index_t* perm = permuted ? edge_perm->data_ptr<index_t>() : nullptr;
+      auto run = [&](auto is_max_tag, auto weighted_tag) {
+        minmax_rows<scalar_t, index_t, decltype(is_max_tag)::value,
+                    decltype(weighted_tag)::value>(
+            rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), xc.data_ptr<scalar_t>(), w,
+            heads, perm, out.data_ptr<scalar_t>(), arg.data_ptr<index_t>(), rows, width);
       };
-      if (is_max) run(std::true_type{}); else run(std::false_type{});
+      auto by_weight = [&](auto is_max_tag) {
+        if (w) run(is_max_tag, std::true_type{}); else run(is_max_tag, std::false_type{});
+      };
+      if (is_max) by_weight(std::true_type{}); else by_weight(std::false_type{});
     });
   });
   return {out, arg};
@@ -216,21 +323,57 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
 at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor& grad_out,
                                          int64_t num_src,
                                          const c10::optional<at::Tensor>& /*t_rowptr*/,
-                                         const c10::optional<at::Tensor>& /*t_col*/) {
+                                         const c10::optional<at::Tensor>& /*t_col*/,
+                                         const c10::optional<at::Tensor>& col,
+                                         const c10::optional<at::Tensor>& weight,
+                                         const c10::optional<at::Tensor>& edge_perm) {
   TORCH_CHECK(arg.dim() == 2 && grad_out.sizes() == arg.sizes(),
               "minmax_aggregate_backward: grad_out and arg must be [T, F] of one shape");
   TORCH_CHECK(num_src >= 0, "minmax_aggregate_backward: num_src must be non-negative");
+  const int64_t heads = check_backward_weight(arg, grad_out, col, weight, edge_perm);
   auto ac = arg.contiguous(), gc = grad_out.contiguous();
+  auto cc = heads > 0 ? col->contiguous() : at::Tensor();
+  auto wc = heads > 0 ? weight->contiguous() : at::Tensor();
   const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto grad = at::empty({num_src, arg.size(1)}, grad_out.options().dtype(acc));
   FASTGNN_DISPATCH_INDEX(arg.scalar_type(), "minmax_aggregate_backward", [&] {
     FASTGNN_DISPATCH_FLOAT(grad_out.scalar_type(), "minmax_aggregate_backward", [&] {
-      minmax_scatter<scalar_t, index_t>(ac.data_ptr<index_t>(), gc.data_ptr<scalar_t>(),
-                                        grad.data_ptr<acc_type<scalar_t>>(), arg.size(0),
-                                        num_src, arg.size(1));
+      auto run = [&](auto weighted_tag) {
+        constexpr bool kWeighted = decltype(weighted_tag)::value;
+        minmax_scatter<scalar_t, index_t, kWeighted>(
+            ac.data_ptr<index_t>(), gc.data_ptr<scalar_t>(),
+            kWeighted ? cc.data_ptr<index_t>() : nullptr,
+            kWeighted ? wc.data_ptr<scalar_t>() : nullptr, heads,
+            kWeighted && edge_perm.has_value() ? edge_perm->data_ptr<index_t>() : nullptr,
+            grad.data_ptr<acc_type<scalar_t>>(), arg.size(0), num_src, arg.size(1));
+      };
+      if (heads > 0) run(std::true_type{}); else run(std::false_type{});
     });
   });
   return grad.scalar_type() == grad_out.scalar_type() ? grad : grad.to(grad_out.scalar_type());
+}
+
+at::Tensor minmax_weight_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+                                      const at::Tensor& arg, const at::Tensor& grad_out,
+                                      const at::Tensor& x, int64_t heads,
+                                      const c10::optional<at::Tensor>& edge_perm) {
+  check_csr(rowptr, col, "minmax_weight_backward");
+  const int64_t rows = rowptr.numel() - 1;
+  check_weight_backward(col, arg, grad_out, x, heads, rows, edge_perm);
+  auto ac = arg.contiguous(), gc = grad_out.contiguous(), xc = x.contiguous();
+  const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto grad_w = at::zeros({col.numel(), heads}, grad_out.options().dtype(acc));
+  if (rows == 0 || arg.size(1) == 0) return grad_w.to(grad_out.scalar_type());
+  FASTGNN_DISPATCH_INDEX(col.scalar_type(), "minmax_weight_backward", [&] {
+    FASTGNN_DISPATCH_FLOAT(grad_out.scalar_type(), "minmax_weight_backward", [&] {
+      minmax_weight_grad<scalar_t, index_t>(
+          col.data_ptr<index_t>(), edge_perm.has_value() ? edge_perm->data_ptr<index_t>() : nullptr,
+          ac.data_ptr<index_t>(), gc.data_ptr<scalar_t>(), xc.data_ptr<scalar_t>(),
+          grad_w.data_ptr<acc_type<scalar_t>>(), rows, arg.size(1), heads);
+    });
+  });
+  return grad_w.scalar_type() == grad_out.scalar_type() ? grad_w
+                                                        : grad_w.to(grad_out.scalar_type());
 }
 
 }  // namespace
@@ -238,6 +381,7 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
 TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
   m.impl("minmax_aggregate", &minmax_aggregate_cpu);
   m.impl("minmax_aggregate_backward", &minmax_aggregate_backward_cpu);
+  m.impl("minmax_weight_backward", &minmax_weight_backward_cpu);
 }
 
 }  // namespace cpu

@@ -6,7 +6,10 @@
 // float order with -0 == +0 and NaN beyond every number (lowest key for min, highest for
 // max): no float compares, so --use_fast_math's flush-to-zero cannot merge denormals with
 // zero. Ties keep the earliest edge (strict comparisons over ascending sources) and, across
-// chunks, the smaller source through the packed word's low half.
+// chunks, the smaller source through the packed word's low half. With edge weights (kWeighted)
+// every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature type, and the CSR
+// position e takes the source's place everywhere (arg, packed words): ties then go to the
+// smallest position, the smallest source and then the earliest duplicate.
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 
@@ -76,6 +79,30 @@ __device__ __forceinline__ void atomic_merge(unsigned long long* address, unsign
   if (kMax) atomicMax(address, w); else atomicMin(address, w);
 }
 
+// The weight of CSR position p for one head: weights in input edge order, perm mapping
+// positions to input edges (null: the same order).
+template <typename scalar_t, typename index_t>
+__device__ __forceinline__ scalar_t edge_weight(const scalar_t* __restrict__ weight,
+                                                const index_t* __restrict__ perm, int64_t p,
+                                                int64_t heads, int64_t head) {
+  return weight[(perm ? int64_t(perm[p]) : p) * heads + head];
+}
+
+// The message of CSR position e for feature value v: v itself, or v times the edge's weight in
+// the feature type (the product rounded as a framework multiplying in that type would round
+// it).
+template <bool kWeighted, typename scalar_t, typename index_t>
+__device__ __forceinline__ scalar_t message(scalar_t v, const scalar_t* __restrict__ weight,
+                                            const index_t* __restrict__ perm, int64_t e,
+                                            int64_t heads, int64_t head) {
+  if constexpr (kWeighted)
+    return Scalar<scalar_t>::store(Scalar<scalar_t>::load(v) *
+                                   Scalar<scalar_t>::load(edge_weight(weight, perm, e, heads,
+                                                                      head)));
+  else
+    return v;
+}
+
 int log2_lanes(int64_t width, int max_lanes) {
   int lanes_log2 = 0;
   while ((1 << lanes_log2) < max_lanes && (int64_t(1) << lanes_log2) < width) ++lanes_log2;
@@ -127,12 +154,15 @@ __device__ __forceinline__ int64_t split_ordinal(const SplitWorkView& work, int6
 // source) triples and scans the edges once per pass over the features. With work items, a
 // launch with packed set does only the items of split rows, merging their winners into
 // packed[k, f] (k: the split row's ordinal) by 64-bit atomics; one without does the rest.
-template <typename scalar_t, typename index_t, bool kMax, bool kVector>
+template <typename scalar_t, typename index_t, bool kMax, bool kVector, bool kWeighted>
 __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
                                     SplitWorkView work, const scalar_t* __restrict__ x,
-                                    scalar_t* __restrict__ out, index_t* __restrict__ arg,
+                                    const scalar_t* __restrict__ weight,
+                                    const index_t* __restrict__ perm, int64_t heads,
+                                    int64_t span, scalar_t* __restrict__ out,
+                                    index_t* __restrict__ arg,
                                     unsigned long long* __restrict__ packed, int64_t width,
                                     int lanes_log2) {
   using acc_t = typename Scalar<scalar_t>::acc;
@@ -159,19 +189,22 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
   for (int64_t base = first; base < width; base += lanes * kLightPerLane) {
     key_t key[kLightPerLane];
     scalar_t value[kLightPerLane];
-    index_t source[kLightPerLane];
+    index_t source[kLightPerLane];  // weighted: the CSR position
+    int64_t head[kLightPerLane];    // the weight column of each feature (weighted)
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
       key[u] = worst_key<kMax, key_t>();
       value[u] = Scalar<scalar_t>::store(acc_t(0));
       source[u] = index_t(-1);
+      head[u] = kWeighted ? min(lane_feature<kVector>(base, u, lanes), width - 1) / span : 0;
     }
-    auto consider = [&](int u, index_t j, scalar_t v) {
-      const key_t k = order_key<kMax>(Scalar<scalar_t>::load(v));
+    auto consider = [&](int u, index_t e, index_t j, scalar_t v) {
+      const scalar_t m = message<kWeighted>(v, weight, perm, e, heads, head[u]);
+      const key_t k = order_key<kMax>(Scalar<scalar_t>::load(m));
       if (better<kMax>(k, key[u])) {
         key[u] = k;
-        value[u] = v;
-        source[u] = j;
+        value[u] = m;
+        source[u] = kWeighted ? e : j;
       }
     };
     // Edges in pairs: both rows' loads are issued before either is compared (more loads in
@@ -185,8 +218,8 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
 #pragma unroll
       for (int u = 0; u < kLightPerLane; ++u) {
         if (lane_feature<kVector>(base, u, lanes) < width) {
-          consider(u, j0, v0[u]);
-          consider(u, j1, v1[u]);
+          consider(u, e, j0, v0[u]);
+          consider(u, e + 1, j1, v1[u]);
         }
       }
     }
@@ -196,7 +229,7 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
       load_lane<kVector>(x + int64_t(j) * width, base, lanes, width, v);
 #pragma unroll
       for (int u = 0; u < kLightPerLane; ++u)
-        if (lane_feature<kVector>(base, u, lanes) < width) consider(u, j, v[u]);
+        if (lane_feature<kVector>(base, u, lanes) < width) consider(u, e, j, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
@@ -217,13 +250,15 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
 // blockIdx.x: heavy row h; blockIdx.y: its edge chunks y, y + gridDim.y, ... Threads form
 // groups of 2^lanes_log2 feature lanes; the groups split a chunk's edges, merge in shared
 // memory, and one thread per feature merges the chunk's word into packed[h, f].
-template <typename scalar_t, typename index_t, bool kMax>
+template <typename scalar_t, typename index_t, bool kMax, bool kWeighted>
 __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ heavy_rows,
                                     const scalar_t* __restrict__ x,
-                                    unsigned long long* __restrict__ packed, int64_t width,
-                                    int edges_per_block, int lanes_log2) {
+                                    const scalar_t* __restrict__ weight,
+                                    const index_t* __restrict__ perm, int64_t heads,
+                                    int64_t span, unsigned long long* __restrict__ packed,
+                                    int64_t width, int edges_per_block, int lanes_log2) {
   extern __shared__ unsigned long long chunk_best[];
   const int lanes = 1 << lanes_log2;
   const int groups = blockDim.x >> lanes_log2;
@@ -236,12 +271,15 @@ __global__ void minmax_heavy_kernel(const index_t* __restrict__ rowptr,
     const int64_t c1 = c0 + edges_per_block < end ? c0 + edges_per_block : end;
     for (int64_t f0 = 0; f0 < width; f0 += lanes) {
       const int64_t f = f0 + lane;
+      const int64_t head = kWeighted && f < width ? f / span : 0;
       unsigned long long best = packed_identity<kMax>();
       if (f < width) {
         for (int64_t e = c0 + group; e < c1; e += groups) {
           const index_t j = col[e];
+          const scalar_t m =
+              message<kWeighted>(x[int64_t(j) * width + f], weight, perm, e, heads, head);
           const unsigned long long w =
-              pack<kMax>(Scalar<scalar_t>::load(x[int64_t(j) * width + f]), uint32_t(j));
+              pack<kMax>(Scalar<scalar_t>::load(m), uint32_t(kWeighted ? e : int64_t(j)));
           best = kMax ? (w > best ? w : best) : (w < best ? w : best);
         }
       }
@@ -276,19 +314,30 @@ __global__ void minmax_unpack_kernel(const index_t* __restrict__ heavy_rows, int
 }
 
 // out of the heavy rows, re-read from x at the winning source: the exact input value (sign
-// of zero, NaN payload), 0 where there is none.
-template <typename scalar_t, typename index_t>
+// of zero, NaN payload), 0 where there is none. Weighted: the winning position's message,
+// recomputed as the forward computed it.
+template <typename scalar_t, typename index_t, bool kWeighted>
 __global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int64_t num_heavy,
                                      const index_t* __restrict__ arg,
-                                     const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
-                                     int64_t width) {
+                                     const index_t* __restrict__ col,
+                                     const scalar_t* __restrict__ x,
+                                     const scalar_t* __restrict__ weight,
+                                     const index_t* __restrict__ perm, int64_t heads,
+                                     int64_t span, scalar_t* __restrict__ out, int64_t width) {
   const int64_t total = num_heavy * width;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
        k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = k / width, f = k - h * width;
     const int64_t at = int64_t(heavy_rows[h]) * width + f;
-    const int64_t j = arg[at];
-    out[at] = j >= 0 ? x[j * width + f] : Scalar<scalar_t>::store(0.f);
+    const int64_t p = arg[at];
+    if (p < 0) {
+      out[at] = Scalar<scalar_t>::store(0.f);
+    } else if constexpr (kWeighted) {
+      out[at] = message<kWeighted>(x[int64_t(col[p]) * width + f], weight, perm, p, heads,
+                                   f / span);
+    } else {
+      out[at] = x[p * width + f];
+    }
   }
 }
 
@@ -324,9 +373,33 @@ __device__ __forceinline__ void scatter_packet(acc_t* __restrict__ acc, const in
 // rows (vector loads of arg and grad_out). While a packet's winning sources repeat from row to
 // row (hubs, ties) the thread sums locally and flushes one atomic per run of equal sources
 // instead of one per row.
-template <typename scalar_t, typename index_t, int N>
+// Weighted: the packet's positions p = arg become sources col[p] and its gradients are scaled
+// by weight[p, head of f + n], so that the runs below compare sources.
+template <bool kWeighted, int N, typename scalar_t, typename index_t, typename acc_t>
+__device__ __forceinline__ void resolve_packet(index_t (&j)[N], acc_t (&g)[N],
+                                               const index_t* __restrict__ col,
+                                               const scalar_t* __restrict__ weight,
+                                               const index_t* __restrict__ perm, int64_t heads,
+                                               int64_t span, int64_t f) {
+  if constexpr (kWeighted) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      if (j[n] >= 0) {
+        const int64_t p = j[n];
+        g[n] *= Scalar<scalar_t>::load(edge_weight(weight, perm, p, heads, (f + n) / span));
+        j[n] = col[p];
+      }
+    }
+  }
+}
+
+template <typename scalar_t, typename index_t, int N, bool kWeighted>
 __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
                                       const scalar_t* __restrict__ grad_out,
+                                      const index_t* __restrict__ col,
+                                      const scalar_t* __restrict__ weight,
+                                      const index_t* __restrict__ perm, int64_t heads,
+                                      int64_t span,
                                       typename Scalar<scalar_t>::acc* __restrict__ acc,
                                       int64_t rows, int64_t width, int64_t work) {
   using acc_t = typename Scalar<scalar_t>::acc;
@@ -344,15 +417,20 @@ __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
       load_packet<scalar_t, N>(grad_out + first * width + f, run_g);
 #pragma unroll
       for (int n = 0; n < N; ++n) run_j[n] = j.v[n];
+      resolve_packet<kWeighted>(run_j, run_g, col, weight, perm, heads, span, f);
     }
     for (int64_t i = first + 1; i < last; ++i) {
-      const Packet<index_t, N> j = *reinterpret_cast<const Packet<index_t, N>*>(
+      const Packet<index_t, N> packet = *reinterpret_cast<const Packet<index_t, N>*>(
           arg + i * width + f);
+      index_t j[N];
+#pragma unroll
+      for (int n = 0; n < N; ++n) j[n] = packet.v[n];
       acc_t g[N];
       load_packet<scalar_t, N>(grad_out + i * width + f, g);
+      resolve_packet<kWeighted>(j, g, col, weight, perm, heads, span, f);
       bool same = true;
 #pragma unroll
-      for (int n = 0; n < N; ++n) same &= j.v[n] == run_j[n];
+      for (int n = 0; n < N; ++n) same &= j[n] == run_j[n];
       if (same) {
 #pragma unroll
         for (int n = 0; n < N; ++n) run_g[n] += g[n];
@@ -360,7 +438,7 @@ __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
         scatter_packet<N>(acc, run_j, run_g, width, f);
 #pragma unroll
         for (int n = 0; n < N; ++n) {
-          run_j[n] = j.v[n];
+          run_j[n] = j[n];
           run_g[n] = g[n];
         }
       }
@@ -370,13 +448,18 @@ __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
 }
 
 // One group of lanes per source j over its out-edges (transposed CSR, destinations ascending):
-// a duplicate edge (same destination as the previous one) is skipped so each (i, f) counts once.
-template <typename scalar_t, typename index_t>
+// a duplicate edge (same destination as the previous one) is skipped so each (i, f) counts once
+// (weighted too: one position wins (i, f), and it counts when its source is j).
+template <typename scalar_t, typename index_t, bool kWeighted>
 __global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
                                    const index_t* __restrict__ t_col, int64_t num_src,
                                    const index_t* __restrict__ arg,
                                    const scalar_t* __restrict__ grad_out,
-                                   scalar_t* __restrict__ grad_x, int64_t width, int lanes_log2) {
+                                   const index_t* __restrict__ col,
+                                   const scalar_t* __restrict__ weight,
+                                   const index_t* __restrict__ perm, int64_t heads,
+                                   int64_t span, scalar_t* __restrict__ grad_x, int64_t width,
+                                   int lanes_log2) {
   using acc_t = typename Scalar<scalar_t>::acc;
   const int64_t lanes = int64_t(1) << lanes_log2;
   const int64_t j = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> lanes_log2;
@@ -393,8 +476,15 @@ __global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
 #pragma unroll
       for (int u = 0; u < kLightPerLane; ++u) {
         const int64_t f = f0 + u * lanes;
-        if (f < width && int64_t(arg[int64_t(i) * width + f]) == j)
+        if (f >= width) continue;
+        const int64_t a = arg[int64_t(i) * width + f];
+        if constexpr (kWeighted) {
+          if (a >= 0 && int64_t(col[a]) == j)
+            sum[u] += Scalar<scalar_t>::load(grad_out[int64_t(i) * width + f]) *
+                      Scalar<scalar_t>::load(edge_weight(weight, perm, a, heads, f / span));
+        } else if (a == j) {
           sum[u] += Scalar<scalar_t>::load(grad_out[int64_t(i) * width + f]);
+        }
       }
     }
 #pragma unroll
@@ -405,9 +495,52 @@ __global__ void minmax_pull_kernel(const index_t* __restrict__ t_rowptr,
   }
 }
 
+// One thread per (row i, head h), over the head's features in order: runs of features won by
+// one position p are summed in a register and added to grad_w[p, h] once. The thread owns the
+// entries of its row's positions for its head: no atomics, a fixed order.
+template <typename scalar_t, typename index_t>
+__global__ void minmax_weight_grad_kernel(const index_t* __restrict__ col,
+                                          const index_t* __restrict__ perm,
+                                          const index_t* __restrict__ arg,
+                                          const scalar_t* __restrict__ grad_out,
+                                          const scalar_t* __restrict__ x,
+                                          typename Scalar<scalar_t>::acc* __restrict__ grad_w,
+                                          int64_t rows, int64_t width, int64_t heads) {
+  using acc_t = typename Scalar<scalar_t>::acc;
+  const int64_t span = width / heads;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < rows * heads;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = k / heads, h = k - i * heads;
+    int64_t run = -1;
+    acc_t sum = acc_t(0);
+    for (int64_t f = h * span; f < (h + 1) * span; ++f) {
+      const int64_t p = arg[i * width + f];
+      if (p != run) {
+        if (run >= 0) grad_w[(perm ? int64_t(perm[run]) : run) * heads + h] += sum;
+        run = p;
+        sum = acc_t(0);
+      }
+      if (p >= 0)
+        sum += Scalar<scalar_t>::load(grad_out[i * width + f]) *
+               Scalar<scalar_t>::load(x[int64_t(col[p]) * width + f]);
+    }
+    if (run >= 0) grad_w[(perm ? int64_t(perm[run]) : run) * heads + h] += sum;
+  }
+}
+
 template <typename F>
 void dispatch_reduce(bool is_max, F&& f) {
   if (is_max) f(std::true_type{}); else f(std::false_type{});
+}
+
+template <typename F>
+void dispatch_weighted(const EdgeWeights& weights, F&& f) {
+  if (weights.values) f(std::true_type{}); else f(std::false_type{});
+}
+
+// The features of one weight column (the width when unweighted).
+int64_t head_span(const EdgeWeights& weights, int64_t width) {
+  return weights.values ? width / weights.heads : width;
 }
 
 }  // namespace
@@ -415,7 +548,7 @@ void dispatch_reduce(bool is_max, F&& f) {
 namespace {
 
 void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
-                  SplitWorkView work, const void* x, void* out, void* arg,
+                  SplitWorkView work, const void* x, EdgeWeights weights, void* out, void* arg,
                   unsigned long long* packed, int64_t width, bool is_max, int warps,
                   cudaStream_t stream) {
   const int threads = warps * kWarp;
@@ -424,26 +557,32 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
   // float32 rows of a multiple of 4 features (16-byte aligned) take one load per lane.
   const bool vector_rows = type == FloatType::kFloat && width % kLightPerLane == 0 &&
                            reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const int64_t span = head_span(weights, width);
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
       dispatch_reduce(is_max, [&](auto m) {
         constexpr bool kMax = decltype(m)::value;
-        auto launch = [&](auto kernel) {
-          kernel<<<unsigned(blocks), threads, 0, stream>>>(
-              static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
-              static_cast<const index_t*>(rows), num_rows, work,
-              static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out),
-              static_cast<index_t*>(arg), packed, width, lanes_log2);
-        };
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          if (vector_rows) {
-            launch(minmax_light_kernel<scalar_t, index_t, kMax, true>);
-            return;
+        dispatch_weighted(weights, [&](auto w) {
+          constexpr bool kWeighted = decltype(w)::value;
+          auto launch = [&](auto kernel) {
+            kernel<<<unsigned(blocks), threads, 0, stream>>>(
+                static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+                static_cast<const index_t*>(rows), num_rows, work,
+                static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
+                static_cast<const index_t*>(weights.perm), weights.heads, span,
+                static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
+                packed, width, lanes_log2);
+          };
+          if constexpr (std::is_same_v<scalar_t, float>) {
+            if (vector_rows) {
+              launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted>);
+              return;
+            }
           }
-        }
-        launch(minmax_light_kernel<scalar_t, index_t, kMax, false>);
+          launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted>);
+        });
       });
     });
   });
@@ -452,25 +591,25 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
 }  // namespace
 
 void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
-                  const void* x, void* out, void* arg, int64_t width, bool is_max, int warps,
-                  cudaStream_t stream) {
+                  const void* x, EdgeWeights weights, void* out, void* arg, int64_t width,
+                  bool is_max, int warps, cudaStream_t stream) {
   if (num_rows == 0 || width == 0) return;
-  launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, out, arg, nullptr, width, is_max,
-               warps, stream);
+  launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, weights, out, arg, nullptr, width,
+               is_max, warps, stream);
   check_launch("minmax_light");
 }
 
-void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x, void* out,
-                  void* arg, unsigned long long* packed, int64_t width, bool is_max, int warps,
-                  cudaStream_t stream) {
+void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x,
+                  EdgeWeights weights, void* out, void* arg, unsigned long long* packed,
+                  int64_t width, bool is_max, int warps, cudaStream_t stream) {
   if (work.items == 0 || width == 0) return;
   if (type == FloatType::kDouble)
     throw std::runtime_error("minmax_split: float64 takes the light path");
   if (work.split_rows > 0) {
     cudaMemsetAsync(packed, is_max ? 0x00 : 0xff,
                     work.split_rows * width * sizeof(unsigned long long), stream);
-    launch_light(type, csr, nullptr, work.items, work, x, out, arg, packed, width, is_max, warps,
-                 stream);
+    launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, packed, width,
+                 is_max, warps, stream);
     dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
       dispatch_reduce(is_max, [&](auto m) {
@@ -482,15 +621,15 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
     });
   }
   // packed may live in out's memory: the other rows are written only once it is read.
-  launch_light(type, csr, nullptr, work.items, work, x, out, arg, nullptr, width, is_max, warps,
-               stream);
+  launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, nullptr, width,
+               is_max, warps, stream);
   check_launch("minmax_split");
-  minmax_heavy_values(type, csr.index64, work.split_row, work.split_rows, x, arg, out, width,
+  minmax_heavy_values(type, csr, work.split_row, work.split_rows, x, weights, arg, out, width,
                       stream);
 }
 
 void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int64_t num_heavy,
-                       int64_t max_degree, const void* x, void* arg,
+                       int64_t max_degree, const void* x, EdgeWeights weights, void* arg,
                        unsigned long long* packed, int64_t width, bool is_max, int warps,
                        int edges_per_block, cudaStream_t stream) {
   if (num_heavy == 0 || width == 0) return;
@@ -502,6 +641,7 @@ void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int6
   const size_t shared = threads > lanes ? lanes * sizeof(unsigned long long) : 0;
   const int64_t chunks = ceil_div(max_degree > 0 ? max_degree : 1, edges_per_block);
   const dim3 grid(unsigned(num_heavy), unsigned(chunks < 65535 ? chunks : 65535));
+  const int64_t span = head_span(weights, width);
   cudaMemsetAsync(packed, is_max ? 0x00 : 0xff, num_heavy * width * sizeof(unsigned long long),
                   stream);
   dispatch_float(type, [&](auto s) {
@@ -512,9 +652,15 @@ void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int6
         dispatch_reduce(is_max, [&](auto m) {
           constexpr bool kMax = decltype(m)::value;
           const auto* rows = static_cast<const index_t*>(heavy_rows);
-          minmax_heavy_kernel<scalar_t, index_t, kMax><<<grid, threads, shared, stream>>>(
-              static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col), rows,
-              static_cast<const scalar_t*>(x), packed, width, edges_per_block, lanes_log2);
+          dispatch_weighted(weights, [&](auto w) {
+            minmax_heavy_kernel<scalar_t, index_t, kMax, decltype(w)::value>
+                <<<grid, threads, shared, stream>>>(
+                    static_cast<const index_t*>(csr.rowptr),
+                    static_cast<const index_t*>(csr.col), rows, static_cast<const scalar_t*>(x),
+                    static_cast<const scalar_t*>(weights.values),
+                    static_cast<const index_t*>(weights.perm), weights.heads, span, packed,
+                    width, edges_per_block, lanes_log2);
+          });
           minmax_unpack_kernel<index_t, kMax>
               <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
                   rows, num_heavy, packed, static_cast<index_t*>(arg), width);
@@ -525,27 +671,35 @@ void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int6
   check_launch("minmax_heavy_args");
 }
 
-void minmax_heavy_values(FloatType type, bool index64, const void* heavy_rows,
-                         int64_t num_heavy, const void* x, const void* arg, void* out,
-                         int64_t width, cudaStream_t stream) {
+void minmax_heavy_values(FloatType type, CsrView csr, const void* heavy_rows,
+                         int64_t num_heavy, const void* x, EdgeWeights weights, const void* arg,
+                         void* out, int64_t width, cudaStream_t stream) {
   if (num_heavy == 0 || width == 0) return;
+  const int64_t span = head_span(weights, width);
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
-    dispatch_index(index64, [&](auto i) {
+    dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
-      minmax_gather_kernel<scalar_t, index_t>
-          <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
-          static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
-          static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), width);
+      dispatch_weighted(weights, [&](auto w) {
+        minmax_gather_kernel<scalar_t, index_t, decltype(w)::value>
+            <<<grid_for(num_heavy * width, 256), 256, 0, stream>>>(
+            static_cast<const index_t*>(heavy_rows), num_heavy, static_cast<const index_t*>(arg),
+            static_cast<const index_t*>(csr.col), static_cast<const scalar_t*>(x),
+            static_cast<const scalar_t*>(weights.values),
+            static_cast<const index_t*>(weights.perm), weights.heads, span,
+            static_cast<scalar_t*>(out), width);
+      });
     });
   });
   check_launch("minmax_heavy_values");
 }
 
 void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const void* grad_out,
-                           void* acc, int64_t rows, int64_t width, cudaStream_t stream) {
+                           const void* col, EdgeWeights weights, void* acc, int64_t rows,
+                           int64_t width, cudaStream_t stream) {
   if (rows == 0 || width == 0) return;
   constexpr int kThreads = 256;
+  const int64_t span = head_span(weights, width);
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     using acc_t = typename Scalar<scalar_t>::acc;
@@ -558,10 +712,15 @@ void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const 
       dispatch_vec(vec, [&](auto n) {
         constexpr int N = decltype(n)::value;
         const int64_t work = ceil_div(rows, kScatterRunRows) * (width / N);
-        minmax_scatter_kernel<scalar_t, index_t, N>
-            <<<grid_for(work, kThreads), kThreads, 0, stream>>>(
-                static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
-                static_cast<acc_t*>(acc), rows, width, work);
+        dispatch_weighted(weights, [&](auto w) {
+          minmax_scatter_kernel<scalar_t, index_t, N, decltype(w)::value>
+              <<<grid_for(work, kThreads), kThreads, 0, stream>>>(
+                  static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+                  static_cast<const index_t*>(col),
+                  static_cast<const scalar_t*>(weights.values),
+                  static_cast<const index_t*>(weights.perm), weights.heads, span,
+                  static_cast<acc_t*>(acc), rows, width, work);
+        });
       });
     });
   });
@@ -569,22 +728,49 @@ void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const 
 }
 
 void minmax_pull(FloatType type, CsrView t_csr, const void* arg, const void* grad_out,
-                 void* grad_x, int64_t width, cudaStream_t stream) {
+                 const void* col, EdgeWeights weights, void* grad_x, int64_t width,
+                 cudaStream_t stream) {
   if (t_csr.rows == 0 || width == 0) return;
   constexpr int kThreads = 256;
   const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
   const int64_t blocks = ceil_div(t_csr.rows << lanes_log2, kThreads);
+  const int64_t span = head_span(weights, width);
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     dispatch_index(t_csr.index64, [&](auto i) {
       using index_t = decltype(i);
-      minmax_pull_kernel<scalar_t, index_t><<<unsigned(blocks), kThreads, 0, stream>>>(
-          static_cast<const index_t*>(t_csr.rowptr), static_cast<const index_t*>(t_csr.col),
-          t_csr.rows, static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
-          static_cast<scalar_t*>(grad_x), width, lanes_log2);
+      dispatch_weighted(weights, [&](auto w) {
+        minmax_pull_kernel<scalar_t, index_t, decltype(w)::value>
+            <<<unsigned(blocks), kThreads, 0, stream>>>(
+            static_cast<const index_t*>(t_csr.rowptr), static_cast<const index_t*>(t_csr.col),
+            t_csr.rows, static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+            static_cast<const index_t*>(col), static_cast<const scalar_t*>(weights.values),
+            static_cast<const index_t*>(weights.perm), weights.heads, span,
+            static_cast<scalar_t*>(grad_x), width, lanes_log2);
+      });
     });
   });
   check_launch("minmax_pull");
+}
+
+void minmax_weight_grad(FloatType type, CsrView csr, const void* perm, const void* arg,
+                        const void* grad_out, const void* x, void* grad_w, int64_t width,
+                        int64_t heads, cudaStream_t stream) {
+  if (csr.rows == 0 || width == 0) return;
+  constexpr int kThreads = 256;
+  dispatch_float(type, [&](auto s) {
+    using scalar_t = decltype(s);
+    using acc_t = typename Scalar<scalar_t>::acc;
+    dispatch_index(csr.index64, [&](auto i) {
+      using index_t = decltype(i);
+      minmax_weight_grad_kernel<scalar_t, index_t>
+          <<<grid_for(csr.rows * heads, kThreads), kThreads, 0, stream>>>(
+          static_cast<const index_t*>(csr.col), static_cast<const index_t*>(perm),
+          static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+          static_cast<const scalar_t*>(x), static_cast<acc_t*>(grad_w), csr.rows, width, heads);
+    });
+  });
+  check_launch("minmax_weight_grad");
 }
 
 }  // namespace cuda

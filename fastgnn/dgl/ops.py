@@ -3,9 +3,12 @@
 Fused on fastgnn kernels (no edge-sized feature tensor):
   - ``copy_u`` with sum/mean/max/min (``gspmm(g, "copy_lhs", ...)``): ``fastgnn.ops.spmm`` and
     ``fastgnn.ops.aggregate``;
-  - ``u_mul_e`` with sum/mean when the edge data holds one scalar per edge (``[E]``,
+  - ``u_mul_e`` with sum/mean/max/min when the edge data holds one scalar per edge (``[E]``,
     ``[E, 1]``, ...) or one per edge and head (``[E, H, 1, ...]`` against ``[N, H, ...]``):
-    ``fastgnn.ops.spmm`` with edge weights, per head;
+    ``fastgnn.ops.aggregate`` with edge weights (sum/mean: SpMM per head; max/min: one
+    min/max kernel that records the winning edge, so both gradients follow DGL's even with
+    duplicate edges; ties go to the smallest source, then the earliest duplicate, where DGL's
+    pick follows its own CSR order);
   - ``u_dot_v`` / ``v_dot_u`` on features of the same shape: the SDDMM kernel, per head;
   - ``edge_softmax`` over every edge (``eids=ALL``), ``norm_by`` dst or src:
     ``fastgnn.ops.edge_softmax``, whose output feeds ``u_mul_e_sum`` as per-head weights.
@@ -37,7 +40,7 @@ SPMM_OPS = ("add", "sub", "mul", "div", "copy_u", "copy_e")  # dgl.ops.spmm's li
 SPMM_REDUCES = ("sum", "max", "min", "mean")
 SDDMM_TARGETS = ("u", "v", "e")
 SDDMM_OPS = ("add", "sub", "mul", "div", "dot")
-MAX_HEADS = 64  # per-head loops above this run DGL's op instead
+MAX_HEADS = 64  # per-head SpMM loops (u_mul_e sum/mean, dot products) above this run DGL's op
 
 
 def _fallback(name: str, reason: str, *args, **kwargs):
@@ -93,7 +96,7 @@ def _spmm_fused(g, op: str, reduce_op: str, lhs, rhs) -> torch.Tensor:
         x = _node_data("lhs_data", lhs, graph.num_src_nodes, graph)
         out = ops.aggregate(graph, x, reduce_op)
         return _empty_extremes(graph, out, reduce_op) if reduce_op in ("max", "min") else out
-    if op != "mul" or reduce_op not in ("sum", "mean"):
+    if op != "mul":
         raise Unsupported(f"op={op!r} with reduce_op={reduce_op!r}")
     x = _node_data("lhs_data", lhs, graph.num_src_nodes, graph)
     if not isinstance(rhs, torch.Tensor) or rhs.dtype != x.dtype or rhs.device != x.device \
@@ -101,14 +104,12 @@ def _spmm_fused(g, op: str, reduce_op: str, lhs, rhs) -> torch.Tensor:
         raise Unsupported("rhs_data that is not edge data of lhs_data's dtype and device")
     x_feat, e_feat = _padded_shapes(x, rhs)
     heads = _per_head(x_feat, e_feat)
-    if heads is None or heads > MAX_HEADS:
+    if heads is None or (heads > MAX_HEADS and reduce_op in ("sum", "mean")):
         raise Unsupported(f"lhs_data {list(x.shape)} with rhs_data {list(rhs.shape)}")
     x = x.reshape((x.shape[0],) + x_feat)
-    if heads == 1:
-        return ops.spmm(graph, x, edge_weight=rhs.reshape(-1), reduce=reduce_op)
-    weights = rhs.reshape(graph.num_edges, heads)
-    return torch.stack([ops.spmm(graph, x[:, h], edge_weight=weights[:, h], reduce=reduce_op)
-                        for h in range(heads)], dim=1)
+    weights = rhs.reshape(graph.num_edges) if heads == 1 else rhs.reshape(graph.num_edges, heads)
+    out = ops.aggregate(graph, x, reduce_op, edge_weight=weights)
+    return _empty_extremes(graph, out, reduce_op) if reduce_op in ("max", "min") else out
 
 
 def _gspmm(name: str, g, op: str, reduce_op: str, lhs_data, rhs_data):

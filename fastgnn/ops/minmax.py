@@ -18,6 +18,15 @@ whole degree: the items of a row of several merge through the same packed atomic
 scratch of one word per (such row, feature) that also borrows the output's memory.
 The GPU backward uses atomics, except under ``torch.use_deterministic_algorithms(True)``,
 where it pulls per source through the cached transposed CSR (deterministic, slower).
+
+With edge weights (``[E, H]`` in input edge order, one per edge and head, broadcast over each
+head's features; the kernels read them through the graph's CSR-to-input edge map, so no
+edge-sized copy is made either way) every path multiplies the messages and records the winning
+CSR position instead of the source (packed words hold the position), so duplicate edges of
+different weights are told apart: the x gradient goes to ``col[position]`` times the edge's
+weight (the same backward kernels, reading col and the weights), and
+``minmax_weight_backward`` gives the weights' gradient, rows owning their edges
+(deterministic everywhere).
 """
 from __future__ import annotations
 
@@ -28,7 +37,7 @@ import torch
 
 from fastgnn import _library, _native, backends, tuning
 from fastgnn.graph import Graph
-from fastgnn.ops._common import wants_grad
+from fastgnn.ops._common import edge_perm_index, wants_grad
 
 OP = "aggregate_minmax"
 _INT32_MAX = 2**31 - 1
@@ -50,7 +59,8 @@ def encode_config(warps: int, edges_per_block: int, split_chunk: int = 0) -> int
 
 
 def _heavy_allowed(g: Graph, x: torch.Tensor) -> bool:
-    # Packed words hold a float32 key and a 32-bit source index.
+    # Packed words hold a float32 key and a 32-bit source index (weighted calls: a CSR
+    # position, which _choose_plan bounds).
     return x.dtype != torch.float64 and g.num_src_nodes <= _INT32_MAX
 
 
@@ -93,8 +103,10 @@ def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     return plans, heavy_default if heavy_default in plans else default
 
 
-def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool) -> Plan:
-    if x.device.type != "cuda":
+def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool, weighted: bool = False) -> Plan:
+    """The launch plan; a weighted call takes the plan timed for unweighted calls of the same
+    width (one more load per message), the light path alone past 2^31 - 1 edges."""
+    if x.device.type != "cuda" or (weighted and g.num_edges > _INT32_MAX):
         return _ALL_LIGHT
     plans, default = _plans(g, x)
 
@@ -116,49 +128,91 @@ def backward_pulls(device: torch.device) -> bool:
     return device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
 
 
-def arguments(g: Graph, flat: torch.Tensor, reduce: str, grad: bool) -> tuple:
-    """The native op's arguments for a contiguous 2-D ``flat`` (``grad``: a backward follows)."""
+def arguments(g: Graph, flat: torch.Tensor, reduce: str, grad: bool,
+              weight: Optional[torch.Tensor] = None) -> tuple:
+    """The native op's arguments for a contiguous 2-D ``flat`` (``grad``: a backward follows)
+    and optional ``weight`` (``[E, H]``, input edge order, flat's dtype: see
+    :func:`weight_matrix`)."""
     is_max = reduce == "max"
     transposed = g.transpose()[:2] if grad and backward_pulls(flat.device) else (None, None)
-    return (g.rowptr, g.col, flat, is_max, *_choose_plan(g, flat, is_max), *transposed, g.key)
+    plan = _choose_plan(g, flat, is_max, weight is not None)
+    args = (g.rowptr, g.col, flat, is_max, *plan, *transposed, g.key)
+    return args if weight is None else args + (weight, edge_perm_index(g))
 
 
-def native_aggregate(g: Graph, x: torch.Tensor, reduce: str) -> torch.Tensor:
-    """``fastgnn.ops.aggregate`` for min/max on the native kernels (inputs already checked)."""
+def weight_matrix(g: Graph, edge_weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``edge_weight`` (``[E]`` or ``[E, H]``, input edge order) as the op's contiguous
+    ``[E, H]`` weight in ``dtype``."""
+    heads = edge_weight.shape[1] if edge_weight.dim() > 1 else 1
+    return edge_weight.reshape(g.num_edges, heads).to(dtype).contiguous()
+
+
+def native_aggregate(g: Graph, x: torch.Tensor, reduce: str,
+                     edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``fastgnn.ops.aggregate`` for min/max on the native kernels (inputs already checked;
+    ``edge_weight``: ``[E]`` or ``[E, H]`` with ``x`` of ``[N, H, ...]``)."""
     width = math.prod(x.shape[1:])
     flat = x.reshape(x.shape[0], width).contiguous()
-    out, _ = _minmax(*arguments(g, flat, reduce, wants_grad(x)))
+    weight = None if edge_weight is None else weight_matrix(g, edge_weight, x.dtype)
+    out, _ = _minmax(*arguments(g, flat, reduce, wants_grad(x, weight), weight))
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
 # ---- autograd and fake kernels -----------------------------------------------------------------
 def _setup(ctx, inputs, output):
     rowptr, col, x, is_max, light, heavy, max_degree, config, t_rowptr, t_col = inputs[:10]
-    ctx.save_for_backward(output[1], t_rowptr, t_col)
+    weight = inputs[11] if len(inputs) > 11 else None
+    edge_perm = inputs[12] if len(inputs) > 12 else None
     ctx.num_src = x.shape[0]
+    ctx.num_inputs = len(inputs)  # the registered formula may see graph_key and weight filled in
+    ctx.weighted = weight is not None
+    if weight is None:
+        ctx.save_for_backward(output[1], t_rowptr, t_col)
+        return
+    # x only when the weights want a gradient
+    wants_w = ctx.needs_input_grad[11]
+    ctx.save_for_backward(output[1], t_rowptr, t_col, rowptr, col, weight, edge_perm,
+                          x if wants_w else None)
 
 
 def _backward(ctx, grad_out, _grad_arg):
-    arg, t_rowptr, t_col = ctx.saved_tensors
-    grad_x = None
+    grad_x = grad_w = None
+    if not ctx.weighted:
+        arg, t_rowptr, t_col = ctx.saved_tensors
+        if ctx.needs_input_grad[2]:
+            grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out.contiguous(),
+                                                                 ctx.num_src, t_rowptr, t_col)
+        return (None, None, grad_x) + (None,) * (ctx.num_inputs - 3)
+    arg, t_rowptr, t_col, rowptr, col, weight, edge_perm, x = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
     if ctx.needs_input_grad[2]:
-        grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out.contiguous(),
-                                                             ctx.num_src, t_rowptr, t_col)
-    return (None, None, grad_x) + (None,) * 8
+        grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out, ctx.num_src,
+                                                             t_rowptr, t_col, col, weight,
+                                                             edge_perm)
+    if ctx.needs_input_grad[11]:
+        grad_w = torch.ops.fastgnn.minmax_weight_backward(rowptr, col, arg, grad_out, x,
+                                                          weight.shape[1], edge_perm)
+    return (None, None, grad_x) + (None,) * 8 + (grad_w,) + (None,) * (ctx.num_inputs - 12)
 
 
 def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col,
-          graph_key=0):
+          graph_key=0, weight=None, edge_perm=None):
     shape = (rowptr.shape[0] - 1, x.shape[1])
     return x.new_empty(shape), x.new_empty(shape, dtype=col.dtype)
 
 
-def _backward_fake(arg, grad_out, num_src, t_rowptr, t_col):
+def _backward_fake(arg, grad_out, num_src, t_rowptr, t_col, col=None, weight=None,
+                   edge_perm=None):
     return grad_out.new_empty((num_src, grad_out.shape[1]))
+
+
+def _weight_backward_fake(rowptr, col, arg, grad_out, x, heads, edge_perm=None):
+    return grad_out.new_empty((col.shape[0], heads))
 
 
 if _native.has_op("minmax_aggregate"):
     _library.register_fake("minmax_aggregate", _fake)
     _library.register_fake("minmax_aggregate_backward", _backward_fake)
+    _library.register_fake("minmax_weight_backward", _weight_backward_fake)
     _minmax = _library.register_autograd("minmax_aggregate", _backward, _setup)
     backends.register(OP, "native", _native.devices(), native_aggregate, priority=10)

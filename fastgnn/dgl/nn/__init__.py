@@ -6,11 +6,11 @@ instances for them (``fastgnn.enable`` imports it by itself when DGL is installe
 
 Fused: DGLGraphs, blocks (MFGs) and bipartite graphs with one edge type, int32 or int64 ids;
 GraphConv (every norm, weight, bias, external weight, scalar edge_weight), SAGEConv (mean,
-gcn, pool; scalar edge_weight with mean and gcn), GINConv (sum, mean, max, learn_eps; scalar
-edge_weight with sum and mean), GATConv, GATv2Conv (heads, feat_drop, attn_drop, residual,
+gcn, pool; scalar edge_weight), GINConv (sum, mean, max, learn_eps; scalar edge_weight),
+GATConv, GATv2Conv (heads, feat_drop, attn_drop, residual,
 share_weights, negative_slope), DotGatConv and EdgeWeightNorm. DGL's own forward runs, with a
-one-time :class:`fastgnn.dgl.FallbackWarning`, for SAGEConv's lstm aggregator, edge weights
-with max/pool, GATConv's edge_weight, get_attention=True, heterographs with several edge
+one-time :class:`fastgnn.dgl.FallbackWarning`, for SAGEConv's lstm aggregator, GATConv's
+edge_weight, get_attention=True, heterographs with several edge
 types and node features that are not float tensors of the expected shape. Inputs DGL rejects
 (0-in-degree nodes without allow_zero_in_degree, ...) raise DGL's own errors.
 """

@@ -54,8 +54,6 @@ class SAGEConv(FastLayer, dgl_nn.SAGEConv):
         raw_src, raw_dst = split_features(feat, graph)
         check_features(g, raw_src, raw_dst, two_dim=True)
         edge_weight = scalar_edge_weight(g, edge_weight, raw_src)
-        if kind == "pool" and edge_weight is not None:
-            raise Unsupported("edge_weight with aggregator_type='pool'")
         if isinstance(feat, tuple):
             feat_src, feat_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
         else:
@@ -64,7 +62,8 @@ class SAGEConv(FastLayer, dgl_nn.SAGEConv):
                 feat_dst = feat_src[:g.num_dst_nodes]
         narrowing = self._in_src_feats > self._out_feats  # fc_neigh before the aggregation
         if kind == "pool":
-            h_neigh = self.fc_neigh(ops.aggregate(g, F.relu(self.fc_pool(feat_src)), "max"))
+            h_neigh = self.fc_neigh(ops.aggregate(g, F.relu(self.fc_pool(feat_src)), "max",
+                                                  edge_weight=edge_weight))
         elif kind == "mean":
             h_src = self.fc_neigh(feat_src) if narrowing else feat_src
             h_neigh = ops.spmm(g, h_src, edge_weight=edge_weight, reduce="mean")
@@ -102,12 +101,7 @@ class GINConv(FastLayer, dgl_nn.GINConv):
         check_features(g, feat_src, feat_dst)
         edge_weight = scalar_edge_weight(g, edge_weight, feat_src)
         reduce = self._aggregator_type
-        if edge_weight is None:
-            neigh = ops.aggregate(g, feat_src, reduce)
-        elif reduce == "max":
-            raise Unsupported("edge_weight with aggregator_type='max'")
-        else:
-            neigh = ops.spmm(g, feat_src, edge_weight=edge_weight, reduce=reduce)
+        neigh = ops.aggregate(g, feat_src, reduce, edge_weight=edge_weight)
         out = (1 + self.eps) * feat_dst + neigh
         if self.apply_func is not None:
             out = self.apply_func(out)
