@@ -290,7 +290,9 @@ def test_compiled_step_calls_the_kernel_twins(name):
 def test_reduce_overhead_runs_the_ops_on_every_call(name):
     """Under mode="reduce-overhead" the ops (cudagraph_unsafe) run outside Inductor's CUDA
     graphs: results equal eager ones after the graphs are recorded, and an in-place change of
-    edge_index is seen, which a replayed structure lookup would miss."""
+    edge_index is seen, which a replayed structure lookup would miss (an O(1) difference).
+    Inductor's generated kernels round differently from eager ones (1.2e-6 on one SAGE-max
+    gradient entry on an H100), hence torch's default float32 tolerance."""
     eager, model = _models(name, "cuda")
     inputs = _inputs(40, 200, seed=16, device="cuda", name=name)
     torch._dynamo.reset()
@@ -298,8 +300,7 @@ def test_reduce_overhead_runs_the_ops_on_every_call(name):
 
     def check():
         torch.compiler.cudagraph_mark_step_begin()  # one training step per iteration
-        _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs),
-                      rtol=1e-5, atol=1e-6)
+        _assert_equal(_step(compiled_model, *inputs), _step(eager, *inputs))
     for _ in range(3):  # warmup, recording, replay
         check()
     inputs[1][:, :60] = inputs[1][:, :60].flip(0)  # reverse some edges in place
