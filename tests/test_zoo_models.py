@@ -248,3 +248,26 @@ def test_bf16_mixed_precision(data, arch):
     trainer.fit(module, data)
     metrics = trainer.test(module, data, verbose=False)[0]
     assert torch.isfinite(torch.tensor(metrics["test_loss"]))
+
+
+def test_scored_nodes_found_once_per_mask():
+    """A full-batch step scores its mask's nodes through their ids, found once per mask (a
+    boolean index at every step would sync the GPU mid-step): the same rows as the mask picks,
+    rebuilt after an in-place change of the mask, and from masks made in inference mode."""
+    data = tiny_csbm()
+    data.setup()
+    batch = data.data
+    module = NodePropertyModule("gcn", "pyg", num_features=data.num_features,
+                                num_outputs=data.num_outputs, task=data.task)
+    out = torch.randn(batch.num_nodes, data.num_outputs)
+    for _ in range(3):
+        scored, y = module._scored(batch, out, "train")
+        assert torch.equal(scored, out[batch.train_mask]) and torch.equal(y, batch.y[batch.train_mask])
+    assert module._mask_indices.builds == 1
+    batch.train_mask[batch.train_mask.nonzero()[0]] = False  # in place: one node fewer
+    scored, _ = module._scored(batch, out, "train")
+    assert torch.equal(scored, out[batch.train_mask]) and module._mask_indices.builds == 2
+    with torch.inference_mode():
+        batch.val_mask = batch.val_mask.clone()  # as a device move under inference mode makes it
+        scored, _ = module._scored(batch, out, "val")
+    assert torch.equal(scored, out[batch.val_mask])

@@ -23,6 +23,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 import fastgnn
 from fastgnn._adapter import StructureCache
+from fastgnn.pyg import structure
 from fastgnn.zoo.cuda_graphs import StepGraphs
 from fastgnn.zoo.data.base import TASKS
 from fastgnn.zoo.models import MODELS
@@ -182,8 +183,7 @@ class NodePropertyModule(pl.LightningModule):
         self.automatic_optimization = not cuda_graph
         self._graphs = StepGraphs() if cuda_graph else None
         self._graphs_off: Optional[str] = None  # why this run takes no graphs (warned once)
-        self._mask_indices = StructureCache(
-            capacity=len(STAGES), stamp=lambda mask: (mask._version, mask.shape, mask.device))
+        self._mask_indices = StructureCache(capacity=len(STAGES), stamp=structure.stamp)
 
     def forward(self, batch) -> torch.Tensor:
         if self.hparams.cached and getattr(batch, "batch_size", None) is not None:

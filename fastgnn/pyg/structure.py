@@ -42,16 +42,18 @@ def _eager(fn):
 
 
 # ---- identity-keyed cache ---------------------------------------------------------------------
-def _stamp(source) -> Tuple:
+def stamp(source) -> Tuple:
+    """What must be unchanged for a value derived from ``source`` (a tensor, EdgeIndex,
+    SparseTensor or fastgnn.Graph) to stay valid: versions, shapes and devices."""
     if isinstance(source, torch.Tensor):
         if source.is_inference():  # no version counter to watch: never reuse its entry
             return (object(),)
-        stamp = (source._version, source.shape, source.device)
+        parts = (source._version, source.shape, source.device)
         if type(source) is not torch.Tensor and EdgeIndex is not None and \
                 isinstance(source, EdgeIndex):
             # In-place ops on the wrapper bump its counter, on its data the data's.
-            stamp += (source.as_tensor()._version,)
-        return stamp
+            parts += (source.as_tensor()._version,)
+        return parts
     if isinstance(source, SparseTensor):  # its tensors can still be changed in place
         storage = source.storage
         return tuple((t._version, tuple(t.shape), t.device) if t is not None else None
@@ -59,7 +61,7 @@ def _stamp(source) -> Tuple:
     return ()  # a fastgnn.Graph is immutable
 
 
-cache = StructureCache(stamp=_stamp)
+cache = StructureCache(stamp=stamp)
 
 
 @_eager
