@@ -70,3 +70,14 @@ def load_dataset(name: str) -> datasets.GraphData:
         return datasets.load(name)
     except datasets.DatasetUnavailable as exc:
         pytest.skip(f"dataset {name} unavailable: {exc}")
+
+
+def hub_graph(device, index_dtype=None, hub_degree=12_000, num_nodes=4_000, extra=18_000):
+    """A destination with hub_degree in-edges (repeated sources: duplicate edges) plus ordinary edges."""
+    gen = torch.Generator().manual_seed(8)
+    hub_src = torch.randint(0, num_nodes, (hub_degree,), generator=gen)
+    src = torch.cat([hub_src, torch.randint(0, num_nodes, (extra,), generator=gen)])
+    dst = torch.cat([torch.full((hub_degree,), 3), torch.randint(0, num_nodes - 5, (extra,),
+                                                                   generator=gen)])
+    return fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=num_nodes,
+                                         index_dtype=index_dtype).to(device)

@@ -7,7 +7,7 @@ import torch
 import fastgnn
 from fastgnn import _native, reference
 from fastgnn.ops import minmax
-from conftest import devices, load_dataset, random_edge_index, random_graph
+from conftest import devices, hub_graph, load_dataset, random_edge_index, random_graph
 
 pytestmark = pytest.mark.skipif(not _native.has_op("minmax_aggregate"),
                                 reason="native extension not built")
@@ -101,21 +101,10 @@ def test_index_widths(device, index_dtype):
         _check(g, x, reduce)
 
 
-def _hub_graph(device, index_dtype=None, hub_degree=12_000, num_nodes=4_000, extra=18_000):
-    """A destination with hub_degree in-edges (repeated sources) plus ordinary edges."""
-    gen = torch.Generator().manual_seed(8)
-    hub_src = torch.randint(0, num_nodes, (hub_degree,), generator=gen)
-    src = torch.cat([hub_src, torch.randint(0, num_nodes, (extra,), generator=gen)])
-    dst = torch.cat([torch.full((hub_degree,), 3), torch.randint(0, num_nodes - 5, (extra,),
-                                                                   generator=gen)])
-    return fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=num_nodes,
-                                         index_dtype=index_dtype).to(device)
-
-
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_hub_above_ten_thousand(device, index_dtype):
-    g = _hub_graph(device, index_dtype)
+    g = hub_graph(device, index_dtype)
     assert g.max_in_degree > 10_000
     x = _tied_features(g.num_src_nodes, (40,), torch.float32, device, seed=9)
     for reduce in REDUCES:
@@ -128,7 +117,7 @@ def test_hub_above_ten_thousand(device, index_dtype):
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_every_gpu_plan_matches_reference(dtype, index_dtype):
     """Each launch plan the tuner may pick (light only; each quantile, warps, edge chunk)."""
-    g = _hub_graph("cuda", index_dtype)
+    g = hub_graph("cuda", index_dtype)
     for width in (3, 40, 130, 256):  # 40 and 256: the float32 16-byte-load light kernel
         x = _tied_features(g.num_src_nodes, (width,), dtype, "cuda", seed=width)
         plans, _ = minmax._plans(g, x)
@@ -147,7 +136,7 @@ def test_sampled_batches_are_planned_without_bucketing_their_rows():
     light plans only: no degree buckets (a quantile read back) and no split work list for each
     batch. A graph built once keeps the heavy and split plans."""
     from fastgnn.sampling import NeighborSampler
-    g = _hub_graph("cpu", torch.int32)
+    g = hub_graph("cpu", torch.int32)
     x = torch.randn(g.num_src_nodes, 8)
     batch = NeighborSampler(g, [-1]).sample_subgraph(torch.arange(g.num_dst_nodes)).graph
     plans, default = minmax._plans(batch, x)
@@ -163,7 +152,7 @@ def test_sampled_batches_are_planned_without_bucketing_their_rows():
 def test_gpu_forward_needs_no_memory_beyond_its_outputs(plan_name):
     """The packed scratch of the heavy and load-balanced paths lives in out's memory: the
     forward's peak is out and arg (each rounded to the allocator's 512-byte blocks)."""
-    g = _hub_graph("cuda")
+    g = hub_graph("cuda")
     x = torch.randn(g.num_src_nodes, 64, device="cuda")
     plan = minmax._plans(g, x)[0][plan_name]
     OP(g.rowptr, g.col, x, True, *plan, None, None, g.key)  # builds the cached work list
@@ -179,7 +168,7 @@ def test_gpu_forward_needs_no_memory_beyond_its_outputs(plan_name):
 @pytest.mark.gpu
 def test_gpu_unaligned_rows():
     """A float32 view starting 4 bytes into its storage takes the scalar-load light kernel."""
-    g = _hub_graph("cuda")
+    g = hub_graph("cuda")
     storage = _tied_features(g.num_src_nodes * 16 + 1, (), torch.float32, "cuda", seed=17)
     x = storage[1:].view(g.num_src_nodes, 16)
     for reduce in REDUCES:
@@ -191,7 +180,7 @@ def test_gpu_unaligned_rows():
 
 @pytest.mark.gpu
 def test_gpu_float64_and_deterministic_backward():
-    g = _hub_graph("cuda")
+    g = hub_graph("cuda")
     x = _tied_features(g.num_src_nodes, (33,), torch.float64, "cuda", seed=10)
     for reduce in REDUCES:
         _check(g, x, reduce)
@@ -218,7 +207,7 @@ def test_gpu_float64_and_deterministic_backward():
 
 @pytest.mark.gpu
 def test_gpu_atomic_backward_alerts_when_deterministic():
-    g = _hub_graph("cuda")
+    g = hub_graph("cuda")
     x = torch.randn(g.num_src_nodes, 8, device="cuda")
     _, arg = OP(g.rowptr, g.col, x, False, None, None, 0, 0, None, None)
     previous = torch.are_deterministic_algorithms_enabled()

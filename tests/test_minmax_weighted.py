@@ -11,7 +11,7 @@ import fastgnn
 from fastgnn import _native, reference
 from fastgnn.ops import minmax
 from fastgnn.ops._common import edge_perm_index
-from conftest import devices, random_edge_index, random_graph
+from conftest import devices, hub_graph, random_edge_index, random_graph
 
 pytestmark = pytest.mark.skipif(not _native.has_op("minmax_aggregate"),
                                 reason="native extension not built")
@@ -139,21 +139,10 @@ def test_index_widths_and_bipartite(device, index_dtype, reduce):
         _check(g, x, w, reduce)
 
 
-def _hub_graph(device, index_dtype=None, hub_degree=12_000, num_nodes=4_000, extra=18_000):
-    """A destination with hub_degree in-edges (many duplicates) plus ordinary edges."""
-    gen = torch.Generator().manual_seed(8)
-    hub_src = torch.randint(0, num_nodes, (hub_degree,), generator=gen)
-    src = torch.cat([hub_src, torch.randint(0, num_nodes, (extra,), generator=gen)])
-    dst = torch.cat([torch.full((hub_degree,), 3), torch.randint(0, num_nodes - 5, (extra,),
-                                                                   generator=gen)])
-    return fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=num_nodes,
-                                         index_dtype=index_dtype).to(device)
-
-
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_hub_above_ten_thousand(device, index_dtype):
-    g = _hub_graph(device, index_dtype)
+    g = hub_graph(device, index_dtype)
     assert g.max_in_degree > 10_000
     for feat, w_feat in (((40,), ()), ((4, 10), (4,))):
         x, w = _inputs(g, feat, w_feat, torch.float32, device, seed=9)
@@ -311,7 +300,7 @@ def test_sum_and_mean_take_per_head_weights_too():
 def test_every_gpu_plan_matches_reference(dtype, index_dtype):
     """Each launch plan the tuner may pick (light, heavy rows through packed atomics, the
     work-list split) with weights: values and winning positions."""
-    g = _hub_graph("cuda", index_dtype)
+    g = hub_graph("cuda", index_dtype)
     for width, heads in ((3, 1), (40, 4), (256, 8)):  # scalar loads; float4 rows; heads
         x = _tied((g.num_src_nodes, width), dtype, "cuda", seed=width)
         w = _tied((g.num_edges, heads), dtype, "cuda", seed=width + 1)
@@ -337,7 +326,7 @@ def test_gpu_backwards_agree_and_pull_is_deterministic(w_feat):
     """The atomic scatter and the deterministic pull over the transposed CSR give the x
     gradient (float64: to rounding), run to run identical under deterministic algorithms, and
     the weight gradient is deterministic on both."""
-    g = _hub_graph("cuda")
+    g = hub_graph("cuda")
     x, w = _inputs(g, (4, 9), w_feat, torch.float64, "cuda", seed=18)
     for reduce in REDUCES:
         _check(g, x, w, reduce)
