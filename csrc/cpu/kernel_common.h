@@ -34,15 +34,16 @@ FASTGNN_ALWAYS_INLINE void prefetch_row(const T* row, int64_t count) {
   for (int64_t b = 0; b < size; b += 64) __builtin_prefetch(bytes + b, kWrite);
 }
 
-// 32 bytes of accumulators (8 floats or 4 doubles) as a GCC/Clang vector: the compiler maps it
-// to one AVX register, or two SSE ones on the baseline ISA, and keeps tiles in registers.
-// (Its load/store are always inlined, so the ABI note GCC gives for the baseline ISA is moot.)
+// kBytes (32: 8 floats or 4 doubles; 64 for AVX-512 code) of accumulators as a GCC/Clang
+// vector: the compiler maps 32 bytes to one AVX register, or two SSE ones on the baseline ISA,
+// and keeps tiles in registers. (Its load/store are always inlined, so the ABI note GCC gives
+// for the baseline ISA is moot.)
 #pragma GCC diagnostic ignored "-Wpsabi"
-template <typename scalar_t>
+template <typename scalar_t, int kBytes = 32>
 struct AccVec {
   using acc_t = acc_type<scalar_t>;
-  typedef acc_t type __attribute__((vector_size(32)));
-  static constexpr int kLanes = 32 / sizeof(acc_t);
+  typedef acc_t type __attribute__((vector_size(kBytes)));
+  static constexpr int kLanes = kBytes / int(sizeof(acc_t));
 
   static FASTGNN_ALWAYS_INLINE type load(const scalar_t* p) {
     type v;
@@ -98,6 +99,17 @@ void on_baseline_isa(Args&&... args) {
 #if FASTGNN_HAVE_AVX2_CLONE
 template <auto Body, typename... Args>
 FASTGNN_TARGET_AVX2 void on_avx2(Args&&... args) {
+  Body(std::forward<Args>(args)...);
+}
+
+// The same for AVX-512, for bodies written for 64-byte vectors (AccVec<scalar_t, 64>).
+inline bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+template <auto Body, typename... Args>
+__attribute__((target("avx512f,avx2,fma"))) void on_avx512(Args&&... args) {
   Body(std::forward<Args>(args)...);
 }
 #endif
