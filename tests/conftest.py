@@ -81,3 +81,15 @@ def hub_graph(device, index_dtype=None, hub_degree=12_000, num_nodes=4_000, extr
                                                                    generator=gen)])
     return fastgnn.Graph.from_edge_index(torch.stack([src, dst]), num_nodes=num_nodes,
                                          index_dtype=index_dtype).to(device)
+
+
+def minmax_opcheck_plans(g, device):
+    """A few launch plans of the native min/max op to opcheck (each is slow): every row light;
+    on the GPU also heavy rows above the 0.9 degree quantile, and every row in work items."""
+    from fastgnn.ops import minmax
+    plans = [(None, None, 0, 0)]
+    if device == "cuda":
+        _, light, heavy = g.degree_buckets(0.9)
+        plans.append((light, heavy, g.max_in_degree, minmax.encode_config(4, 32)))
+        plans.append((None, None, 0, minmax.encode_config(4, 0, split_chunk=8)))
+    return plans

@@ -11,7 +11,7 @@ import fastgnn
 from fastgnn import _native, reference
 from fastgnn.ops import minmax
 from fastgnn.ops._common import edge_perm_index
-from conftest import devices, hub_graph, random_edge_index, random_graph
+from conftest import devices, hub_graph, minmax_opcheck_plans, random_edge_index, random_graph
 
 pytestmark = pytest.mark.skipif(not _native.has_op("minmax_aggregate"),
                                 reason="native extension not built")
@@ -228,11 +228,7 @@ def test_opcheck(device):
     g, _ = random_graph(30, 200, seed=14, device=device)
     x = torch.randn(30, 6, device=device, requires_grad=True)
     t_rowptr, t_col, _ = g.transpose()
-    plans = [(None, None, 0, 0)]
-    if device == "cuda":
-        _, light, heavy = g.degree_buckets(0.9)
-        plans.append((light, heavy, g.max_in_degree, minmax.encode_config(4, 32)))
-        plans.append((None, None, 0, minmax.encode_config(4, 0, split_chunk=8)))
+    plans = minmax_opcheck_plans(g, device)
     perm = edge_perm_index(g)
     assert perm is not None  # the random edges are not in CSR order
     for heads in (1, 3):
