@@ -108,8 +108,10 @@ inline bool cpu_has_avx512() {
   return has;
 }
 
+#define FASTGNN_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
 template <auto Body, typename... Args>
-__attribute__((target("avx512f,avx2,fma"))) void on_avx512(Args&&... args) {
+FASTGNN_TARGET_AVX512 void on_avx512(Args&&... args) {
   Body(std::forward<Args>(args)...);
 }
 #endif

@@ -106,7 +106,7 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 // 16-lane selects element by element (20x slower). Not always_inline: only the AVX-512 row
 // clone may inline it (a function of another target may not), the others never call it.
 template <bool kMax, bool kWeighted, int kVecs>
-__attribute__((target("avx512f"))) void reduce_tile_f32_avx512(
+FASTGNN_TARGET_AVX512 void reduce_tile_f32_avx512(
     const int32_t* col, int32_t begin, int32_t end, const float* x,
     HeadWeights<float, int32_t> hw, int64_t width, int64_t f0, float* b, int32_t* a) {
   __m512 best[kVecs];
@@ -251,7 +251,7 @@ __attribute__((target("avx2,fma"))) void reduce_row_avx2(const index_t* rowptr,
 }
 
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
-__attribute__((target("avx512f"))) void reduce_row_avx512(
+FASTGNN_TARGET_AVX512 void reduce_row_avx512(
     const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
     int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
     acc_t* b) {
@@ -266,10 +266,8 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
   using acc_t = acc_type<scalar_t>;
   auto row_fn = &reduce_row_base<kMax, kWeighted, scalar_t, index_t, acc_t>;
 #ifdef FASTGNN_X86_DISPATCH
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    row_fn = &reduce_row_avx2<kMax, kWeighted, scalar_t, index_t, acc_t>;
-  if (__builtin_cpu_supports("avx512f"))
-    row_fn = &reduce_row_avx512<kMax, kWeighted, scalar_t, index_t, acc_t>;
+  if (cpu_has_avx2()) row_fn = &reduce_row_avx2<kMax, kWeighted, scalar_t, index_t, acc_t>;
+  if (cpu_has_avx512()) row_fn = &reduce_row_avx512<kMax, kWeighted, scalar_t, index_t, acc_t>;
 #endif
 #pragma omp parallel num_threads(num_threads())
   {
