@@ -73,7 +73,8 @@ def load_dataset(name: str) -> datasets.GraphData:
 
 
 def hub_graph(device, index_dtype=None, hub_degree=12_000, num_nodes=4_000, extra=18_000):
-    """A destination with hub_degree in-edges (repeated sources: duplicate edges) plus ordinary edges."""
+    """A destination with hub_degree in-edges (repeated sources: duplicate edges) plus
+    ordinary edges."""
     gen = torch.Generator().manual_seed(8)
     hub_src = torch.randint(0, num_nodes, (hub_degree,), generator=gen)
     src = torch.cat([hub_src, torch.randint(0, num_nodes, (extra,), generator=gen)])

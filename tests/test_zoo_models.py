@@ -262,7 +262,8 @@ def test_scored_nodes_found_once_per_mask():
     out = torch.randn(batch.num_nodes, data.num_outputs)
     for _ in range(3):
         scored, y = module._scored(batch, out, "train")
-        assert torch.equal(scored, out[batch.train_mask]) and torch.equal(y, batch.y[batch.train_mask])
+        assert torch.equal(scored, out[batch.train_mask])
+        assert torch.equal(y, batch.y[batch.train_mask])
     assert module._mask_indices.builds == 1
     batch.train_mask[batch.train_mask.nonzero()[0]] = False  # in place: one node fewer
     scored, _ = module._scored(batch, out, "train")

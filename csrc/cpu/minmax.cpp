@@ -195,11 +195,10 @@ inline __attribute__((always_inline)) void reduce_span(const index_t* col, index
 // vector width of the float32 fast path. With weights ([E, heads], CSR order) each head's
 // features are reduced with that head's weight column.
 template <bool kMax, bool kWeighted, int W, typename scalar_t, typename index_t, typename acc_t>
-inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
-                                                       const index_t* col, const scalar_t* x,
-                                                       const scalar_t* weight, int64_t heads,
-                                                       const index_t* perm, scalar_t* out, index_t* arg, int64_t i,
-                                                       int64_t width, acc_t* b) {
+inline __attribute__((always_inline)) void reduce_row(
+    const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
+    int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
+    acc_t* b) {
   scalar_t* o = out + i * width;
   index_t* a = arg + i * width;
   const index_t begin = rowptr[i], end = rowptr[i + 1];
@@ -234,19 +233,18 @@ inline __attribute__((always_inline)) void reduce_row(const index_t* rowptr,
 // none of them).
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
 void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* x,
-                     const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out, index_t* arg,
-                     int64_t i, int64_t width, acc_t* b) {
+                     const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out,
+                     index_t* arg, int64_t i, int64_t width, acc_t* b) {
   reduce_row<kMax, kWeighted, 4>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 }
 
 #if defined(__x86_64__) && defined(FASTGNN_VECTOR_TILES)
 #define FASTGNN_X86_DISPATCH 1
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void reduce_row_avx2(const index_t* rowptr,
-                                                         const index_t* col, const scalar_t* x,
-                                                         const scalar_t* weight, int64_t heads, const index_t* perm,
-                                                         scalar_t* out, index_t* arg, int64_t i,
-                                                         int64_t width, acc_t* b) {
+FASTGNN_TARGET_AVX2 void reduce_row_avx2(
+    const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
+    int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
+    acc_t* b) {
   reduce_row<kMax, kWeighted, 8>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 }
 
@@ -261,8 +259,8 @@ FASTGNN_TARGET_AVX512 void reduce_row_avx512(
 
 template <typename scalar_t, typename index_t, bool kMax, bool kWeighted>
 void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
-                 const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out, index_t* arg,
-                 int64_t rows, int64_t width) {
+                 const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out,
+                 index_t* arg, int64_t rows, int64_t width) {
   using acc_t = acc_type<scalar_t>;
   auto row_fn = &reduce_row_base<kMax, kWeighted, scalar_t, index_t, acc_t>;
 #ifdef FASTGNN_X86_DISPATCH

@@ -6,10 +6,10 @@
 // float order with -0 == +0 and NaN beyond every number (lowest key for min, highest for
 // max): no float compares, so --use_fast_math's flush-to-zero cannot merge denormals with
 // zero. Ties keep the earliest edge (strict comparisons over ascending sources) and, across
-// chunks, the smaller source through the packed word's low half. With edge weights (kWeighted)
-// every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature type, and the CSR
-// position e takes the source's place everywhere (arg, packed words): ties then go to the
-// smallest position, the smallest source and then the earliest duplicate.
+// chunks, the smaller source through the packed word's low half. With edge weights
+// (kWeighted) every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature
+// type, and the CSR position e takes the source's place everywhere (arg, packed words): ties
+// then go to the smallest position, the smallest source and then the earliest duplicate.
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 

@@ -36,10 +36,11 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
                   EdgeWeights weights, void* out, void* arg, unsigned long long* packed,
                   int64_t width, bool is_max, int warps, cudaStream_t stream);
 
-// Heavy path for float32/16/bf16 and fewer than 2^31 sources (weighted: edges), first step: blockIdx.x picks
-// a heavy row, blockIdx.y an edge chunk of edges_per_block; chunk results merge into
-// packed[h, f] (a [num_heavy, width] scratch of 64-bit words) by atomicMin/atomicMax, then a
-// coalesced pass writes the heavy rows' arg. max_degree sizes the chunk grid.
+// Heavy path for float32/16/bf16 and fewer than 2^31 sources (weighted: edges), first step:
+// blockIdx.x picks a heavy row, blockIdx.y an edge chunk of edges_per_block; chunk results
+// merge into packed[h, f] (a [num_heavy, width] scratch of 64-bit words) by
+// atomicMin/atomicMax, then a coalesced pass writes the heavy rows' arg. max_degree sizes the
+// chunk grid.
 void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int64_t num_heavy,
                        int64_t max_degree, const void* x, EdgeWeights weights, void* arg,
                        unsigned long long* packed, int64_t width, bool is_max, int warps,
