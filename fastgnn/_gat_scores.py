@@ -1,35 +1,41 @@
-"""GAT's per-node attention scores, shared by the PyG and DGL GATConv adapters.
+"""GAT's projection and per-node attention scores, shared by the PyG and DGL GATConv adapters.
 
 Both libraries compute ``h = x @ W.T`` (no bias), view it ``[N, H, C]`` and take
-``(h * att).sum(-1)`` for the source and destination scores. The same scores are
-``x @ fold(W, att).T`` with ``fold(W, att)[h] = sum_c att[h, c] * W[h, c]`` (``[H, F]``): one
-thin product that reads ``x`` once, instead of two passes over ``h`` forward and four
-``N x H x C`` tensors (the broadcast gradients and their sums) backward. It pays while ``x``
-is no wider than ``h``, so wider inputs (a first layer on bag-of-words features) keep the
-elementwise form, as do attention vectors of another dtype than ``h`` (the elementwise
-product promotes them, a matrix product would refuse). Either way the scores equal the stock
-layer's to rounding, in the stock layer's dtype.
+``(h * att).sum(-1)`` for the source and destination scores: two passes over ``h`` forward
+and, backward, broadcast ``N x H x C`` score gradients that autograd sums with the attention
+op's gradient of ``h``. Here the projection and the scores are one autograd node:
+- forward, the scores are one batched product over ``h`` per head;
+- backward, the scores' share of ``x``'s gradient is ``grad_scores @ fold(W, att)`` with
+  ``fold(W, att)[h, k] = sum_c att_k[h, c] W[h, c]`` (``[H K, F]``), added by the same GEMM
+  into the projection's own ``grad_h @ W`` (beta = 1), and their share of ``W``'s and the
+  attention vectors' gradients comes through ``grad_scores.T @ x`` (``[H K, F]``).
+No ``N x H x C`` temporary and no separate add of two ``N x F`` gradients.
 """
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
+
+from fastgnn._library import autocast_dtype
 
 
-def gat_scores(x: torch.Tensor, weight: Optional[torch.Tensor], h: torch.Tensor,
+def gat_scores(x: torch.Tensor, linear: torch.nn.Module, heads: int,
                *atts: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-    """``(h * att).sum(-1)`` (``[N, H]``) for each ``att`` (``[1, H, C]`` or ``[H, C]``), where
-    ``h [N, H, C]`` is ``x [N, F] @ weight.T``. ``weight`` None (a projection that is not one
-    bias-free linear map) takes the elementwise form."""
-    heads, channels = h.shape[1], h.shape[2]
-    if weight is None or x.shape[-1] > heads * channels \
-            or any(att.dtype != h.dtype for att in atts):
-        return tuple((h * att).sum(dim=-1) for att in atts)
-    per_head = weight.view(heads, channels, -1)
-    folded = torch.cat([(per_head * att.reshape(heads, channels, 1)).sum(dim=1) for att in atts])
-    return F.linear(x, folded).split(heads, dim=1)
+    """``(h, *scores)``: ``h = linear(x).view(-1, heads, C)`` and ``scores[i] = (h *
+    atts[i]).sum(-1)`` (``[N, H]``) for each ``att`` (``[1, H, C]`` or ``[H, C]``). Projections
+    that are not one bias-free linear map of a 2-D input (or have hooks), autocast, and mixed
+    dtypes (whose promotion the stock elementwise form does) run the stock form. Either way the
+    results equal the stock layer's to rounding."""
+    weight = bias_free_weight(linear)
+    if weight is None or x.dim() != 2 or autocast_dtype(x.device.type) is not None \
+            or any(t.dtype != x.dtype for t in (weight, *atts)):
+        h = linear(x).view(x.shape[0], heads, -1)
+        return (h,) + tuple((h * att).sum(dim=-1) for att in atts)
+    channels = weight.shape[0] // heads
+    stacked = torch.stack([att.reshape(heads, channels) for att in atts], dim=-1)
+    h, scores = _ProjectWithScores.apply(x, weight, stacked)
+    return (h,) + tuple(scores.unbind(dim=-1))
 
 
 def bias_free_weight(linear: torch.nn.Module) -> Optional[torch.Tensor]:
@@ -43,3 +49,44 @@ def bias_free_weight(linear: torch.nn.Module) -> Optional[torch.Tensor]:
             or isinstance(weight, torch.nn.parameter.UninitializedParameter):
         return None
     return weight
+
+
+class _ProjectWithScores(torch.autograd.Function):
+    """``(h [N, H, C], scores [N, H, K])`` from ``x [N, F]``, ``weight [H C, F]`` and the stacked
+    attention vectors ``atts [H, C, K]``."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, atts: torch.Tensor):
+        heads, channels, _ = atts.shape
+        ctx.save_for_backward(x, weight, atts)
+        h = torch.nn.functional.linear(x, weight).view(x.shape[0], heads, channels)
+        scores = torch.bmm(h.transpose(0, 1), atts).transpose(0, 1)  # per head [N, C] @ [C, K]
+        return h, scores
+
+    @staticmethod
+    def backward(ctx, grad_h: Optional[torch.Tensor], grad_scores: Optional[torch.Tensor]):
+        x, weight, atts = ctx.saved_tensors
+        heads, channels, k = atts.shape
+        need_x, need_weight, need_atts = ctx.needs_input_grad
+        grad_x = grad_weight = grad_atts = None
+        if grad_h is not None:
+            grad_h = grad_h.reshape(x.shape[0], heads * channels)
+            grad_x = grad_h @ weight if need_x else None
+            grad_weight = grad_h.t() @ x if need_weight else None
+        if grad_scores is None:
+            return grad_x, grad_weight, None
+        by_row = grad_scores.reshape(x.shape[0], heads * k)
+        per_head_weight = weight.view(heads, channels, -1)
+        if need_x:
+            # fold(W, att) [H K, F]: the scores are x @ fold.T.
+            folded = torch.bmm(atts.transpose(1, 2), per_head_weight).view(heads * k, -1)
+            # grad_x is this node's own product, so the scores' share goes into it in place.
+            grad_x = by_row @ folded if grad_x is None else grad_x.addmm_(by_row, folded)
+        if need_weight or need_atts:
+            grad_folded = (by_row.t() @ x).view(heads, k, -1)
+            if need_weight:
+                share = torch.bmm(atts, grad_folded).view(heads * channels, -1)
+                grad_weight = share if grad_weight is None else grad_weight + share
+            if need_atts:
+                grad_atts = torch.bmm(per_head_weight, grad_folded.transpose(1, 2))
+        return grad_x, grad_weight, grad_atts

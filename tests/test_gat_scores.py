@@ -1,61 +1,85 @@
-"""GAT's per-node attention scores (fastgnn._gat_scores): the folded product equals the stock
-elementwise form, and the cases that must keep the elementwise form keep it."""
+"""GAT's projection and per-node attention scores (fastgnn._gat_scores): the fused node equals
+the stock form ``h = lin(x)``, ``(h * att).sum(-1)`` in values and every gradient, and the cases
+that must keep the stock form keep it."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fastgnn._gat_scores import bias_free_weight, gat_scores
+from fastgnn._gat_scores import _ProjectWithScores, bias_free_weight, gat_scores
+
+HEADS, CHANNELS = 4, 8
 
 
-def _inputs(in_features, heads=4, channels=8, nodes=50, dtype=torch.float64):
+def _inputs(in_features, nodes=50, dtype=torch.float64):
     gen = torch.Generator().manual_seed(in_features)
     x = torch.randn(nodes, in_features, generator=gen, dtype=dtype, requires_grad=True)
-    linear = torch.nn.Linear(in_features, heads * channels, bias=False).to(dtype)
-    atts = [torch.randn(1, heads, channels, generator=gen, dtype=dtype, requires_grad=True)
+    linear = torch.nn.Linear(in_features, HEADS * CHANNELS, bias=False).to(dtype)
+    atts = [torch.randn(1, HEADS, CHANNELS, generator=gen, dtype=dtype, requires_grad=True)
             for _ in range(2)]
     return x, linear, atts
 
 
-def _grads(outputs, inputs):
-    loss = sum((o * torch.arange(o.numel(), dtype=o.dtype).view_as(o).cos()).sum()
-               for o in outputs)
-    return torch.autograd.grad(loss, inputs)
+def _stock(x, linear, atts):
+    h = linear(x).view(x.shape[0], HEADS, CHANNELS)
+    return (h,) + tuple((h * att).sum(dim=-1) for att in atts)
 
 
-@pytest.mark.parametrize("in_features", [8, 32])
-def test_folded_scores_equal_elementwise_with_gradients(in_features):
+def _loss(outputs):
+    """A weighted sum of the outputs (None: not used), so that every entry's gradient differs."""
+    return sum((o * torch.arange(o.numel(), dtype=o.dtype).view_as(o).cos()).sum()
+               for o in outputs if o is not None)
+
+
+@pytest.mark.parametrize("in_features", [8, 32, 200])
+@pytest.mark.parametrize("uses", ["all", "scores only", "h and first score"])
+def test_fused_equals_stock_with_gradients(in_features, uses):
+    """Values and gradients of x, the weight and both attention vectors, with h consumed
+    downstream or not (a destination projection feeds only its score)."""
     x, linear, atts = _inputs(in_features)
-    h = linear(x).view(x.shape[0], 4, 8)
-    folded = gat_scores(x, bias_free_weight(linear), h, *atts)
-    stock = tuple((h * att).sum(dim=-1) for att in atts)
+    ours, stock = gat_scores(x, linear, HEADS, *atts), _stock(x, linear, atts)
+    keep = {"all": (0, 1, 2), "scores only": (1, 2), "h and first score": (0, 1)}[uses]
     inputs = [x, linear.weight, *atts]
-    for ours, want in zip(folded, stock):
-        torch.testing.assert_close(ours, want)
-    for ours, want in zip(_grads(folded, inputs), _grads(stock, inputs)):
-        torch.testing.assert_close(ours, want)
+    for got, want in zip(ours, stock):
+        torch.testing.assert_close(got, want)
+    got = torch.autograd.grad(_loss([ours[i] for i in keep]), inputs, allow_unused=True)
+    want = torch.autograd.grad(_loss([stock[i] for i in keep]), inputs, allow_unused=True)
+    for g, w, inp in zip(got, want, inputs):  # an unused score: zeros where stock has None
+        torch.testing.assert_close(torch.zeros_like(inp) if g is None else g,
+                                   torch.zeros_like(inp) if w is None else w)
 
 
-def test_folded_path_reads_x_not_h():
-    """With x no wider than h the scores come from x (h is not read): a poisoned h gives the
-    true scores; with a wider x they come from h."""
-    x, linear, atts = _inputs(16)
-    poisoned = torch.full((x.shape[0], 4, 8), float("nan"), dtype=x.dtype)
-    assert not gat_scores(x, bias_free_weight(linear), poisoned, atts[0])[0].isnan().any()
-    wide, wide_linear, _ = _inputs(64)
-    assert gat_scores(wide, bias_free_weight(wide_linear), poisoned, atts[0])[0].isnan().all()
+def test_gradcheck_and_double_backward():
+    x, linear, atts = _inputs(6, nodes=7)
+    weight = linear.weight.detach().requires_grad_()
+    stacked = torch.stack([a.detach().reshape(HEADS, CHANNELS) for a in atts],
+                          dim=-1).requires_grad_()
+    assert torch.autograd.gradcheck(_ProjectWithScores.apply, (x, weight, stacked))
+    assert torch.autograd.gradgradcheck(_ProjectWithScores.apply, (x, weight, stacked))
 
 
-def test_attention_of_another_dtype_promotes_as_the_elementwise_form():
-    """float32 h with float64 attention vectors (a layer cast in part): the stock form promotes
-    to float64; the folded product would mix dtypes in one matmul."""
+def test_stock_form_for_hooks_bias_and_mixed_dtypes():
+    """A hooked or biased projection runs as the module computes it; float32 inputs with
+    float64 attention vectors (a layer cast in part) promote as the stock form does."""
+    x, linear, atts = _inputs(8)
+    linear.register_forward_hook(lambda module, args, out: out * 2)
+    torch.testing.assert_close(gat_scores(x, linear, HEADS, *atts),
+                               _stock(x, linear, atts))
+    biased = torch.nn.Linear(8, HEADS * CHANNELS, bias=True).double()
+    torch.testing.assert_close(gat_scores(x, biased, HEADS, *atts), _stock(x, biased, atts))
+    x32, linear32, _ = _inputs(8, dtype=torch.float32)
+    h, *scores = gat_scores(x32, linear32, HEADS, *atts)
+    assert h.dtype == torch.float32 and all(s.dtype == torch.float64 for s in scores)
+    torch.testing.assert_close(scores, list(_stock(x32, linear32, atts)[1:]))
+
+
+def test_autocast_keeps_the_stock_dtypes():
     x, linear, atts = _inputs(8, dtype=torch.float32)
-    atts = [att.detach().double().requires_grad_() for att in atts]
-    h = linear(x).view(x.shape[0], 4, 8)
-    scores = gat_scores(x, bias_free_weight(linear), h, *atts)
-    for ours, att in zip(scores, atts):
-        assert ours.dtype == torch.float64
-        torch.testing.assert_close(ours, (h * att).sum(dim=-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, stock = gat_scores(x, linear, HEADS, *atts), _stock(x, linear, atts)
+    assert [t.dtype for t in ours] == [t.dtype for t in stock] == \
+        [torch.bfloat16, torch.float32, torch.float32]
+    torch.testing.assert_close(ours, stock)
 
 
 def test_weight_withheld_when_the_map_is_not_bias_free_or_is_hooked():
@@ -66,7 +90,3 @@ def test_weight_withheld_when_the_map_is_not_bias_free_or_is_hooked():
     assert bias_free_weight(torch.nn.LazyLinear(8, bias=False)) is None
     plain = torch.nn.Linear(4, 8, bias=False)
     assert bias_free_weight(plain) is plain.weight
-    x = torch.randn(3, 4)
-    h = torch.randn(3, 2, 4)
-    att = torch.randn(1, 2, 4)
-    torch.testing.assert_close(gat_scores(x, None, h, att)[0], (h * att).sum(-1))

@@ -9,7 +9,7 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.utils import scatter
 
 from fastgnn import ops
-from fastgnn._gat_scores import bias_free_weight, gat_scores
+from fastgnn._gat_scores import gat_scores
 from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                                parameter, split_pair)
@@ -118,15 +118,11 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         att_src, att_dst = parameter(self, "att_src"), parameter(self, "att_dst")
         lin = self.lin
         if lin is not None and isinstance(x, torch.Tensor):
-            h_src = h_dst = lin(x_src).view(-1, heads, channels)
-            alpha_src, alpha_dst = gat_scores(x_src, bias_free_weight(lin), h_src, att_src,
-                                              att_dst)
+            h_src, alpha_src, alpha_dst = gat_scores(x_src, lin, heads, att_src, att_dst)
         else:
             lin_src, lin_dst = (lin, lin) if lin is not None else (self.lin_src, self.lin_dst)
-            h_src = lin_src(x_src).view(-1, heads, channels)
-            h_dst = lin_dst(x_dst).view(-1, heads, channels)
-            alpha_src, = gat_scores(x_src, bias_free_weight(lin_src), h_src, att_src)
-            alpha_dst, = gat_scores(x_dst, bias_free_weight(lin_dst), h_dst, att_dst)
+            h_src, alpha_src = gat_scores(x_src, lin_src, heads, att_src)
+            _, alpha_dst = gat_scores(x_dst, lin_dst, heads, att_dst)
         alpha_edge = None
         lin_edge = self.lin_edge
         if edge_attr is not None and lin_edge is not None:  # PyG ignores edge_attr otherwise

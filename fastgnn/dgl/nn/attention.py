@@ -6,27 +6,31 @@ import dgl.nn.pytorch as dgl_nn
 import torch
 
 from fastgnn import ops
-from fastgnn._gat_scores import bias_free_weight, gat_scores
+from fastgnn._gat_scores import gat_scores
 from fastgnn.dgl._graphs import Unsupported
 from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, dropout_rate,
                                   graph_of)
 
 
-def _node_pair(layer, graph, feat, project_src, project_dst, dropout=None):
-    """(h_src, h_dst, feat_src [S,H,D], feat_dst [T,H,D]) as DGL's attention layers derive
-    them, h_* being the inputs after feature dropout: a pair projected by two maps, else one
-    projection whose first rows are a block's destinations. ``project_dst`` None: the
-    destinations share the sources' projection."""
-    heads, width = layer._num_heads, layer._out_feats
+def _dropped_inputs(graph, feat, dropout=None):
+    """(h_src, h_dst): the inputs after feature dropout as DGL's attention layers take them, a
+    block's destinations being the first rows of one tensor."""
     drop = dropout if dropout is not None else (lambda x: x)
     if isinstance(feat, tuple):
-        h_src, h_dst = drop(feat[0]), drop(feat[1])
-        return (h_src, h_dst, project_src(h_src).view(-1, heads, width),
-                (project_dst or project_src)(h_dst).view(-1, heads, width))
-    h_src = h_dst = drop(feat)
+        return drop(feat[0]), drop(feat[1])
+    h_src = drop(feat)
+    return h_src, h_src[:graph.num_dst_nodes()] if graph.is_block else h_src
+
+
+def _node_pair(layer, graph, feat, project_src, project_dst, dropout=None):
+    """(h_src, h_dst, feat_src [S,H,D], feat_dst [T,H,D]) as DGL's attention layers derive
+    them: a pair projected by two maps, else one projection whose first rows are a block's
+    destinations. ``project_dst`` None: the destinations share the sources' projection."""
+    heads, width = layer._num_heads, layer._out_feats
+    h_src, h_dst = _dropped_inputs(graph, feat, dropout)
     feat_src = project_src(h_src).view(-1, heads, width)
-    if graph.is_block:
-        h_dst = h_dst[:graph.num_dst_nodes()]
+    if isinstance(feat, tuple):
+        return h_src, h_dst, feat_src, (project_dst or project_src)(h_dst).view(-1, heads, width)
     feat_dst = feat_src[:h_dst.shape[0]] if project_dst is None else \
         project_dst(h_dst).view(-1, heads, width)
     return h_src, h_dst, feat_src, feat_dst
@@ -61,15 +65,15 @@ class GATConv(FastLayer, dgl_nn.GATConv):
             raise StockRaises()  # built for a pair, given one tensor: DGL's error
         fc_src, fc_dst = (modules["fc_src"], modules["fc_dst"]) if "fc_src" in modules else \
             (modules["fc"], modules["fc"] if isinstance(feat, tuple) else None)
-        h_src, h_dst, feat_src, feat_dst = _node_pair(self, graph, feat, fc_src, fc_dst,
-                                                      self.feat_drop)
+        h_src, h_dst = _dropped_inputs(graph, feat, self.feat_drop)
+        heads = self._num_heads
         if fc_dst is None:  # one projection: both scores from one product over the sources
-            alpha_src, alpha_dst = gat_scores(h_src, bias_free_weight(fc_src), feat_src,
-                                              self.attn_l, self.attn_r)
-            alpha_dst = alpha_dst[:feat_dst.shape[0]]
+            feat_src, alpha_src, alpha_dst = gat_scores(h_src, fc_src, heads, self.attn_l,
+                                                        self.attn_r)
+            alpha_dst = alpha_dst[:h_dst.shape[0]]
         else:
-            alpha_src, = gat_scores(h_src, bias_free_weight(fc_src), feat_src, self.attn_l)
-            alpha_dst, = gat_scores(h_dst, bias_free_weight(fc_dst), feat_dst, self.attn_r)
+            feat_src, alpha_src = gat_scores(h_src, fc_src, heads, self.attn_l)
+            _, alpha_dst = gat_scores(h_dst, fc_dst, heads, self.attn_r)
         out = ops.gat_attention(g, feat_src, alpha_src, alpha_dst,
                                 self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
         if self.res_fc is not None:
