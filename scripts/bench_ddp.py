@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -51,12 +51,23 @@ PROFILER = ["--trainer.profiler=lightning.pytorch.profilers.SimpleProfiler",
 FETCH, EPOCH = "[_TrainingEpochLoop].train_dataloader_next", "run_training_epoch"
 
 
+def strategy_options(devices: int, ddp_options: Sequence[str]) -> List[str]:
+    """Lightning's DDP for several devices, given DistributedDataParallel options (NAME=VALUE)
+    through DDPStrategy; one device runs without a wrapper."""
+    if devices == 1:
+        return ["--trainer.strategy=auto"]
+    if not ddp_options:
+        return ["--trainer.strategy=ddp"]
+    return ["--trainer.strategy=lightning.pytorch.strategies.DDPStrategy",
+            *(f"--trainer.strategy.{option}" for option in ddp_options)]
+
+
 def fit_command(config: str, arch: str, devices: int, epochs: int, accelerator: str,
-                extra: List[str]) -> List[str]:
+                extra: List[str], ddp_options: Sequence[str] = ()) -> List[str]:
     return [sys.executable, "-m", "fastgnn.zoo", "fit", "--config", config,
             f"--model.arch={arch}", *ARCH_OPTIONS[arch], "--model.backend=fastgnn",
             f"--trainer.accelerator={accelerator}", f"--trainer.devices={devices}",
-            "--trainer.strategy=" + ("ddp" if devices > 1 else "auto"),
+            *strategy_options(devices, ddp_options),
             f"--trainer.max_epochs={epochs}", "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false", *TIMER, *PROFILER, *extra]
 
@@ -155,6 +166,9 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--fit-timeout", type=float, default=None,
                         help="seconds one fit may take (default: no limit)")
     parser.add_argument("--work", default="bench-out/ddp", help="run folders")
+    parser.add_argument("--ddp", action="append", default=[], metavar="NAME=VALUE",
+                        help="a DistributedDataParallel option for the runs on several devices "
+                        "(repeatable), e.g. static_graph=true")
     parser.add_argument("--out", default=None, help="the .jsonl to append to (default: "
                         "benchmarks/results/<date>-<device>-ddp-<commit>.jsonl)")
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -189,7 +203,7 @@ def main(argv=None) -> List[dict]:
                 env = dict(os.environ, PYTHONUNBUFFERED="1",
                            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", threads))
                 command = fit_command(os.path.abspath(path), arch, devices, args.epochs,
-                                      args.accelerator, extra)
+                                      args.accelerator, extra, args.ddp)
                 print(f"{name} {arch} devices={devices}", flush=True)
                 start = time.perf_counter()
                 error = _fit(command, run_dir, env, args.fit_timeout)
@@ -201,7 +215,8 @@ def main(argv=None) -> List[dict]:
                        "accelerator": args.accelerator, "epochs": args.epochs,
                        "fit_wall_s": time.perf_counter() - start,
                        **summarise(read_metrics(run_dir)),
-                       "data_wait_share": fetch_share(run_dir), "extra": extra, **host,
+                       "data_wait_share": fetch_share(run_dir), "extra": extra,
+                       "ddp_options": args.ddp, **host,
                        "fastgnn_commit": commit, "date": date}
                 print(f"  epoch {row['epoch_s']:.3f} s, waiting for data "
                       f"{100 * row['data_wait_share']:.1f}%, between steps "

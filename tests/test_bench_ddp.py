@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -129,3 +130,17 @@ def test_two_cpu_processes_give_rows_with_scaling(tmp_path):
     assert [r["devices"] for r in written] == [1, 2]
     assert written[1]["scaling"] == rows[1]["scaling"]
     assert "| quickstart | sage | 2 |" in (tmp_path / "ddp.md").read_text()
+
+
+def test_ddp_options_reach_lightnings_strategy_only_on_several_devices():
+    """--ddp NAME=VALUE goes to DistributedDataParallel through DDPStrategy (parsed by the zoo's
+    CLI); a one-device run stays unwrapped, so the scaling baseline is unchanged."""
+    config = os.path.join(ROOT, "zoo", "configs", "quickstart.yaml")
+    assert bench_ddp.strategy_options(1, ["static_graph=true"]) == ["--trainer.strategy=auto"]
+    assert bench_ddp.strategy_options(2, []) == ["--trainer.strategy=ddp"]
+    command = bench_ddp.fit_command(config, "sage", 2, 1, "cpu", ["--print_config"],
+                                    ["static_graph=true", "broadcast_buffers=false"])
+    printed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=True,
+                             env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+    assert "class_path: lightning.pytorch.strategies.DDPStrategy" in printed
+    assert "static_graph: true" in printed and "broadcast_buffers: false" in printed
