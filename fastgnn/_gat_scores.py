@@ -4,7 +4,8 @@ Both libraries compute ``h = x @ W.T`` (no bias), view it ``[N, H, C]`` and take
 ``(h * att).sum(-1)`` for the source and destination scores: two passes over ``h`` forward
 and, backward, broadcast ``N x H x C`` score gradients that autograd sums with the attention
 op's gradient of ``h``. Here the projection and the scores are one autograd node:
-- forward, the scores are one batched product over ``h`` per head;
+- forward, the scores are one product of ``h`` with the attention vectors on a block
+  diagonal;
 - backward, the scores' share of ``x``'s gradient is ``grad_scores @ fold(W, att)`` with
   ``fold(W, att)[h, k] = sum_c att_k[h, c] W[h, c]`` (``[H K, F]``), added by the same GEMM
   into the projection's own ``grad_h @ W`` (beta = 1), and their share of ``W``'s and the
@@ -59,9 +60,11 @@ class _ProjectWithScores(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, atts: torch.Tensor):
         heads, channels, _ = atts.shape
         ctx.save_for_backward(x, weight, atts)
-        h = torch.nn.functional.linear(x, weight).view(x.shape[0], heads, channels)
-        scores = torch.bmm(h.transpose(0, 1), atts).transpose(0, 1)  # per head [N, C] @ [C, K]
-        return h, scores
+        h = torch.nn.functional.linear(x, weight)
+        # Every head's [C, K] block on the diagonal: one thin product (a batched one per head
+        # runs slower on the strided head slices).
+        scores = h @ torch.block_diag(*atts.unbind(0))
+        return h.view(x.shape[0], heads, channels), scores.view(x.shape[0], heads, -1)
 
     @staticmethod
     def backward(ctx, grad_h: Optional[torch.Tensor], grad_scores: Optional[torch.Tensor]):
