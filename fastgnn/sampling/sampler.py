@@ -13,6 +13,7 @@ them; on the CPU a batch per thread), each exactly as it would be sampled alone.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -165,6 +166,39 @@ def _layer_seeds(batches: int, layers: int, generator: Optional[torch.Generator]
             for layer in range(layers)]
 
 
+def _per_batch(outputs: tuple) -> List[tuple]:
+    """The batches of one native call's outputs: (rowptrs, cols, edge_ids, nodes) each. A
+    packed output (several batches) holds batch b's part where its layout row says, followed
+    by a gap up to the next part (on the GPU parts sit at the offsets of their bounds): one
+    ``split_with_sizes`` per packed output cuts every batch's part and gap at once, a fraction
+    of the host time of a slice per part."""
+    if len(outputs) == 4:  # sample_neighbors: one batch
+        return [outputs]
+    rowptrs, cols, edge_ids, nodes, layout = outputs
+    packed = [*rowptrs, *cols, *edge_ids, nodes]
+    layers = len(rowptrs)
+    start_columns, length_columns, length_extra = _packed_columns(layers)
+    starts = layout.index_select(1, start_columns)
+    lengths = layout.index_select(1, length_columns) + length_extra
+    ends = torch.cat([starts[1:], torch.tensor([[t.numel() for t in packed]])])
+    sizes = torch.stack([lengths, ends - starts - lengths], 2).transpose(0, 1)
+    parts = [t.split_with_sizes(part_and_gap)[::2]
+             for t, part_and_gap in zip(packed, sizes.reshape(len(packed), -1).tolist())]
+    return [(list(part[:layers]), list(part[layers:2 * layers]),
+             list(part[2 * layers:3 * layers]), part[-1]) for part in zip(*parts)]
+
+
+@functools.lru_cache(maxsize=None)
+def _packed_columns(layers: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the packed outputs in the order rowptrs, cols, edge_ids (per layer), node list: their
+    start and length columns in the layout (sampling_batches.h's Layout), and what a length
+    lacks (a batch's row pointers are its rows + 1)."""
+    rowptr = [4 * l for l in range(layers)]
+    edges = [4 * l + 2 for l in range(layers)]
+    starts = torch.tensor(rowptr + edges + edges + [4 * layers])
+    return starts, starts + 1, torch.tensor([1] * layers + [0] * (2 * layers + 1))
+
+
 class NeighborSampler:
     """Samples ``fanouts[i]`` neighbours per node for layer ``i`` of a GNN (``-1``: all of
     them), as ``dgl.dataloading.NeighborSampler`` numbers them: ``fanouts[-1]`` is drawn for
@@ -266,21 +300,18 @@ class NeighborSampler:
         prefixes are the layers' nodes, as sampling the batch alone gives them (one generator
         draw per batch, in order)."""
         layer_seeds = _layer_seeds(len(sizes), len(fanouts), generator)
+        return _per_batch(self._call(seeds, sizes, fanouts, expand_all, layer_seeds))
+
+    def _call(self, seeds: torch.Tensor, sizes: List[int], fanouts: List[int], expand_all: bool,
+              layer_seeds: List[int]) -> tuple:
+        """The native call: sample_neighbors' outputs for one batch, sample_neighbors_many's
+        (packed, with their layout) for more."""
         args = (self._rowptr, self._col, self._weight, self._edge_of_position, seeds)
         options = (expand_all, self.replace, self.deterministic)
         if len(sizes) == 1:
-            return [torch.ops.fastgnn.sample_neighbors(*args, fanouts, layer_seeds, *options)]
-        rowptrs, cols, edge_ids, nodes, layout = torch.ops.fastgnn.sample_neighbors_many(
-            *args, sizes, fanouts, layer_seeds, *options)
-        batches = []
-        for row in layout.tolist():  # batch b's parts are where layout[b] says
-            spans = [row[4 * l:4 * l + 4] for l in range(len(fanouts))]
-            node_at, num_nodes = row[4 * len(fanouts):]
-            batches.append(([r[at:at + n + 1] for r, (at, n, _, _) in zip(rowptrs, spans)],
-                             [c[at:at + n] for c, (_, _, at, n) in zip(cols, spans)],
-                             [e[at:at + n] for e, (_, _, at, n) in zip(edge_ids, spans)],
-                             nodes[node_at:node_at + num_nodes]))
-        return batches
+            return torch.ops.fastgnn.sample_neighbors(*args, fanouts, layer_seeds, *options)
+        return torch.ops.fastgnn.sample_neighbors_many(*args, sizes, fanouts, layer_seeds,
+                                                       *options)
 
     def sample_blocks(self, seeds, generator: Optional[torch.Generator] = None) -> SampledBlocks:
         """One block per layer, input layer first; ``seeds`` (unique node ids) are the last
