@@ -122,8 +122,7 @@ class NeighborLoader:
     side CUDA stream for GPU work) while the current batch is used; ``prefetch=0`` does it
     inline. The sampler draws ``batches_per_call`` batches at once (one native call, whose host
     work they share), then they are gathered and delivered one by one; the batches are the same
-    for any ``batches_per_call``. The next calls run on threads of their own meanwhile (two on
-    the GPU, each on its own stream; one on the CPU), as in ``NeighborSampler.iter_blocks``.
+    for any ``batches_per_call``.
 
     Args:
         graph: the fastgnn.Graph to sample from (see :class:`NeighborSampler` for devices).
