@@ -6,18 +6,13 @@ DGL is installed) on the same graph, seeds and fanouts, in the same process, bac
     python scripts/bench_sampling.py --graph power-law:10000000:10 --device cuda    # 100M edges
     python scripts/bench_sampling.py --graph ogbn-arxiv --device cuda --cpu-threads 16 \
         --batches-per-call 1,4,8,16 --no-dgl                       # several batches per call
-    python scripts/bench_sampling.py --graph ogbn-arxiv --device cuda --cpu-threads 16 \
-        --batches-per-call 16,32,64 --pipelined --no-dgl        # also sampling ahead (iter_blocks)
 
 Reports sampled edges per second (the edges of every block of a batch), batches per second
 and, on the GPU, peak memory; medians over ``--repeats`` rounds of ``--batches`` batches.
 ``--batches-per-call N,...`` times ``sample_blocks_many`` on N batches a call for each N (1:
 ``sample_blocks``, one batch a call), on the device and, with ``--cpu-threads``, on the CPU,
 and prints the GPU's rate over the CPU's for each N: against the CPU at 1 batch a call, at the
-same N, and at its best N. ``--pipelined`` also times ``iter_blocks`` (the next calls sampled on
-background threads while the loop counts this call's blocks; what ``NeighborLoader`` does) for
-each N, on the device and the CPU alike, as contenders named ``...-pipelined``; the CPU's best
-is then its best of either mode.
+same N, and at its best N.
 Results are appended to ``benchmarks/results/<date>-<device>-sampling.jsonl``.
 """
 from __future__ import annotations
@@ -67,24 +62,20 @@ def seed_batches(num_nodes: int, batch_size: int, count: int, seed: int):
     return [order[i * batch_size:(i + 1) * batch_size] for i in range(count)]
 
 
-def time_fastgnn(sampler: NeighborSampler, batches, device: torch.device, per_call: int = 1,
-                 pipelined: bool = False):
-    """``per_call`` batches a call: sample_blocks for 1, sample_blocks_many for more; with
-    ``pipelined``, iter_blocks (the next calls sampled while this call's blocks are counted)."""
+def time_fastgnn(sampler: NeighborSampler, batches, device: torch.device, per_call: int = 1):
+    """``per_call`` batches a call: sample_blocks for 1, sample_blocks_many for more."""
     # Seeds already where the sampler runs, as the loader keeps them (one copy an epoch).
     batches = [seeds.to(device) for seeds in batches]
     calls = [batches[i:i + per_call] for i in range(0, len(batches), per_call)]
     gen = torch.Generator().manual_seed(0)
+    edges = 0
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
     start = time.perf_counter()
-    if pipelined:
-        sampled = sampler.iter_blocks(batches, gen, batches_per_call=per_call)
-    else:
-        sampled = (batch for group in calls
-                   for batch in ([sampler.sample_blocks(group[0], gen)] if per_call == 1
-                                 else sampler.sample_blocks_many(group, gen)))
-    edges = sum(b.num_edges for batch in sampled for b in batch.blocks)
+    for group in calls:
+        sampled = ([sampler.sample_blocks(group[0], gen)] if per_call == 1
+                   else sampler.sample_blocks_many(group, gen))
+        edges += sum(b.num_edges for batch in sampled for b in batch.blocks)
     sync()
     return edges, time.perf_counter() - start
 
@@ -109,30 +100,22 @@ def summarise(name, runs, num_batches, extra):
     return row
 
 
-def print_ratios(rows, gpu_name: str, cpu_name: str, per_calls, modes) -> None:
-    """The GPU's rate over the CPU's for each number of batches a call and mode (pipelined or
-    not): against the CPU at the first number, not pipelined (1: its usual path), at the same
-    number and mode (like with like), and at its best of every number and mode."""
+def print_ratios(rows, gpu_name: str, cpu_name: str, per_calls) -> None:
+    """The GPU's rate over the CPU's for each number of batches a call: against the CPU at the
+    first number (1: its usual path), at the same number (like with like) and at its best."""
     rate = {row["sampler"]: row["edges_per_s"] for row in rows}
-    cpu_rates = {(n, p): rate[contender_name(cpu_name, n, p)] for p in modes for n in per_calls}
-    first, best = (per_calls[0], False), max(cpu_rates, key=cpu_rates.get)
-    print(f"GPU / {cpu_name} sampled edges/s, by batches a call (xN, p: pipelined):")
-    for pipelined in modes:
-        for n in per_calls:
-            gpu = rate[contender_name(gpu_name, n, pipelined)]
-            print(f"  GPU {_tag(n, pipelined):<6} {gpu / 1e6:8.2f} M/s: "
-                  f"/ CPU {_tag(*first)} {gpu / cpu_rates[first]:6.2f}, "
-                  f"/ CPU {_tag(n, pipelined)} {gpu / cpu_rates[n, pipelined]:6.2f}, "
-                  f"/ CPU best ({_tag(*best)}) {gpu / cpu_rates[best]:6.2f}")
+    cpu_rates = {n: rate[contender_name(cpu_name, n)] for n in per_calls}
+    first, best = per_calls[0], max(cpu_rates, key=cpu_rates.get)
+    print(f"GPU / {cpu_name} sampled edges/s, by batches a call (xN):")
+    for n in per_calls:
+        gpu = rate[contender_name(gpu_name, n)]
+        print(f"  GPU x{n:<3} {gpu / 1e6:8.2f} M/s: / CPU x{first} {gpu / cpu_rates[first]:6.2f}, "
+              f"/ CPU x{n} {gpu / cpu_rates[n]:6.2f}, / CPU best (x{best}) "
+              f"{gpu / cpu_rates[best]:6.2f}")
 
 
-def _tag(per_call: int, pipelined: bool) -> str:
-    return f"x{per_call}{'p' if pipelined else ''}"
-
-
-def contender_name(base: str, per_call: int, pipelined: bool = False) -> str:
-    name = base if per_call == 1 else f"{base}-x{per_call}"
-    return f"{name}-pipelined" if pipelined else name
+def contender_name(base: str, per_call: int) -> str:
+    return base if per_call == 1 else f"{base}-x{per_call}"
 
 
 def profile_host(name: str, run, device: torch.device, num_batches: int) -> dict:
@@ -177,9 +160,6 @@ def main():
                         help="also time the CPU sampler with this many threads (GPU runs)")
     parser.add_argument("--batches-per-call", default="1",
                         help="comma-separated batches per sampling call to time (1: sample_blocks)")
-    parser.add_argument("--pipelined", action="store_true",
-                        help="also time iter_blocks (the next calls sampled on background "
-                             "threads) for each batches-per-call, on the device and the CPU")
     parser.add_argument("--no-dgl", action="store_true")
     parser.add_argument("--profile", action="store_true",
                         help="also print where the host's time goes for the first device "
@@ -191,31 +171,24 @@ def main():
     graph = load_graph(args.graph, device)
     per_calls = [int(n) for n in args.batches_per_call.split(",")]
     batches = seed_batches(graph.num_dst_nodes, args.batch_size, args.batches, 1)
-    contenders, options_of = {}, {}  # name: run; name: (batches a call, pipelined)
-    modes = [False, True] if args.pipelined else [False]
+    contenders = {}
     sampler = NeighborSampler(graph, fanouts)
     gpu_name, cpu_name = f"fastgnn-{device.type}", f"fastgnn-cpu-{args.cpu_threads}-threads"
-    for pipelined in modes:
-        for n in per_calls:
-            name = contender_name(gpu_name, n, pipelined)
-            contenders[name] = lambda n=n, p=pipelined: time_fastgnn(sampler, batches, device,
-                                                                      n, p)
-            options_of[name] = (n, pipelined)
+    for n in per_calls:
+        contenders[contender_name(gpu_name, n)] = (
+            lambda n=n: time_fastgnn(sampler, batches, device, n))
     if args.cpu_threads:
         cpu_sampler = NeighborSampler(graph.cpu(), fanouts)
 
-        def cpu_run(n, pipelined):
+        def cpu_run(n):
             threads = torch.get_num_threads()
             torch.set_num_threads(args.cpu_threads)
             try:
-                return time_fastgnn(cpu_sampler, batches, torch.device("cpu"), n, pipelined)
+                return time_fastgnn(cpu_sampler, batches, torch.device("cpu"), n)
             finally:
                 torch.set_num_threads(threads)
-        for pipelined in modes:
-            for n in per_calls:
-                name = contender_name(cpu_name, n, pipelined)
-                contenders[name] = lambda n=n, p=pipelined: cpu_run(n, p)
-                options_of[name] = (n, pipelined)
+        for n in per_calls:
+            contenders[contender_name(cpu_name, n)] = lambda n=n: cpu_run(n)
     if not args.no_dgl and device.type == "cpu":
         try:
             import dgl
@@ -244,13 +217,12 @@ def main():
         env["graph_gpu_mb"] = (graph.rowptr.nbytes + graph.col.nbytes) / 2**20
         print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB "
               f"(graph CSR {env['graph_gpu_mb']:.0f} MB)")
-    rows = []
-    for name, r in runs.items():
-        per_call, pipelined = options_of.get(name, (1, False))
-        rows.append(summarise(name, r, args.batches, {**env, "batches_per_call": per_call,
-                                                      "pipelined": pipelined}))
+    per_call_of = {contender_name(base, n): n for base in (gpu_name, cpu_name)
+                   for n in per_calls}
+    rows = [summarise(name, r, args.batches, {**env, "batches_per_call": per_call_of.get(name, 1)})
+            for name, r in runs.items()]
     if args.cpu_threads and device.type == "cuda":
-        print_ratios(rows, gpu_name, cpu_name, per_calls, modes)
+        print_ratios(rows, gpu_name, cpu_name, per_calls)
     if args.profile:
         name, run = next(iter(contenders.items()))
         profile_host(name, run, device, args.batches)
