@@ -231,33 +231,28 @@ class NeighborLoader:
     # ---- batches -----------------------------------------------------------------------------
     def _batches(self, shard: torch.Tensor, generator: torch.Generator) -> Iterator[MiniBatch]:
         starts = range(0, len(self) * self.batch_size, self.batch_size)
-        return self._load(self._calls(shard, starts), generator)
-
-    def _calls(self, shard: torch.Tensor,
-               starts: range) -> Iterator[Tuple[torch.Tensor, List[int]]]:
-        """The sampler's calls: ``batches_per_call`` batches' seeds packed, and their sizes."""
         for first in range(0, len(starts), self.batches_per_call):
             group = starts[first:first + self.batches_per_call]
             end = min(group[-1] + self.batch_size, shard.numel())
-            yield shard[group[0]:end], [min(self.batch_size, end - start) for start in group]
+            sizes = [min(self.batch_size, end - start) for start in group]
+            yield from self._load(shard[group[0]:end], sizes, generator)
 
     def load(self, seeds: torch.Tensor, generator: Optional[torch.Generator] = None) -> MiniBatch:
         """Samples and gathers the mini-batch of ``seeds`` (what iteration does per batch)."""
         seeds = self.neighbor_sampler._seeds(seeds)
-        return next(self._load(iter([(seeds, [seeds.numel()])]), generator))
+        return next(self._load(seeds, [seeds.numel()], generator))
 
-    def _load(self, calls: Iterator[Tuple[torch.Tensor, List[int]]],
+    def _load(self, seeds: torch.Tensor, sizes: List[int],
               generator: Optional[torch.Generator]) -> Iterator[MiniBatch]:
-        """The mini-batches of ``calls`` (seeds on the sampler's device, ``sizes[b]`` of them
-        batch b's), sampled a call at a time, the next calls while this one's batches are
-        gathered one by one as they are asked for (``NeighborSampler.iter_blocks``)."""
+        """The mini-batches of ``seeds`` (on the sampler's device, ``sizes[b]`` of them batch
+        b's), sampled in one call, then gathered one by one as they are asked for."""
         sampler = self.neighbor_sampler
         if self.layout == "blocks":
-            for sampled in sampler._iter_blocks(calls, generator):
+            for sampled in sampler._blocks_many(seeds, sizes, generator):
                 yield self._finish(self._blocks_batch(sampled))
         else:
-            for sub in sampler._iter_subgraphs(calls, generator):
-                yield self._finish(self._subgraph_batch(sub, sub.num_sampled_nodes[0]))
+            for sub, size in zip(sampler._subgraphs_many(seeds, sizes, generator), sizes):
+                yield self._finish(self._subgraph_batch(sub, size))
 
     def _blocks_batch(self, sampled) -> MiniBatch:
         pin = self.device.type == "cuda"

@@ -9,17 +9,13 @@ sources already relabelled (destination nodes first, then new nodes in the order
 first sampled edge) and its user edge ids, so a :class:`Block` wraps the kernel's arrays as
 they are: nothing is rebuilt from COO. ``sample_blocks_many`` samples several mini-batches in
 one ``sample_neighbors_many`` call (on the GPU one launch per pass and one sync for all of
-them; on the CPU a batch per thread), each exactly as it would be sampled alone. ``iter_blocks``
-runs the next calls on background threads while the caller uses the current one's batches.
+them; on the CPU a batch per thread), each exactly as it would be sampled alone.
 """
 from __future__ import annotations
 
-import collections
 import functools
-import itertools
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -29,12 +25,6 @@ from fastgnn.graph import Graph
 EDGE_DIRS = ("in", "out")
 _SEED_BOUND = 2**62
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's stream increment
-# Native calls in flight while the caller cuts and uses an earlier call's batches. The op
-# releases the GIL for all its work, its wait for the GPU included. The CPU op spreads a call's
-# batches over every core, so one at a time; on the GPU two, each on its own stream, so that
-# one call's host work (plans, launches, the read-back) runs while the other's kernels do.
-_CALLS_IN_FLIGHT = {"cpu": 1, "cuda": 2}
-_THREAD_NAME = "fastgnn-sampling"
 
 
 def _fake_sample_neighbors(rowptr, col, weight, edge_map, seeds, fanouts, layer_seeds,
@@ -184,7 +174,9 @@ def _per_batch(outputs: tuple) -> List[tuple]:
     of the host time of a slice per part."""
     if len(outputs) == 4:  # sample_neighbors: one batch
         return [outputs]
-    packed, layout, layers = _tensors(outputs), outputs[-1], len(outputs[0])
+    rowptrs, cols, edge_ids, nodes, layout = outputs
+    packed = [*rowptrs, *cols, *edge_ids, nodes]
+    layers = len(rowptrs)
     start_columns, length_columns, length_extra = _packed_columns(layers)
     starts = layout.index_select(1, start_columns)
     lengths = layout.index_select(1, length_columns) + length_extra
@@ -205,12 +197,6 @@ def _packed_columns(layers: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tens
     edges = [4 * l + 2 for l in range(layers)]
     starts = torch.tensor(rowptr + edges + edges + [4 * layers])
     return starts, starts + 1, torch.tensor([1] * layers + [0] * (2 * layers + 1))
-
-
-def _tensors(outputs: tuple) -> List[torch.Tensor]:
-    """A native call's device outputs (the layout of several batches is a CPU tensor)."""
-    rowptrs, cols, edge_ids, nodes = outputs[:4]
-    return [*rowptrs, *cols, *edge_ids, nodes]
 
 
 class NeighborSampler:
@@ -344,85 +330,9 @@ class NeighborSampler:
 
     def _blocks_many(self, seeds: torch.Tensor, sizes: List[int],
                      generator: Optional[torch.Generator]) -> List[SampledBlocks]:
-        """sample_blocks_many of packed seeds on the sampler's device."""
+        """sample_blocks_many of packed seeds on the sampler's device (the loader's shard)."""
         return [self._blocks(*sampled)
                 for sampled in self._sample(seeds, sizes, self.fanouts[::-1], True, generator)]
-
-    def iter_blocks(self, seeds: Iterable[torch.Tensor],
-                    generator: Optional[torch.Generator] = None, *,
-                    batches_per_call: int = 8) -> Iterator[SampledBlocks]:
-        """``sample_blocks`` for each seed tensor of ``seeds``, in order, ``batches_per_call``
-        batches a native call, the next calls sampled on a background thread while you use
-        this call's blocks (on the GPU two calls in flight, each on its own stream): the same
-        blocks as ``[sample_blocks(s, generator) for s in seeds]`` (on the GPU with
-        ``deterministic=True``). It draws from ``generator`` for the calls ahead before their
-        blocks are yours: draw from it nowhere else meanwhile. Closing the iterator (or
-        dropping it) stops the thread."""
-        batches_per_call = _validate.count("batches_per_call", batches_per_call)
-        if batches_per_call < 1:
-            raise ValueError("batches_per_call must be at least 1")
-        seeds = iter(seeds)
-        groups = iter(lambda: list(itertools.islice(seeds, batches_per_call)), [])
-        return self._iter_blocks((self._seed_batches(group) for group in groups), generator)
-
-    def _iter_blocks(self, calls: Iterable[Tuple[torch.Tensor, List[int]]],
-                     generator: Optional[torch.Generator]) -> Iterator[SampledBlocks]:
-        """iter_blocks over calls of packed seeds on the sampler's device and their sizes."""
-        for sampled in self._iter_sampled(calls, self.fanouts[::-1], True, generator):
-            yield self._blocks(*sampled)
-
-    def _iter_subgraphs(self, calls: Iterable[Tuple[torch.Tensor, List[int]]],
-                        generator: Optional[torch.Generator]) -> Iterator[SampledSubgraph]:
-        """_iter_blocks for sample_subgraph (the fanouts as its hops)."""
-        hops = self.fanouts[::-1]
-        for sampled in self._iter_sampled(calls, hops, False, generator):
-            yield _subgraph(*sampled, hops)
-
-    def _iter_sampled(self, calls: Iterable[Tuple[torch.Tensor, List[int]]], fanouts: List[int],
-                      expand_all: bool, generator: Optional[torch.Generator]) -> Iterator[tuple]:
-        """``_sample`` of each call, batch by batch, with ``_CALLS_IN_FLIGHT`` calls sampling
-        on background threads while the caller uses the batches before them. The generator
-        is drawn from here, in call order, as ``_sample`` call after call draws it."""
-        in_flight = _CALLS_IN_FLIGHT[self.device.type]
-        streams = ([torch.cuda.Stream(self.device) for _ in range(in_flight)]
-                   if self.device.type == "cuda" else [None] * in_flight)
-        calls = iter(calls)
-        pending = collections.deque()  # (future, stream) a call, in call order
-
-        def submit(stream) -> None:
-            call = next(calls, None)
-            if call is None:
-                return
-            seeds, sizes = call
-            layer_seeds = _layer_seeds(len(sizes), len(fanouts), generator)
-            if stream is not None:  # the seeds come from the caller's stream
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                seeds.record_stream(stream)
-            pending.append((pool.submit(self._call_on, stream, seeds, sizes, fanouts, expand_all,
-                                        layer_seeds), stream))
-
-        with ThreadPoolExecutor(in_flight, thread_name_prefix=_THREAD_NAME) as pool:
-            try:
-                for stream in streams:
-                    submit(stream)
-                while pending:
-                    future, stream = pending.popleft()
-                    outputs = future.result()  # the call's stream is done with: the op synced it
-                    submit(stream)
-                    if stream is not None:  # used, and freed, on the caller's stream
-                        current = torch.cuda.current_stream(self.device)
-                        for tensor in _tensors(outputs):
-                            tensor.record_stream(current)
-                    yield from _per_batch(outputs)
-            finally:  # closed early or failed: calls not started are dropped, the rest joined
-                for future, _ in pending:
-                    future.cancel()
-
-    def _call_on(self, stream, *args) -> tuple:
-        if stream is None:
-            return self._call(*args)
-        with torch.cuda.stream(stream):
-            return self._call(*args)
 
     def _blocks(self, rowptrs, cols, edge_ids, nodes) -> SampledBlocks:
         # Layer l's sources are the next layer's rows (every known node), the last's all nodes
