@@ -31,11 +31,27 @@ inline int lanes_per_edge(int64_t k) {
 }
 
 // ---- top-k -----------------------------------------------------------------------------------
+// The number of a lane's keys at or above `candidate` (at least 1): the carries out of
+// key + (2^32 - candidate). ptxas adds two carries with one IADD3.X, 1.5 instructions a key
+// where `count += key >= candidate` takes 3 (compare, add, select).
+template <int kRegs>
+__device__ __forceinline__ int count_at_least(const uint32_t (&key)[kRegs], uint32_t candidate) {
+  const uint32_t minus_candidate = 0u - candidate;
+  int count = 0;
+#pragma unroll
+  for (int r = 0; r < kRegs; ++r) {
+    asm("{\n\t.reg .u32 sum;\n\tadd.cc.u32 sum, %1, %2;\n\taddc.u32 %0, %3, 0;\n\t}"
+        : "=r"(count)
+        : "r"(key[r]), "r"(minus_candidate), "r"(count));
+  }
+  return count;
+}
+
 // A warp per row; lane l holds columns l, l + 32, ... (kRegs of them) as order keys. Key 0
 // marks a column past the width: real keys are at least ~0x7fffff's complement of -inf,
 // 0x007fffff, and the search's candidates are at least 1, so those never count.
 template <typename scalar_t, typename cidx_t, int kRegs>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kRegs <= 8 ? 8 : 4)
 maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
                  cidx_t* __restrict__ indices, int64_t rows, int width, int k) {
   const int lane = threadIdx.x % kWarp;
@@ -48,16 +64,48 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
     const int c = r * kWarp + lane;
     key[r] = c < width ? maxk_order_key(float(Scalar<scalar_t>::load(xr[c]))) : 0u;
   }
-  // The k-th largest key, bit by bit: keep a bit when at least k keys reach the candidate.
-  // Exactly k keys at or above a candidate settle the answer early (no ties to break).
-  uint32_t threshold = 0;
-  bool exact = false;
-  for (int bit = 31; bit >= 0; --bit) {
-    const uint32_t candidate = threshold | (1u << bit);
-    int count = 0;
+  // Bounds of the k-th largest key: `upper` the largest key, `lower` the smallest of the maxima
+  // of `subsets` >= k disjoint sets of keys (distinct keys, so at most the k-th largest):
+  // groups of 32 / subsets lanes when k <= 32, else blocks of `block` consecutive registers of
+  // a lane. Folding the registers pairwise gives the block maxima on the way to the lane's
+  // largest key. On random rows the bounds settle most bits of the exponent.
+  const int subsets = k == 1 ? 1 : 1 << (32 - __clz(k - 1));  // k rounded up to a power of two
+  const int block = subsets > kWarp ? kRegs * kWarp / subsets : kRegs;
+  uint32_t fold[kRegs], lane_low = 0;
 #pragma unroll
-    for (int r = 0; r < kRegs; ++r) count += key[r] >= candidate;
-    count = __reduce_add_sync(kFull, count);
+  for (int r = 0; r < kRegs; ++r) fold[r] = key[r];
+#pragma unroll
+  for (int len = 1; len <= kRegs; len *= 2) {
+    if (len == block) {
+      lane_low = fold[0];
+#pragma unroll
+      for (int r = 1; r < kRegs; ++r) {
+        if (r < kRegs / len) lane_low = min(lane_low, fold[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRegs / 2; ++r) {
+      if (r < kRegs / len / 2) fold[r] = max(fold[2 * r], fold[2 * r + 1]);
+    }
+  }
+  for (int offset = 1; offset * subsets < kWarp; offset *= 2)
+    lane_low = max(lane_low, __shfl_xor_sync(kFull, lane_low, offset));
+  const uint32_t upper = __reduce_max_sync(kFull, fold[0]);
+  const uint32_t lower = __reduce_min_sync(kFull, lane_low);
+  // The k-th largest key, bit by bit below the bits the bounds share: keep a bit when at least
+  // k keys reach the candidate (known without counting above `upper` and at or below `lower`).
+  // Exactly k keys at or above a candidate settle the answer early (no ties to break).
+  const int top = 31 - __clz(int(lower ^ upper));  // -1 when the bounds are equal
+  uint32_t threshold = top < 0 ? lower : lower & (0xfffffffeu << top);
+  bool exact = false;
+  for (uint32_t bit = top < 0 ? 0u : 1u << top; bit != 0; bit >>= 1) {
+    const uint32_t candidate = threshold | bit;
+    if (candidate > upper) continue;
+    if (candidate <= lower) {
+      threshold = candidate;
+      continue;
+    }
+    const int count = __reduce_add_sync(kFull, count_at_least(key, candidate));
     if (count >= k) threshold = candidate;
     if (count == k) {
       exact = true;
@@ -68,9 +116,7 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
   // equal to it in column order.
   int ties = 0;
   if (!exact) {
-    int above = 0;
-#pragma unroll
-    for (int r = 0; r < kRegs; ++r) above += key[r] > threshold;
+    const int above = threshold == ~0u ? 0 : count_at_least(key, threshold + 1);
     ties = k - __reduce_add_sync(kFull, above);
   }
   const unsigned lower_lanes = (1u << lane) - 1u;
