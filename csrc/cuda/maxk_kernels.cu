@@ -92,26 +92,23 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
     lane_low = max(lane_low, __shfl_xor_sync(kFull, lane_low, offset));
   const uint32_t upper = __reduce_max_sync(kFull, fold[0]);
   const uint32_t lower = __reduce_min_sync(kFull, lane_low);
-  // The k-th largest key, bit by bit below the bits the bounds share: keep a bit when at least
-  // k keys reach the candidate (known without counting above `upper` and at or below `lower`).
-  // Exactly k keys at or above a candidate settle the answer early (no ties to break).
-  const int top = 31 - __clz(int(lower ^ upper));  // -1 when the bounds are equal
-  uint32_t threshold = top < 0 ? lower : lower & (0xfffffffeu << top);
+  // The k-th largest key lies in [lo, hi]. Each count settles the highest bit in which the
+  // bounds differ, at the candidate made of their common prefix and that bit: at least k keys
+  // reach it exactly when the k-th largest does (bits the bounds share cost no count). Exactly
+  // k keys at or above a candidate settle the answer early (no ties to break).
+  uint32_t lo = lower, hi = upper;
   bool exact = false;
-  for (uint32_t bit = top < 0 ? 0u : 1u << top; bit != 0; bit >>= 1) {
-    const uint32_t candidate = threshold | bit;
-    if (candidate > upper) continue;
-    if (candidate <= lower) {
-      threshold = candidate;
-      continue;
-    }
+  while (lo != hi) {
+    const uint32_t candidate = hi & (~0u << (31 - __clz(int(lo ^ hi))));
     const int count = __reduce_add_sync(kFull, count_at_least(key, candidate));
-    if (count >= k) threshold = candidate;
+    if (count >= k) lo = candidate;
+    else hi = candidate - 1;
     if (count == k) {
       exact = true;
       break;
     }
   }
+  const uint32_t threshold = lo;
   // Without an exact cut, every key above the threshold is kept and the first `ties` keys
   // equal to it in column order.
   int ties = 0;
@@ -389,27 +386,27 @@ void maxk_select(FloatType type, CbsrIndexType index_type, const void* x, void* 
   if (rows == 0) return;
   if (type == FloatType::kDouble || width > kMaxkSelectMaxWidth)
     throw std::runtime_error("maxk_select: float32/16/bf16 rows of at most 1024 entries");
+  if (index_type != cbsr_index_type(width))
+    throw std::runtime_error("maxk_select: indices must have the CBSR index type of the width");
   const auto blocks = unsigned(ceil_div(rows, kWarpsPerBlock));
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_cbsr_index(index_type, [&](auto c) {
-        using cidx_t = decltype(c);
-        auto launch = [&](auto regs_c) {
-          maxk_select_rows<scalar_t, cidx_t, decltype(regs_c)::value>
-              <<<blocks, kThreads, 0, stream>>>(static_cast<const scalar_t*>(x),
-                                                static_cast<scalar_t*>(values),
-                                                static_cast<cidx_t*>(indices), rows, int(width),
-                                                int(k));
-        };
-        const int64_t regs = ceil_div(width, kWarp);
-        if (regs <= 1) launch(std::integral_constant<int, 1>{});
-        else if (regs <= 2) launch(std::integral_constant<int, 2>{});
-        else if (regs <= 4) launch(std::integral_constant<int, 4>{});
-        else if (regs <= 8) launch(std::integral_constant<int, 8>{});
-        else if (regs <= 16) launch(std::integral_constant<int, 16>{});
-        else launch(std::integral_constant<int, 32>{});
-      });
+      auto launch = [&](auto regs_c) {
+        constexpr int kRegs = decltype(regs_c)::value;
+        // cbsr_index_type of the widths that take kRegs registers: uint8 up to 256 columns
+        using cidx_t = std::conditional_t<kRegs * kWarp <= 256, uint8_t, int16_t>;
+        maxk_select_rows<scalar_t, cidx_t, kRegs><<<blocks, kThreads, 0, stream>>>(
+            static_cast<const scalar_t*>(x), static_cast<scalar_t*>(values),
+            static_cast<cidx_t*>(indices), rows, int(width), int(k));
+      };
+      const int64_t regs = ceil_div(width, kWarp);
+      if (regs <= 1) launch(std::integral_constant<int, 1>{});
+      else if (regs <= 2) launch(std::integral_constant<int, 2>{});
+      else if (regs <= 4) launch(std::integral_constant<int, 4>{});
+      else if (regs <= 8) launch(std::integral_constant<int, 8>{});
+      else if (regs <= 16) launch(std::integral_constant<int, 16>{});
+      else launch(std::integral_constant<int, 32>{});
     }
   });
   check_launch("maxk_select");
