@@ -58,11 +58,13 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;  // the whole warp leaves together
   const scalar_t* xr = x + row * width;
+  // Rows of exactly kRegs * 32 columns (the usual widths) need no check per column.
+  const bool full_row = width == kRegs * kWarp;
   uint32_t key[kRegs];
 #pragma unroll
   for (int r = 0; r < kRegs; ++r) {
     const int c = r * kWarp + lane;
-    key[r] = c < width ? maxk_order_key(float(Scalar<scalar_t>::load(xr[c]))) : 0u;
+    key[r] = full_row || c < width ? maxk_order_key(float(Scalar<scalar_t>::load(xr[c]))) : 0u;
   }
   // Bounds of the k-th largest key: `upper` the largest key, `lower` the smallest of the maxima
   // of `subsets` >= k disjoint sets of keys (distinct keys, so at most the k-th largest):
