@@ -71,7 +71,7 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
   // groups of 32 / subsets lanes when k <= 32, else blocks of `block` consecutive registers of
   // a lane. Folding the registers pairwise gives the block maxima on the way to the lane's
   // largest key. On random rows the bounds settle most bits of the exponent.
-  const int subsets = k == 1 ? 1 : 1 << (32 - __clz(k - 1));  // k rounded up to a power of two
+  const int subsets = 1 << (32 - __clz(k - 1));  // k rounded up to a power of two
   const int block = subsets > kWarp ? kRegs * kWarp / subsets : kRegs;
   uint32_t fold[kRegs], lane_low = 0;
 #pragma unroll
