@@ -107,12 +107,11 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
   bool exact = false;
   while (lo != hi) {
     const int count = __reduce_add_sync(kFull, count_at_least(key, candidate));
-    if (count >= k) lo = candidate;
-    else hi = candidate - 1;
-    if (count == k) {
-      exact = true;
-      break;
-    }
+    const bool reached = count >= k;
+    lo = reached ? candidate : lo;
+    hi = reached ? hi : candidate - 1;
+    exact = count == k;
+    if (exact) break;
     candidate = bisect();
   }
   const uint32_t threshold = lo;
