@@ -126,6 +126,9 @@ maxk_select_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ values,
   int written = 0, ties_seen = 0;
   scalar_t* out_values = values + row * k;
   cidx_t* out_indices = indices + row * k;
+  // Opaque to the compiler, which would otherwise recompute row * k for each register's stores.
+  asm("" : "+l"(out_values), "+l"(out_indices));
+  __builtin_assume(__isGlobal(out_values) && __isGlobal(out_indices));
 #pragma unroll
   for (int r = 0; r < kRegs; ++r) {
     bool take;
