@@ -24,21 +24,40 @@ def _tied(rows: int, width: int, seed: int, device="cpu", dtype=torch.float32) -
     return torch.randint(-3, 4, (rows, width), generator=gen).to(device=device, dtype=dtype)
 
 
+def _rows(kind: str, rows: int, width: int, seed: int, device="cpu") -> torch.Tensor:
+    """Rows the top-k must get right: "random"; "ties" (a few values, ties at the cut); "equal"
+    (one value a row, among them +-0, +-inf and NaN); "special" (random with NaN, +-inf and
+    +-0 in a third of the entries)."""
+    if kind == "ties":
+        return _tied(rows, width, seed, device)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=gen)
+    specials = torch.tensor([float("nan"), float("inf"), float("-inf"), 0.0, -0.0])
+    if kind == "equal":
+        values = torch.cat([specials, torch.tensor([0.5, -3.0])])
+        x = values[torch.arange(rows) % len(values), None].expand(rows, width).clone()
+    elif kind == "special":
+        mask = torch.rand(rows, width, generator=gen) < 1 / 3
+        x[mask] = specials[torch.randint(len(specials), (int(mask.sum()),), generator=gen)]
+    return x.to(device)
+
+
 def _assert_same_cbsr(h: CBSR, expected: CBSR) -> None:
     assert h.num_features == expected.num_features
     assert h.indices.dtype == expected.indices.dtype
     torch.testing.assert_close(h.indices, expected.indices, rtol=0, atol=0)
-    torch.testing.assert_close(h.values, expected.values, rtol=0, atol=0)
+    torch.testing.assert_close(h.values, expected.values, rtol=0, atol=0, equal_nan=True)
 
 
 # ---- maxk --------------------------------------------------------------------------------------
+@pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("width", [16, 100, 256, 384, 1024])
-@pytest.mark.parametrize("ties", [False, True])
-def test_maxk_matches_reference(width, ties, device):
-    x = _tied(40, width, width, device) if ties else torch.randn(40, width, device=device)
-    x.requires_grad_()
-    for k in sorted({1, 2, 8, 32, width} & set(range(1, width + 1))):
+@pytest.mark.parametrize("kind", ["random", "ties", "equal", "special"])
+def test_maxk_matches_reference(width, kind, device):
+    x = _rows(kind, 40, width, width, device).requires_grad_()
+    # k = 33, 64 and 1000: past a warp's 32 lanes, with ties straddling the cut
+    for k in sorted({1, 2, 8, 32, 33, 64, 1000, width - 1, width} & set(range(1, width + 1))):
         h = maxk(x, k)
         expected = reference.maxk_cbsr(x, k)
         _assert_same_cbsr(h, expected)
@@ -47,6 +66,16 @@ def test_maxk_matches_reference(width, ties, device):
         got, = torch.autograd.grad(h.values, x, grad)
         want, = torch.autograd.grad(expected.values, x, grad)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_maxk_half_matches_reference(dtype, device):
+    for width, kind in ((256, "random"), (256, "ties"), (300, "special")):
+        x = _rows(kind, 40, width, 5, device).to(dtype)
+        for k in (1, 8, 32, 64, width - 1):
+            _assert_same_cbsr(maxk(x, k), reference.maxk_cbsr(x, k))
 
 
 def test_maxk_semantics():

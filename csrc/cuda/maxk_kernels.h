@@ -23,8 +23,9 @@ constexpr int64_t kMaxkRowBufferBytes = 48 * 1024;
 
 // values/indices [rows, k] = the k largest entries of each row of x [rows, width], ascending
 // columns, ties to the smallest column. A warp per row: a bitwise search for the k-th largest
-// order key (32 warp-wide counts), then a ballot compaction in column order. float32/16/bf16,
-// width <= kMaxkSelectMaxWidth.
+// order key between bounds from the lanes' maxima (a warp-wide count per bit they leave open,
+// at most 32), then a ballot compaction in column order. float32/16/bf16, width <=
+// kMaxkSelectMaxWidth; indices of the CBSR index type of the width.
 void maxk_select(FloatType type, CbsrIndexType index_type, const void* x, void* values,
                  void* indices, int64_t rows, int64_t width, int64_t k, cudaStream_t stream);
 
