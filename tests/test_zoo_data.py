@@ -481,3 +481,32 @@ def test_bad_names_and_splits():
     assert Heterophilous("unused", "Squirrel_Filtered").name == "squirrel-filtered"
     assert Heterophilous("unused", "questions").task == "binary"
     assert OGBNodeProp("unused", "ogbn-proteins").task == "multilabel"
+
+
+@pytest.mark.parametrize("task,bad", [("multiclass", -1), ("binary", 2), ("multilabel", 3)])
+def test_labels_checked_once_on_load(task, bad):
+    """Labels of scored nodes must suit the task (ValueError naming the data module); labels
+    outside every split (a dataset's -1 for unlabelled nodes) are accepted."""
+    from torch_geometric.data import Data
+    from fastgnn.zoo.data.base import GraphDataModule
+
+    class Labels(GraphDataModule):
+        def __init__(self, y, **kwargs):
+            super().__init__(root=".", **kwargs)
+            self.task, self.y = task, y
+
+        def load(self):
+            n = self.y.shape[0]
+            masks = torch.zeros(3, n, dtype=torch.bool)
+            masks[torch.arange(n - 1) % 3, torch.arange(n - 1)] = True  # the last node unscored
+            return Data(x=torch.randn(n, 2), y=self.y, edge_index=torch.zeros(2, 0, dtype=torch.long),
+                        train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
+
+    shape = (7, 3) if task == "multilabel" else (7,)
+    y = torch.randint(0, 2, shape)
+    unscored = y.clone()
+    unscored[-1] = -1
+    assert Labels(unscored).data.y is unscored
+    y[2] = bad
+    with pytest.raises(ValueError, match=f"Labels: {task}|Labels: multi-class"):
+        Labels(y).data

@@ -272,3 +272,29 @@ def test_scored_nodes_found_once_per_mask():
         batch.val_mask = batch.val_mask.clone()  # as a device move under inference mode makes it
         scored, _ = module._scored(batch, out, "val")
     assert torch.equal(scored, out[batch.val_mask])
+
+
+@pytest.mark.parametrize("task,num_outputs", [("multiclass", 3), ("binary", 1),
+                                               ("multilabel", 4)])
+def test_metric_updates_do_not_call_unique(task, num_outputs):
+    """A step's metric update runs no torch.unique (torchmetrics' argument checks call it on the
+    targets: a device sync every step); the data modules check labels once instead."""
+    from torch.overrides import TorchFunctionMode
+
+    class Calls(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    module = NodePropertyModule("gcn", "pyg", num_features=4, num_outputs=num_outputs,
+                                task=task)
+    out = torch.randn(20, num_outputs)
+    y = {"multiclass": torch.randint(0, 3, (20,)), "binary": torch.randint(0, 2, (20,)),
+         "multilabel": torch.randint(0, 2, (20, 4))}[task]
+    with Calls() as calls:
+        module._record("train", out.sum(), out, y)
+    assert calls.names and "unique" not in calls.names and "_unique2" not in calls.names

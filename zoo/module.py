@@ -93,14 +93,17 @@ def _wants_sparse_inputs(sparse_inputs: Optional[bool], backend: str,
 
 
 def _metrics(task: str, num_outputs: int) -> torchmetrics.MetricCollection:
+    # No per-update argument checks: they call torch.unique on the targets, a device sync every
+    # step; the data modules check the labels once when they load them.
+    checks = {"validate_args": False}
     if task == "multiclass":
-        metrics = {"acc": torchmetrics.classification.MulticlassAccuracy(num_outputs,
-                                                                          average="micro")}
+        metrics = {"acc": torchmetrics.classification.MulticlassAccuracy(
+            num_outputs, average="micro", **checks)}
     elif task == "binary":
-        metrics = {"roc_auc": torchmetrics.classification.BinaryAUROC(),
-                   "ap": torchmetrics.classification.BinaryAveragePrecision()}
+        metrics = {"roc_auc": torchmetrics.classification.BinaryAUROC(**checks),
+                   "ap": torchmetrics.classification.BinaryAveragePrecision(**checks)}
     elif task == "multilabel":
-        metrics = {"roc_auc": torchmetrics.classification.MultilabelAUROC(num_outputs)}
+        metrics = {"roc_auc": torchmetrics.classification.MultilabelAUROC(num_outputs, **checks)}
     else:
         metrics = {"r2": torchmetrics.R2Score(num_outputs),
                    "rmse": torchmetrics.MeanSquaredError(squared=False, num_outputs=num_outputs)}

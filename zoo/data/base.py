@@ -84,6 +84,7 @@ class GraphDataModule(pl.LightningDataModule):
     def data(self):
         if self._data is None:
             data = self.load()
+            _check_labels(data, self.task, type(self).__name__)
             if self.reorder is not None:
                 data, order = fastgnn.reorder(data, self.reorder)
                 data.n_id = order.perm  # each node's id in the dataset's own order
@@ -172,3 +173,19 @@ def _storage_on(device: torch.device, *tensors: Optional[torch.Tensor]) -> tuple
                        f"its rows there")
         return tensors
     return tuple(None if t is None else t.to(device) for t in tensors)
+
+
+def _check_labels(data, task: str, name: str) -> None:
+    """The labels the splits score are valid for the task, checked once here: the zoo's metrics
+    skip torchmetrics' own per-update checks, whose ``torch.unique`` syncs the GPU every step."""
+    if task == "regression":
+        return
+    scored = data.train_mask | data.val_mask | data.test_mask
+    y = data.y[scored]
+    if task == "multiclass":
+        if y.is_floating_point() or (y.numel() and int(y.min()) < 0):
+            raise ValueError(f"{name}: multi-class labels must be class ids >= 0 on the "
+                             f"scored nodes, got {y.dtype} labels with minimum "
+                             f"{y.min().item() if y.numel() else None}")
+    elif y.numel() and not bool(((y == 0) | (y == 1)).all()):
+        raise ValueError(f"{name}: {task} labels must be 0 or 1 on the scored nodes")
