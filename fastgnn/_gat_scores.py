@@ -24,25 +24,48 @@ from fastgnn._library import autocast_dtype
 def gat_scores(x: torch.Tensor, linear: torch.nn.Module, heads: int,
                *atts: torch.Tensor) -> Tuple[torch.Tensor, ...]:
     """``(h, *scores)``: ``h = linear(x).view(-1, heads, C)`` and ``scores[i] = (h *
-    atts[i]).sum(-1)`` (``[N, H]``) for each ``att`` (``[1, H, C]`` or ``[H, C]``). Projections
-    that are not one bias-free linear map of a 2-D input (or have hooks), autocast, and mixed
-    dtypes (whose promotion the stock elementwise form does) run the stock form. Either way the
-    results equal the stock layer's to rounding."""
-    weight = bias_free_weight(linear)
-    if weight is None or x.dim() != 2 or autocast_dtype(x.device.type) is not None \
-            or any(t.dtype != x.dtype for t in (weight, *atts)):
-        h = linear(x).view(x.shape[0], heads, -1)
+    atts[i]).sum(-1)`` (``[N, H]``) for each ``att`` (``[1, H, C]`` or ``[H, C]``). A projection
+    that is not one plain bias-free linear map of a 2-D input (hooks, a bias, a subclass with its
+    own forward such as the sparse-input layers) runs as the module computes it, with the
+    scores a product of its output; autocast and mixed dtypes (whose promotion the stock
+    elementwise form does) run the stock form. Either way the results equal the stock layer's
+    to rounding."""
+    if autocast_dtype(x.device.type) is not None or any(att.dtype != x.dtype for att in atts):
+        h = _project(linear, x, heads)
         return (h,) + tuple((h * att).sum(dim=-1) for att in atts)
-    channels = weight.shape[0] // heads
-    stacked = torch.stack([att.reshape(heads, channels) for att in atts], dim=-1)
-    h, scores = _ProjectWithScores.apply(x, weight, stacked)
-    return (h,) + tuple(scores.unbind(dim=-1))
+    weight = bias_free_weight(linear)
+    if weight is None or x.dim() != 2 or weight.dtype != x.dtype:
+        h = _project(linear, x, heads)
+        scores = h.flatten(1) @ _block_diagonal(_stacked(atts, heads, h.shape[2]))
+    else:
+        h, scores = _ProjectWithScores.apply(x, weight, _stacked(atts, heads,
+                                                                  weight.shape[0] // heads))
+    return (h,) + tuple(scores.view(h.shape[0], heads, -1).unbind(dim=-1))
+
+
+def _project(linear: torch.nn.Module, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """``linear(x)`` viewed ``[N, H, C]``, as both libraries' GATConv view it."""
+    h = linear(x)
+    return h.view(-1, heads, h.shape[-1] // heads)
+
+
+def _stacked(atts: Tuple[torch.Tensor, ...], heads: int, channels: int) -> torch.Tensor:
+    """The attention vectors as ``[H, C, K]``."""
+    return torch.stack([att.reshape(heads, channels) for att in atts], dim=-1)
+
+
+def _block_diagonal(atts: torch.Tensor) -> torch.Tensor:
+    """``[H C, H K]`` with head h's ``[C, K]`` block on the diagonal: ``h [N, H C]`` times it is
+    every head's scores in one thin product (a batched product per head runs slower on the
+    strided head slices)."""
+    return torch.block_diag(*atts.unbind(0))
 
 
 def bias_free_weight(linear: torch.nn.Module) -> Optional[torch.Tensor]:
     """The weight of a bias-free linear map (``torch.nn.Linear`` or PyG's ``Linear``), else None:
-    also None when hooks may change what the map computes."""
-    if linear._forward_hooks or linear._forward_pre_hooks:
+    also None when hooks or a subclass's own forward may change what the map computes."""
+    if type(linear).forward not in _PLAIN_FORWARDS or linear._forward_hooks \
+            or linear._forward_pre_hooks:
         return None
     params = linear._parameters
     weight = params.get("weight")
@@ -50,6 +73,19 @@ def bias_free_weight(linear: torch.nn.Module) -> Optional[torch.Tensor]:
             or isinstance(weight, torch.nn.parameter.UninitializedParameter):
         return None
     return weight
+
+
+def _plain_forwards() -> Tuple:
+    forwards = [torch.nn.Linear.forward]
+    try:
+        from torch_geometric.nn.dense.linear import Linear
+        forwards.append(Linear.forward)
+    except ImportError:  # PyG absent: the DGL adapter uses torch.nn.Linear
+        pass
+    return tuple(forwards)
+
+
+_PLAIN_FORWARDS = _plain_forwards()
 
 
 class _ProjectWithScores(torch.autograd.Function):
@@ -61,10 +97,7 @@ class _ProjectWithScores(torch.autograd.Function):
         heads, channels, _ = atts.shape
         ctx.save_for_backward(x, weight, atts)
         h = torch.nn.functional.linear(x, weight)
-        # Every head's [C, K] block on the diagonal: one thin product (a batched one per head
-        # runs slower on the strided head slices).
-        scores = h @ torch.block_diag(*atts.unbind(0))
-        return h.view(x.shape[0], heads, channels), scores.view(x.shape[0], heads, -1)
+        return h.view(x.shape[0], heads, channels), h @ _block_diagonal(atts)
 
     @staticmethod
     def backward(ctx, grad_h: Optional[torch.Tensor], grad_scores: Optional[torch.Tensor]):

@@ -90,3 +90,22 @@ def test_weight_withheld_when_the_map_is_not_bias_free_or_is_hooked():
     assert bias_free_weight(torch.nn.LazyLinear(8, bias=False)) is None
     plain = torch.nn.Linear(4, 8, bias=False)
     assert bias_free_weight(plain) is plain.weight
+
+
+def test_a_projection_with_its_own_forward_runs_as_the_module_computes_it():
+    """A Linear subclass overriding forward (as the sparse-input layers do) keeps its forward:
+    the scores are taken from its output, with stock's values and gradients."""
+    class Shifted(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    x, linear, atts = _inputs(8)
+    shifted = Shifted(8, HEADS * CHANNELS, bias=False).double()
+    shifted.load_state_dict(linear.state_dict())
+    assert bias_free_weight(shifted) is None
+    ours, stock = gat_scores(x, shifted, HEADS, *atts), _stock(x, shifted, atts)
+    torch.testing.assert_close(ours, stock)
+    inputs = [x, shifted.weight, *atts]
+    for got, want in zip(torch.autograd.grad(_loss(ours), inputs),
+                         torch.autograd.grad(_loss(stock), inputs)):
+        torch.testing.assert_close(got, want)
