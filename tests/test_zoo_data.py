@@ -499,7 +499,8 @@ def test_labels_checked_once_on_load(task, bad):
             n = self.y.shape[0]
             masks = torch.zeros(3, n, dtype=torch.bool)
             masks[torch.arange(n - 1) % 3, torch.arange(n - 1)] = True  # the last node unscored
-            return Data(x=torch.randn(n, 2), y=self.y, edge_index=torch.zeros(2, 0, dtype=torch.long),
+            return Data(x=torch.randn(n, 2), y=self.y,
+                        edge_index=torch.zeros(2, 0, dtype=torch.long),
                         train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
 
     shape = (7, 3) if task == "multilabel" else (7,)
@@ -510,3 +511,20 @@ def test_labels_checked_once_on_load(task, bad):
     y[2] = bad
     with pytest.raises(ValueError, match=f"Labels: {task}|Labels: multi-class"):
         Labels(y).data
+
+
+def test_one_cpu_thread_unless_omp_num_threads_chooses(monkeypatch):
+    """With every batch on the GPU (sample_on_gpu) the zoo runs one CPU thread, unless the
+    user set OMP_NUM_THREADS."""
+    from fastgnn.zoo.data.base import one_cpu_thread_unless_set
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        one_cpu_thread_unless_set()
+        assert torch.get_num_threads() == 2
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        one_cpu_thread_unless_set()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)

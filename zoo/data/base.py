@@ -20,18 +20,20 @@ Options every data module takes (keyword arguments, after its own):
   ``sample_on_gpu`` keeps the graph on the training GPU and samples there; the features,
   labels and edge features go there too when they take at most half of its free memory (else
   they stay in host memory, with a warning), so that a batch never leaves the GPU. Under DDP
-  every rank holds its own copy on its own GPU.
+  every rank holds its own copy on its own GPU. When everything fits there, the process runs
+  with one CPU thread unless ``OMP_NUM_THREADS`` is set (idle OpenMP threads slow the loop).
 - ``reorder``: relabel the nodes once at load (``fastgnn.reorder``: "rcm", "degree" or
   "metis") so that neighbours get nearby ids; ``data.n_id`` keeps each node's original id, and
   predictions are written under it.
 """
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 import fastgnn
@@ -138,6 +140,8 @@ class GraphDataModule(pl.LightningDataModule):
             self._sampling_graph = graph
             self._storage = _storage_on(graph.device, data.x, data.y,
                                         getattr(data, "edge_attr", None))
+            if self.sample_on_gpu and all(t is None or t.is_cuda for t in self._storage):
+                one_cpu_thread_unless_set()
         features, labels, edge_features = self._storage
         return NeighborLoader(self._sampling_graph, self.fanouts, seeds,
                               batch_size=self.batch_size, shuffle=training, features=features,
@@ -157,6 +161,18 @@ class GraphDataModule(pl.LightningDataModule):
         if self.batch_size is None:
             return self._full_batch()
         return self._loader(torch.ones(self.data.num_nodes, dtype=torch.bool), training=False)
+
+
+def one_cpu_thread_unless_set() -> None:
+    """One CPU thread for this process's parallel regions, unless ``OMP_NUM_THREADS`` chooses:
+    with the graph, features and labels on the GPU no step does parallel CPU work, and idle
+    OpenMP threads spinning beside the training loop slow it (each DDP rank's most of all;
+    torchrun sets one thread a process for the same reason)."""
+    if "OMP_NUM_THREADS" in os.environ or torch.get_num_threads() == 1:
+        return
+    torch.set_num_threads(1)
+    rank_zero_info("sample_on_gpu: one CPU thread per process, since every batch stays on the "
+                   "GPU (set OMP_NUM_THREADS to choose another number)")
 
 
 def _storage_on(device: torch.device, *tensors: Optional[torch.Tensor]) -> tuple:
