@@ -119,12 +119,19 @@ def test_features_too_large_for_the_gpu_stay_in_host_memory(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("backend", ["pyg", "fastgnn"])
-def test_sample_on_gpu_trains_and_scores_every_seed(backend):
+def test_sample_on_gpu_trains_and_scores_every_seed(backend, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
     data = tiny_csbm(num_nodes=300, batch_size=32, fanouts=[5, 5], sample_on_gpu=True)
-    module, metrics = fit_test(data, "sage", backend, max_epochs=3, device="cuda",
-                               hidden_channels=16)
+    try:
+        module, metrics = fit_test(data, "sage", backend, max_epochs=3, device="cuda",
+                                   hidden_channels=16)
+        # batches never leave the GPU, so the process runs one CPU thread
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     assert data._sampling_graph.device.type == "cuda"
-    assert all(t is None or t.is_cuda for t in data._storage)  # batches never leave the GPU
+    assert all(t is None or t.is_cuda for t in data._storage)
     assert 0.0 <= metrics["test_acc"] <= 1.0
     predictions = quiet_trainer(1, "cuda").predict(module, data)
     nodes = torch.cat([p["node"].cpu() for p in predictions])
