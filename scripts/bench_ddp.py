@@ -72,6 +72,24 @@ def fit_command(config: str, arch: str, devices: int, epochs: int, accelerator: 
             "--trainer.enable_model_summary=false", *TIMER, *PROFILER, *extra]
 
 
+def run_environment(devices: int, extra: List[str]) -> Dict[str, str]:
+    """A fit's environment. With the sampler on the CPU one rank per device shares the host's
+    cores (torch would give each all of them); with ``sample_on_gpu`` the zoo picks its own
+    threads (one, when every batch stays on the GPU). The caller's OMP_NUM_THREADS wins."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if "OMP_NUM_THREADS" not in env and not samples_on_gpu(extra):
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // devices))
+    return env
+
+
+def samples_on_gpu(extra: List[str]) -> bool:
+    """Whether the fit arguments turn ``sample_on_gpu`` on (``--...sample_on_gpu=true`` or
+    ``--...sample_on_gpu true``)."""
+    words = " ".join(extra).replace("=", " ").split()
+    return any(word.endswith("sample_on_gpu") and value.lower() in ("true", "1", "yes")
+               for word, value in zip(words, words[1:]))
+
+
 def read_metrics(run_dir: str) -> Dict[int, Dict[str, float]]:
     """The CSV logger's rows (rank 0's, values already reduced over ranks), merged per epoch."""
     logs = glob.glob(os.path.join(run_dir, "lightning_logs", "*", "metrics.csv"))
@@ -198,10 +216,7 @@ def main(argv=None) -> List[dict]:
                 run_dir = os.path.abspath(os.path.join(args.work, f"{name}-{arch}-{devices}"))
                 shutil.rmtree(run_dir, ignore_errors=True)
                 os.makedirs(run_dir)
-                # One rank per device shares the host's cores; torch would give each all.
-                threads = str(max(1, (os.cpu_count() or 1) // devices))
-                env = dict(os.environ, PYTHONUNBUFFERED="1",
-                           OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", threads))
+                env = run_environment(devices, extra)
                 command = fit_command(os.path.abspath(path), arch, devices, args.epochs,
                                       args.accelerator, extra, args.ddp)
                 print(f"{name} {arch} devices={devices}", flush=True)

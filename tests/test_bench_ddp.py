@@ -144,3 +144,19 @@ def test_ddp_options_reach_lightnings_strategy_only_on_several_devices():
                              env=dict(os.environ, PYTHONPATH=ROOT)).stdout
     assert "class_path: lightning.pytorch.strategies.DDPStrategy" in printed
     assert "static_graph: true" in printed and "broadcast_buffers: false" in printed
+
+
+def test_threads_per_rank_left_to_the_zoo_when_sampling_on_the_gpu(monkeypatch):
+    """CPU sampling: each rank gets its share of the host's cores; sample_on_gpu: the zoo
+    chooses (one thread when batches stay on the GPU); the caller's OMP_NUM_THREADS wins."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert bench_ddp.run_environment(2, [])["OMP_NUM_THREADS"] == "16"
+    for extra in (["--data.init_args.sample_on_gpu=true"],
+                  ["--data.init_args.sample_on_gpu", "True"]):
+        assert "OMP_NUM_THREADS" not in bench_ddp.run_environment(2, extra)
+    assert bench_ddp.run_environment(4, ["--data.init_args.sample_on_gpu=false"])[
+        "OMP_NUM_THREADS"] == "8"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert bench_ddp.run_environment(2, ["--data.init_args.sample_on_gpu=true"])[
+        "OMP_NUM_THREADS"] == "3"
