@@ -245,7 +245,7 @@ class GCN(torch.nn.Module):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
 
 
-@pytest.mark.parametrize("conv", ["GCNConv", "SAGEConv"])
+@pytest.mark.parametrize("conv", ["GCNConv", "SAGEConv", "GATConv"])
 def test_enable_on_pyg_model_keeps_keys_and_outputs(fresh_cache, monkeypatch, conv):
     used = force(monkeypatch, sparse_ms=1.0, dense_ms=2.0)
     torch.manual_seed(0)
@@ -257,7 +257,7 @@ def test_enable_on_pyg_model_keeps_keys_and_outputs(fresh_cache, monkeypatch, co
     assert list(model.state_dict()) == keys
     swapped = [name for name, m in model.named_modules()
                if isinstance(m, sparse_input.SparseInputMixin)]
-    assert swapped == (["conv1.lin"] if conv == "GCNConv" else ["conv1.lin_l", "conv1.lin_r"])
+    assert swapped == (["conv1.lin_l", "conv1.lin_r"] if conv == "SAGEConv" else ["conv1.lin"])
     _, edge_index = random_graph(40, 200, seed=3)
     x = sparse_features(40, 60, 0.05)
     for _ in range(3):
