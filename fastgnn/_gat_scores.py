@@ -30,16 +30,16 @@ def gat_scores(x: torch.Tensor, linear: torch.nn.Module, heads: int,
     scores a product of its output; autocast and mixed dtypes (whose promotion the stock
     elementwise form does) run the stock form. Either way the results equal the stock layer's
     to rounding."""
-    if autocast_dtype(x.device.type) is not None or any(att.dtype != x.dtype for att in atts):
-        h = _project(linear, x, heads)
-        return (h,) + tuple((h * att).sum(dim=-1) for att in atts)
     weight = bias_free_weight(linear)
-    if weight is None or x.dim() != 2 or weight.dtype != x.dtype:
-        h = _project(linear, x, heads)
-        scores = h.flatten(1) @ _block_diagonal(_stacked(atts, heads, h.shape[2]))
-    else:
+    if weight is not None and x.dim() == 2 and autocast_dtype(x.device.type) is None \
+            and all(t.dtype == x.dtype for t in (weight, *atts)):
         h, scores = _ProjectWithScores.apply(x, weight, _stacked(atts, heads,
                                                                   weight.shape[0] // heads))
+    else:
+        h = _project(linear, x, heads)
+        if any(att.dtype != h.dtype for att in atts):  # autocast, or a layer cast in part
+            return (h,) + tuple((h * att).sum(dim=-1) for att in atts)
+        scores = h.flatten(1) @ _block_diagonal(_stacked(atts, heads, h.shape[2]))
     return (h,) + tuple(scores.view(h.shape[0], heads, -1).unbind(dim=-1))
 
 
