@@ -229,50 +229,38 @@ inline __attribute__((always_inline)) void reduce_row(
   for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
 
-// reduce_row for the baseline ISA, AVX2 and AVX-512, picked at run time (the build assumes
-// none of them).
+// reduce_row compiled for the best ISA the CPU has (the build assumes none): AVX-512 with
+// 16-lane tiles, AVX2 with 8, else the baseline with 4.
 template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
-void reduce_row_base(const index_t* rowptr, const index_t* col, const scalar_t* x,
-                     const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out,
-                     index_t* arg, int64_t i, int64_t width, acc_t* b) {
-  reduce_row<kMax, kWeighted, 4>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
-}
-
-#if defined(__x86_64__) && defined(FASTGNN_VECTOR_TILES)
-#define FASTGNN_X86_DISPATCH 1
-template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
-FASTGNN_TARGET_AVX2 void reduce_row_avx2(
-    const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
-    int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
-    acc_t* b) {
-  reduce_row<kMax, kWeighted, 8>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
-}
-
-template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
-FASTGNN_TARGET_AVX512 void reduce_row_avx512(
-    const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
-    int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
-    acc_t* b) {
-  reduce_row<kMax, kWeighted, 16>(rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
-}
+void reduce_row_on_best_isa(const index_t* rowptr, const index_t* col, const scalar_t* x,
+                            const scalar_t* weight, int64_t heads, const index_t* perm,
+                            scalar_t* out, index_t* arg, int64_t i, int64_t width, acc_t* b) {
+#ifdef FASTGNN_AVX512_TILES
+  if (cpu_has_avx512())
+    return on_avx512<reduce_row<kMax, kWeighted, 16, scalar_t, index_t, acc_t>>(
+        rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
 #endif
+#if FASTGNN_HAVE_AVX2_CLONE
+  if (cpu_has_avx2())
+    return on_avx2<reduce_row<kMax, kWeighted, 8, scalar_t, index_t, acc_t>>(
+        rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
+#endif
+  on_baseline_isa<reduce_row<kMax, kWeighted, 4, scalar_t, index_t, acc_t>>(
+      rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
+}
 
 template <typename scalar_t, typename index_t, bool kMax, bool kWeighted>
 void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
                  const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out,
                  index_t* arg, int64_t rows, int64_t width) {
   using acc_t = acc_type<scalar_t>;
-  auto row_fn = &reduce_row_base<kMax, kWeighted, scalar_t, index_t, acc_t>;
-#ifdef FASTGNN_X86_DISPATCH
-  if (cpu_has_avx2()) row_fn = &reduce_row_avx2<kMax, kWeighted, scalar_t, index_t, acc_t>;
-  if (cpu_has_avx512()) row_fn = &reduce_row_avx512<kMax, kWeighted, scalar_t, index_t, acc_t>;
-#endif
 #pragma omp parallel num_threads(num_threads())
   {
     std::vector<acc_t> best(width);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i)
-      row_fn(rowptr, col, x, weight, heads, perm, out, arg, i, width, best.data());
+      reduce_row_on_best_isa<kMax, kWeighted>(rowptr, col, x, weight, heads, perm, out, arg, i,
+                                              width, best.data());
   }
 }
 
