@@ -22,6 +22,10 @@ et al. 2023 train 1 to 5 layers and report the best by validation), where the co
 depth. Each run records its depth and its checkpoint's validation metric; a run is then
 identified by row, seed and depth, for ``--resume`` too.
 
+Records of a hyper-parameter grid carry their ``setting`` (e.g. ``{"model.lr": 0.01}``): one
+row's runs under several settings are not one sample, so ``--summarise`` refuses them mixed and
+``--setting model.lr=0.01`` (repeatable) picks one setting's runs.
+
 A row is "within" when its mean is at least the published mean minus one published std
 ("within one std, or better", the issue's target). The MaxK rows are compared instead with
 their ReLU twin (the same config with ``arch: sage``): within when at most 1 point below.
@@ -249,6 +253,27 @@ def read_records(paths: List[str]) -> List[dict]:
     return records
 
 
+def select_setting(records: List[dict], wanted: Dict[str, str]) -> List[dict]:
+    """The records whose ``setting`` has the ``wanted`` values (numbers compared as numbers);
+    raises ValueError when those left carry more than one setting."""
+    def matches(setting: dict) -> bool:
+        return all(name in setting and _same_value(setting[name], value)
+                   for name, value in wanted.items())
+    kept = [r for r in records if matches(r.get("setting", {}))]
+    settings = sorted({json.dumps(r.get("setting", {}), sort_keys=True) for r in kept})
+    if len(settings) > 1:
+        raise ValueError(f"the records carry {len(settings)} settings ({', '.join(settings)}); "
+                         "pick one with --setting NAME=VALUE")
+    return kept
+
+
+def _same_value(recorded, text: str) -> bool:
+    try:
+        return float(recorded) == float(text)
+    except (TypeError, ValueError):
+        return str(recorded) == text
+
+
 # -- aggregation --------------------------------------------------------------------------
 
 def primary_value(metrics: Dict[str, float], stage: str = "test") -> Tuple[str, float]:
@@ -412,12 +437,20 @@ def parse(argv: Optional[List[str]]):
     parser.add_argument("--resume", metavar="JSONL", nargs="+", default=(),
                         help="earlier runs' reproduction.jsonl files: the (row, seed, depth) "
                              "runs they completed are not run again")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --summarise: only the runs of the grid setting with this "
+                             "value (repeatable)")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
     parser.add_argument("--summarise", metavar="JSONL", nargs="+", default=None,
                         help="write the tables from earlier runs' reproduction.jsonl files "
                              "instead of running")
     args, extra = parser.parse_known_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.setting and not args.summarise:
+        parser.error("--setting selects runs to summarise: use it with --summarise")
+    if any("=" not in item for item in args.setting):
+        parser.error("--setting takes NAME=VALUE, e.g. model.lr=0.01")
+    args.setting = dict(item.split("=", 1) for item in args.setting)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     args.extra = extra  # passed to every run, e.g. --trainer.max_epochs=5
@@ -438,7 +471,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{row.key:45s} {row.config:30s} {row.published} {row.source}")
         return 0
     if args.summarise:
-        write_results(args.out, rows, read_records(args.summarise), {"from": args.summarise})
+        try:
+            records = select_setting(read_records(args.summarise), args.setting)
+        except ValueError as exc:
+            print(f"reproduce_zoo.py: error: {exc}", file=sys.stderr)
+            return 2
+        write_results(args.out, rows, records, {"from": args.summarise, "setting": args.setting})
         return 0
     overrides = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
                  *args.extra]

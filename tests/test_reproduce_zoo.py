@@ -249,3 +249,46 @@ def test_no_depth_table_without_depths():
     (s,) = repro.summarise([row], [_done(row.key, 0, test_roc_auc=0.9)])
     assert "depth" not in s and "depths" not in s
     assert repro.markdown([s]).count("\n") == 3  # header, rule, the row
+
+
+def _graded(row, seed, test, **setting):
+    return {**_done(row, seed, test_acc=test), "device": "cpu", "setting": setting}
+
+
+def test_summarise_refuses_mixed_grid_settings(tmp_path, capsys):
+    row = "GCN/Cora"
+    records = [_graded(row, 0, 0.8, **{"model.lr": 0.01}),
+               _graded(row, 0, 0.2, **{"model.lr": 0.001})]
+    path = tmp_path / "grid.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert repro.main(["--rows", row, "--out", str(tmp_path / "mixed"),
+                       "--summarise", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "carry 2 settings" in err[0] and "--setting" in err[0]
+    # one setting picked (numbers compare as numbers): only its run counts
+    assert repro.main(["--rows", row, "--out", str(tmp_path / "one"), "--summarise", str(path),
+                       "--setting", "model.lr=1e-2"]) == 0
+    with open(tmp_path / "one" / "reproduction.json") as f:
+        (summary,) = json.load(f)["summary"]
+    assert (summary["runs"], summary["mean"]) == (1, pytest.approx(80.0))
+
+
+def test_select_setting_keeps_records_without_a_grid():
+    plain = [_done("GCN/Cora", 0, test_acc=0.8), _done("GCN/Cora", 1, test_acc=0.7)]
+    assert repro.select_setting(plain, {}) == plain
+    assert repro.select_setting(plain, {"model.lr": "0.01"}) == []
+    mixed = plain + [_graded("GCN/Cora", 0, 0.5, **{"model.lr": 0.01})]
+    with pytest.raises(ValueError, match="carry 2 settings"):
+        repro.select_setting(mixed, {})
+    assert repro.select_setting(mixed, {"model.lr": "0.01"}) == mixed[2:]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--setting", "model.lr=0.01"], "use it with --summarise"),
+    (["--summarise", "x.jsonl", "--setting", "model.lr"], "takes NAME=VALUE"),
+])
+def test_bad_setting_is_a_one_line_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        repro.parse(["--out", "x", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
