@@ -22,9 +22,11 @@ et al. 2023 train 1 to 5 layers and report the best by validation), where the co
 depth. Each run records its depth and its checkpoint's validation metric; a run is then
 identified by row, seed and depth, for ``--resume`` too.
 
-Records of a hyper-parameter grid carry their ``setting`` (e.g. ``{"model.lr": 0.01}``): one
-row's runs under several settings are not one sample, so ``--summarise`` refuses them mixed and
-``--setting model.lr=0.01`` (repeatable) picks one setting's runs.
+A hyper-parameter grid is one invocation per setting, the setting given as extra
+``--model.NAME=VALUE`` arguments; each run records them as its ``setting``, and ``--resume``
+counts only earlier runs of the same setting. One row's runs under several settings are not one
+sample, so ``--summarise`` refuses them mixed and ``--setting model.lr=0.01`` (repeatable) picks
+one setting's runs.
 
 A row is "within" when its mean is at least the published mean minus one published std
 ("within one std, or better", the issue's target). The MaxK rows are compared instead with
@@ -174,6 +176,8 @@ class Job:
     deadline: float = float("inf")
     #: --model.num_layers for this run; None keeps the config's
     depth: Optional[int] = None
+    #: the grid setting among ``overrides`` (``grid_setting``), recorded with the run
+    setting: Dict[str, str] = field(default_factory=dict)
 
 
 def _init_worker(log_dir: str) -> None:
@@ -194,6 +198,8 @@ def run_job(job: Job) -> dict:
     """One seed of one row (at one depth, with --depths); a failure is recorded, not raised,
     so the other runs go on."""
     record = {"row": job.row.key, "seed": job.seed}
+    if job.setting:
+        record["setting"] = job.setting
     overrides = list(job.row.overrides) + job.overrides
     run_dir = os.path.join(job.out_dir, job.row.key.replace("/", "_").replace(" ", "_"))
     if job.depth is not None:
@@ -253,6 +259,18 @@ def read_records(paths: List[str]) -> List[dict]:
     return records
 
 
+def grid_setting(extra: List[str]) -> Dict[str, str]:
+    """The model hyper-parameters among a run's extra arguments (``--model.NAME=VALUE``)."""
+    return dict(item[2:].split("=", 1) for item in extra
+                if item.startswith("--model.") and "=" in item)
+
+
+def same_setting(recorded: dict, setting: Dict[str, str]) -> bool:
+    """Whether a record's setting is ``setting`` (numbers compared as numbers)."""
+    return recorded.keys() == setting.keys() and all(
+        _same_value(recorded[name], value) for name, value in setting.items())
+
+
 def select_setting(records: List[dict], wanted: Dict[str, str]) -> List[dict]:
     """The records whose ``setting`` has the ``wanted`` values (numbers compared as numbers);
     raises ValueError when those left carry more than one setting."""
@@ -260,7 +278,9 @@ def select_setting(records: List[dict], wanted: Dict[str, str]) -> List[dict]:
         return all(name in setting and _same_value(setting[name], value)
                    for name, value in wanted.items())
     kept = [r for r in records if matches(r.get("setting", {}))]
-    settings = sorted({json.dumps(r.get("setting", {}), sort_keys=True) for r in kept})
+    settings = sorted({json.dumps({name: _number_or_text(value) for name, value
+                                   in r.get("setting", {}).items()}, sort_keys=True)
+                       for r in kept})
     if len(settings) > 1:
         raise ValueError(f"the records carry {len(settings)} settings ({', '.join(settings)}); "
                          "pick one with --setting NAME=VALUE")
@@ -268,10 +288,15 @@ def select_setting(records: List[dict], wanted: Dict[str, str]) -> List[dict]:
 
 
 def _same_value(recorded, text: str) -> bool:
+    return _number_or_text(recorded) == _number_or_text(text)
+
+
+def _number_or_text(value):
+    """A setting's value as a number where it reads as one ("5e-4" and 0.0005 are one value)."""
     try:
-        return float(recorded) == float(text)
+        return float(value)
     except (TypeError, ValueError):
-        return str(recorded) == text
+        return str(value)
 
 
 # -- aggregation --------------------------------------------------------------------------
@@ -488,8 +513,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     prepare_data(rows, overrides)
     deadline = time.time() + args.time_budget if args.time_budget else float("inf")
-    done = completed(read_records(args.resume))
-    jobs = [Job(row, seed, overrides, args.backend, args.work_dir, deadline, depth)
+    setting = grid_setting(args.extra)
+    done = completed([r for r in read_records(args.resume)
+                      if same_setting(r.get("setting", {}), setting)])
+    jobs = [Job(row, seed, overrides, args.backend, args.work_dir, deadline, depth, setting)
             for row, seed, depth in order_jobs(rows, args.seeds, args.depths or [None], done)]
     print(f"{len(rows)} rows, {len(jobs)} runs, {args.workers} workers", flush=True)
     records, start = [], time.time()

@@ -281,6 +281,10 @@ def test_select_setting_keeps_records_without_a_grid():
     with pytest.raises(ValueError, match="carry 2 settings"):
         repro.select_setting(mixed, {})
     assert repro.select_setting(mixed, {"model.lr": "0.01"}) == mixed[2:]
+    # one setting written as text by a run and as a number by hand is one setting
+    same = [_graded("GCN/Cora", 0, 0.5, **{"model.lr": 0.01}),
+            _graded("GCN/Cora", 1, 0.5, **{"model.lr": "1e-2"})]
+    assert repro.select_setting(same, {}) == same
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -292,3 +296,52 @@ def test_bad_setting_is_a_one_line_error(argv, message, capsys):
         repro.parse(["--out", "x", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_runs_record_their_grid_setting(tmp_path, monkeypatch):
+    from fastgnn.zoo import compare
+    monkeypatch.setattr(compare, "run_one", lambda *args: {"metrics": {"test_acc": 0.5}})
+    extra = ["--trainer.max_epochs=5", "--model.lr=0.01", "--model.weight_decay=5e-4"]
+    setting = repro.grid_setting(extra)
+    assert setting == {"model.lr": "0.01", "model.weight_decay": "5e-4"}
+    row = repro.Row("GCN", "Cora", "gcn-planetoid.yaml")
+    graded = repro.run_job(repro.Job(row, 0, extra, out_dir=str(tmp_path), setting=setting))
+    plain = repro.run_job(repro.Job(row, 0, [], out_dir=str(tmp_path)))
+    assert graded["setting"] == setting and "setting" not in plain
+
+
+def test_resume_is_keyed_by_setting(tmp_path, monkeypatch):
+    """An earlier run counts as done only for the same setting (numbers compared as numbers)."""
+    ran = []
+    monkeypatch.setattr(repro, "prepare_data", lambda rows, overrides: None)
+    monkeypatch.setattr(repro, "run_job", lambda job: ran.append((job.seed, job.setting)) or
+                        {"row": job.row.key, "seed": job.seed, "status": "skipped"})
+    monkeypatch.setattr(repro, "ProcessPoolExecutor", _InlinePool)
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text(json.dumps(_graded("GCN/Cora", 0, 0.8, **{"model.lr": 0.01})) + "\n")
+    for lr, expected in (("1e-2", [1]), ("0.001", [0, 1])):
+        ran.clear()
+        assert repro.main(["--rows", "GCN/Cora", "--seeds", "0,1", "--out",
+                           str(tmp_path / lr), "--resume", str(earlier),
+                           f"--model.lr={lr}"]) == 0
+        assert [seed for seed, _ in ran] == expected
+        assert all(setting == {"model.lr": lr} for _, setting in ran)
+
+
+class _InlinePool:
+    """ProcessPoolExecutor's interface, running each job in this process."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, job):
+        from concurrent.futures import Future
+        future = Future()
+        future.set_result(fn(job))
+        return future
