@@ -124,5 +124,16 @@ void on_best_isa(Args&&... args) {
   on_baseline_isa<Body>(std::forward<Args>(args)...);
 }
 
+// For bodies whose tiles follow the vector width: Avx512Body compiled for AVX-512 when the CPU
+// has it, else Avx2Body for AVX2+FMA, else BaselineBody for the baseline ISA.
+template <auto Avx512Body, auto Avx2Body, auto BaselineBody, typename... Args>
+void on_widest_isa(Args&&... args) {
+#if FASTGNN_HAVE_AVX2_CLONE
+  if (cpu_has_avx512()) return on_avx512<Avx512Body>(std::forward<Args>(args)...);
+  if (cpu_has_avx2()) return on_avx2<Avx2Body>(std::forward<Args>(args)...);
+#endif
+  on_baseline_isa<BaselineBody>(std::forward<Args>(args)...);
+}
+
 }  // namespace cpu
 }  // namespace fastgnn

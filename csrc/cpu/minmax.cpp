@@ -229,26 +229,6 @@ inline __attribute__((always_inline)) void reduce_row(
   for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
 
-// reduce_row compiled for the best ISA the CPU has (the build assumes none): AVX-512 with
-// 16-lane tiles, AVX2 with 8, else the baseline with 4.
-template <bool kMax, bool kWeighted, typename scalar_t, typename index_t, typename acc_t>
-void reduce_row_on_best_isa(const index_t* rowptr, const index_t* col, const scalar_t* x,
-                            const scalar_t* weight, int64_t heads, const index_t* perm,
-                            scalar_t* out, index_t* arg, int64_t i, int64_t width, acc_t* b) {
-#ifdef FASTGNN_AVX512_TILES
-  if (cpu_has_avx512())
-    return on_avx512<reduce_row<kMax, kWeighted, 16, scalar_t, index_t, acc_t>>(
-        rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
-#endif
-#if FASTGNN_HAVE_AVX2_CLONE
-  if (cpu_has_avx2())
-    return on_avx2<reduce_row<kMax, kWeighted, 8, scalar_t, index_t, acc_t>>(
-        rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
-#endif
-  on_baseline_isa<reduce_row<kMax, kWeighted, 4, scalar_t, index_t, acc_t>>(
-      rowptr, col, x, weight, heads, perm, out, arg, i, width, b);
-}
-
 template <typename scalar_t, typename index_t, bool kMax, bool kWeighted>
 void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
                  const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out,
@@ -259,8 +239,11 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
     std::vector<acc_t> best(width);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i)
-      reduce_row_on_best_isa<kMax, kWeighted>(rowptr, col, x, weight, heads, perm, out, arg, i,
-                                              width, best.data());
+      // tiles of 16 lanes on AVX-512, 8 on AVX2, 4 on the baseline ISA
+      on_widest_isa<reduce_row<kMax, kWeighted, 16, scalar_t, index_t, acc_t>,
+                    reduce_row<kMax, kWeighted, 8, scalar_t, index_t, acc_t>,
+                    reduce_row<kMax, kWeighted, 4, scalar_t, index_t, acc_t>>(
+          rowptr, col, x, weight, heads, perm, out, arg, i, width, best.data());
   }
 }
 

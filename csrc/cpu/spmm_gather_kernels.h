@@ -109,11 +109,9 @@ FASTGNN_ALWAYS_INLINE void gather_rows_any(const Gather<scalar_t, index_t>& g, i
 template <typename scalar_t, typename index_t>
 void run_gather(const Gather<scalar_t, index_t>& g, int64_t rows) {
   parallel_chunks(rows, rows_per_chunk(rows, int64_t(g.rowptr[rows])), [&](int64_t b, int64_t e) {
-#if FASTGNN_HAVE_AVX2_CLONE
-    if (cpu_has_avx512())
-      return on_avx512<gather_detail::gather_rows_any<scalar_t, index_t, 64>>(g, b, e);
-#endif
-    on_best_isa<gather_detail::gather_rows_any<scalar_t, index_t, 32>>(g, b, e);
+    on_widest_isa<gather_detail::gather_rows_any<scalar_t, index_t, 64>,
+                  gather_detail::gather_rows_any<scalar_t, index_t, 32>,
+                  gather_detail::gather_rows_any<scalar_t, index_t, 32>>(g, b, e);
   });
 }
 
