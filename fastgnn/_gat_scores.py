@@ -30,9 +30,8 @@ def gat_scores(x: torch.Tensor, linear: torch.nn.Module, heads: int,
     scores a product of its output; autocast and mixed dtypes (whose promotion the stock
     elementwise form does) run the stock form. Either way the results equal the stock layer's
     to rounding."""
-    weight = bias_free_weight(linear)
-    if weight is not None and x.dim() == 2 and autocast_dtype(x.device.type) is None \
-            and all(t.dtype == x.dtype for t in (weight, *atts)):
+    weight = _one_node_weight(x, linear, *atts)
+    if weight is not None:
         h, scores = _ProjectWithScores.apply(x, weight, _stacked(atts, heads,
                                                                   weight.shape[0] // heads))
     else:
@@ -41,6 +40,35 @@ def gat_scores(x: torch.Tensor, linear: torch.nn.Module, heads: int,
             return (h,) + tuple((h * att).sum(dim=-1) for att in atts)
         scores = h.flatten(1) @ _block_diagonal(_stacked(atts, heads, h.shape[2]))
     return (h,) + tuple(scores.view(h.shape[0], heads, -1).unbind(dim=-1))
+
+
+def destination_scores(x: torch.Tensor, linear: torch.nn.Module, heads: int,
+                       att: torch.Tensor) -> torch.Tensor:
+    """``(linear(x).view(-1, heads, C) * att).sum(-1)`` (``[N, H]``) for destinations whose
+    projection nothing else reads (a bipartite pair's): with the one-node form's plain linear
+    map, one thin product ``x @ fold(W, att).T``, never the ``N x H C`` projection."""
+    weight = _one_node_weight(x, linear, att)
+    if weight is None:
+        return gat_scores(x, linear, heads, att)[1]
+    return x @ _fold(weight, _stacked((att,), heads, weight.shape[0] // heads)).t()
+
+
+def _one_node_weight(x: torch.Tensor, linear: torch.nn.Module,
+                     *atts: torch.Tensor) -> Optional[torch.Tensor]:
+    """The projection's weight where the scores may be computed from it: a plain bias-free
+    linear map of a 2-D input, no autocast, one dtype throughout; else None."""
+    weight = bias_free_weight(linear)
+    if weight is not None and x.dim() == 2 and autocast_dtype(x.device.type) is None \
+            and all(t.dtype == x.dtype for t in (weight, *atts)):
+        return weight
+    return None
+
+
+def _fold(weight: torch.Tensor, atts: torch.Tensor) -> torch.Tensor:
+    """``fold(W, att) [H K, F]`` with ``fold[h, k] = sum_c atts[h, c, k] W[h, c]``: the scores
+    of ``h = x W.T`` are ``x @ fold.T``."""
+    heads, channels, k = atts.shape
+    return torch.bmm(atts.transpose(1, 2), weight.view(heads, channels, -1)).view(heads * k, -1)
 
 
 def _project(linear: torch.nn.Module, x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -118,8 +146,7 @@ class _ProjectWithScores(torch.autograd.Function):
         by_row = grad_scores.reshape(x.shape[0], heads * k)
         per_head_weight = weight.view(heads, channels, -1)
         if need_x:
-            # fold(W, att) [H K, F]: the scores are x @ fold.T.
-            folded = torch.bmm(atts.transpose(1, 2), per_head_weight).view(heads * k, -1)
+            folded = _fold(weight, atts)
             # grad_x is this node's own product, so the scores' share goes into it in place.
             grad_x = by_row @ folded if grad_x is None else grad_x.addmm_(by_row, folded)
         if need_weight or need_atts:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastgnn._gat_scores import _ProjectWithScores, bias_free_weight, gat_scores
+from fastgnn._gat_scores import (_ProjectWithScores, bias_free_weight, destination_scores,
+                                 gat_scores)
 
 HEADS, CHANNELS = 4, 8
 
@@ -109,3 +110,33 @@ def test_a_projection_with_its_own_forward_runs_as_the_module_computes_it():
     for got, want in zip(torch.autograd.grad(_loss(ours), inputs),
                          torch.autograd.grad(_loss(stock), inputs)):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("in_features", [8, 200])
+def test_destination_scores_equal_stock_without_the_projection(in_features, monkeypatch):
+    """A pair's destination score, with its gradients, from one thin product: the N x H C
+    projection (F.linear) never runs."""
+    x, linear, (att, _) = _inputs(in_features)
+    want = _stock(x, linear, [att])[1]
+    calls = []
+    real_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda *args, **kwargs: calls.append(1) or real_linear(*args, **kwargs))
+    got = destination_scores(x, linear, HEADS, att)
+    assert not calls
+    torch.testing.assert_close(got, want)
+    inputs = [x, linear.weight, att]
+    for g, w in zip(torch.autograd.grad(_loss([got]), inputs),
+                    torch.autograd.grad(_loss([want]), inputs)):
+        torch.testing.assert_close(g, w)
+
+
+def test_destination_scores_keep_the_stock_form_where_gat_scores_does():
+    x, linear, (att, _) = _inputs(8)
+    biased = torch.nn.Linear(8, HEADS * CHANNELS, bias=True).double()
+    torch.testing.assert_close(destination_scores(x, biased, HEADS, att),
+                               _stock(x, biased, [att])[1])
+    x32, linear32, _ = _inputs(8, dtype=torch.float32)
+    score = destination_scores(x32, linear32, HEADS, att)  # float64 att: promoted as stock
+    assert score.dtype == torch.float64
+    torch.testing.assert_close(score, _stock(x32, linear32, [att])[1])

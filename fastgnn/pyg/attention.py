@@ -9,7 +9,7 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.utils import scatter
 
 from fastgnn import ops
-from fastgnn._gat_scores import gat_scores
+from fastgnn._gat_scores import destination_scores, gat_scores
 from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
                                parameter, split_pair)
@@ -122,7 +122,7 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         else:
             lin_src, lin_dst = (lin, lin) if lin is not None else (self.lin_src, self.lin_dst)
             h_src, alpha_src = gat_scores(x_src, lin_src, heads, att_src)
-            _, alpha_dst = gat_scores(x_dst, lin_dst, heads, att_dst)
+            alpha_dst = destination_scores(x_dst, lin_dst, heads, att_dst)
         alpha_edge = None
         lin_edge = self.lin_edge
         if edge_attr is not None and lin_edge is not None:  # PyG ignores edge_attr otherwise

@@ -6,7 +6,7 @@ import dgl.nn.pytorch as dgl_nn
 import torch
 
 from fastgnn import ops
-from fastgnn._gat_scores import gat_scores
+from fastgnn._gat_scores import destination_scores, gat_scores
 from fastgnn.dgl._graphs import Unsupported
 from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, dropout_rate,
                                   graph_of)
@@ -73,7 +73,7 @@ class GATConv(FastLayer, dgl_nn.GATConv):
             alpha_dst = alpha_dst[:h_dst.shape[0]]
         else:
             feat_src, alpha_src = gat_scores(h_src, fc_src, heads, self.attn_l)
-            _, alpha_dst = gat_scores(h_dst, fc_dst, heads, self.attn_r)
+            alpha_dst = destination_scores(h_dst, fc_dst, heads, self.attn_r)
         out = ops.gat_attention(g, feat_src, alpha_src, alpha_dst,
                                 self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
         if self.res_fc is not None:
