@@ -139,6 +139,24 @@ TORCH_LIBRARY(fastgnn, m) {
         "float dropout, int seed, Tensor? seed_tensor, int offset, Tensor? light_rows, "
         "Tensor? heavy_rows, int heavy_warps) -> (Tensor grad_alpha_dst, Tensor grad_x_src, "
         "Tensor grad_alpha_src, Tensor grad_alpha_edge)");
+  // gat_backward in two steps, for callers that bound memory (fastgnn/_gat_layer.py). The
+  // source step walks rows [row_begin, row_begin + x_rows.size(0)) of the transposed CSR
+  // (rowptr, col, src_perm; on a symmetric graph the CSR and t_perm), x_rows and
+  // alpha_src_rows being those sources' features; it reads no other source row, writes each
+  // walked edge's logit gradient into grad_logit ([E, H], statistics dtype, CSR order) and
+  // returns the rows' gradients. delta [T, H] = <grad_out, out> per destination and head.
+  // light_rows/heavy_rows are row buckets relative to row_begin (CUDA only). The destination
+  // step sums grad_logit over each CSR row into grad_alpha_dst ([T, H], dtype) and, with
+  // with_edge, copies it to grad_alpha_edge in input edge order.
+  m.def("gat_backward_source(Tensor grad_out, Tensor lse, Tensor delta, Tensor rowptr, "
+        "Tensor col, Tensor src_perm, Tensor? edge_perm, Tensor alpha_dst, Tensor x_rows, "
+        "Tensor alpha_src_rows, Tensor? alpha_edge, float negative_slope, float dropout, "
+        "int seed, Tensor? seed_tensor, int offset, int row_begin, Tensor? light_rows, "
+        "Tensor? heavy_rows, int heavy_warps, Tensor(a!) grad_logit) "
+        "-> (Tensor grad_x_rows, Tensor grad_alpha_src_rows)");
+  m.def("gat_backward_destination(Tensor rowptr, Tensor grad_logit, Tensor? edge_perm, "
+        "bool with_edge, ScalarType dtype, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) -> (Tensor grad_alpha_dst, Tensor grad_alpha_edge)");
   // The [E, H] keep-mask (CSR order, bool) that the kernels apply for this seed and offset:
   // lets tests evaluate the reference with the exact same dropout.
   m.def("attention_dropout_mask(Tensor col, int heads, float dropout, int seed, int offset) "

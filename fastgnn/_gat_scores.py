@@ -143,17 +143,28 @@ class _ProjectWithScores(torch.autograd.Function):
             grad_weight = grad_h.t() @ x if need_weight else None
         if grad_scores is None:
             return grad_x, grad_weight, None
-        by_row = grad_scores.reshape(x.shape[0], heads * k)
-        per_head_weight = weight.view(heads, channels, -1)
-        if need_x:
-            folded = _fold(weight, atts)
-            # grad_x is this node's own product, so the scores' share goes into it in place.
-            grad_x = by_row @ folded if grad_x is None else grad_x.addmm_(by_row, folded)
-        if need_weight or need_atts:
-            grad_folded = (by_row.t() @ x).view(heads, k, -1)
-            if need_weight:
-                share = torch.bmm(atts, grad_folded).view(heads * channels, -1)
-                grad_weight = share if grad_weight is None else grad_weight + share
-            if need_atts:
-                grad_atts = torch.bmm(per_head_weight, grad_folded.transpose(1, 2))
-        return grad_x, grad_weight, grad_atts
+        return score_gradients(x, weight, atts, grad_scores.reshape(x.shape[0], heads * k),
+                               grad_x, grad_weight, need_x, need_weight, need_atts)
+
+
+def score_gradients(x: torch.Tensor, weight: torch.Tensor, atts: torch.Tensor,
+                    by_row: torch.Tensor, grad_x: Optional[torch.Tensor],
+                    grad_weight: Optional[torch.Tensor], need_x: bool, need_weight: bool,
+                    need_atts: bool):
+    """``(grad_x, grad_weight, grad_atts)`` with the scores' share added: ``by_row [N, H K]`` is
+    the gradient of the scores ``x @ fold(weight, atts).T``; ``grad_x`` and ``grad_weight``,
+    the projection's own (or None), are added to in place."""
+    heads, channels, k = atts.shape
+    grad_atts = None
+    if need_x:
+        folded = _fold(weight, atts)
+        # grad_x is the caller's own product, so the scores' share goes into it in place.
+        grad_x = by_row @ folded if grad_x is None else grad_x.addmm_(by_row, folded)
+    if need_weight or need_atts:
+        grad_folded = (by_row.t() @ x).view(heads, k, -1)
+        if need_weight:
+            share = torch.bmm(atts, grad_folded).view(heads * channels, -1)
+            grad_weight = share if grad_weight is None else grad_weight.add_(share)
+        if need_atts:
+            grad_atts = torch.bmm(weight.view(heads, channels, -1), grad_folded.transpose(1, 2))
+    return grad_x, grad_weight, grad_atts

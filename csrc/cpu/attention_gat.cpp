@@ -5,10 +5,12 @@
 // online softmax's rescaling. Only the per-(destination, head) log-sum-exp is saved.
 //
 // Backward, with alpha = exp(logit - lse_i), c the dropout factor and delta_i = <dOut_i, out_i>:
-// dLogit = alpha (c <dOut_i, x_j> - delta_i) and dz = dLogit * LeakyReLU'(z). alpha_dst[i] sums
-// dz over i's in-edges (a pass over the CSR), alpha_src[j] sums dz and x_src[j] sums
-// c alpha dOut_i over j's out-edges (a pass over the transposed CSR, pulling from the
-// destinations: no atomics), alpha_edge[e] is dz. On a symmetric graph one pass does both.
+// dLogit = alpha (c <dOut_i, x_j> - delta_i) and dz = dLogit * LeakyReLU'(z). A source pass over
+// the transposed CSR (on a symmetric graph the CSR itself) pulls from each source j's
+// destinations, no atomics: x_src[j] sums c alpha dOut_i, alpha_src[j] sums dz, and each edge's
+// dz is stored ([E, H]). It reads no x_src row but j's own, so it can run on a range of sources
+// at a time (gat_backward_source). A destination pass over the CSR then sums dz into
+// alpha_dst[i] and copies it to alpha_edge[e].
 // The per-node scalar sums are kept in double: they are cheap, and they cancel (sum_j alpha
 // (<dOut_i, x_j> - delta_i) is 0 without dropout), so float partial sums would cost accuracy.
 #include "attention_seed.h"
@@ -100,62 +102,76 @@ void gat_forward_rows(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
 }
 
 template <typename acc_t>
-struct GatGrads {
+struct GatSourceGrads {
   const acc_t* grad_out;  // [T, H, D]
   const acc_t* lse;       // [T, H]
   const acc_t* delta;     // [T, H]
-  acc_t* alpha_dst;       // [T, H]
-  acc_t* x_src;           // [S, H, D]
-  acc_t* alpha_src;       // [S, H]
-  acc_t* alpha_edge;      // [E, H] input edge order, or null
+  acc_t* grad_logit;      // [E, H] forward CSR order: d loss / d pre-activation
+  acc_t* x_src;           // [rows, H, D]
+  acc_t* alpha_src;       // [rows, H]
 };
 
-// One pass over the rows of (rowptr, col): with do_dst row n is a destination and edge q
-// comes from col[q]; with do_src row n is the source of edge src_perm[q] into col[q].
+// Source side of the backward over `rows` rows of the walked CSR (the transposed CSR, or on a
+// symmetric graph the CSR itself): row n is the source of edge src_perm[q] into col[q], and
+// `p`'s x_src and alpha_src start at row n = 0. Writes each walked edge's dz into grad_logit
+// and the gradients of the rows' x_src and alpha_src; reads x_src of its own row only.
 template <typename acc_t, typename index_t>
-void gat_backward_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
-                       const index_t* col, const index_t* src_perm, int64_t rows, bool do_dst,
-                       bool do_src, const DropoutSpec& drop, const GatGrads<acc_t>& g) {
+void gat_source_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
+                     const index_t* col, const index_t* src_perm, int64_t rows,
+                     const DropoutSpec& drop, const GatSourceGrads<acc_t>& g) {
   const int64_t heads = p.heads, dim = p.dim;
-  // dz and c alpha of edge j -> i at CSR position e, head h.
-  auto edge_grad = [&](int64_t i, int64_t j, int64_t e, int64_t h, acc_t& wc) {
-    const acc_t z = p.z(i, j, e, h);
-    const acc_t alpha = std::exp(p.leaky(z) - g.lse[i * heads + h]);
-    wc = alpha * drop.factor<acc_t>(e, h);
-    const acc_t* dout = g.grad_out + (i * heads + h) * dim;
-    const double dval = wc != 0 ? double(dot(dout, p.row(j, h), dim)) : 0.0;
-    return (double(wc) * dval - double(alpha) * double(g.delta[i * heads + h])) *
-           double(p.leaky_slope(z));
-  };
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<double> sum_dst(heads), sum_src(heads);
+    std::vector<double> sum_src(heads);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t n = 0; n < rows; ++n) {
-      std::fill(sum_dst.begin(), sum_dst.end(), 0.0);
       std::fill(sum_src.begin(), sum_src.end(), 0.0);
+      acc_t* gx_row = g.x_src + n * heads * dim;
+      std::fill(gx_row, gx_row + heads * dim, acc_t(0));
       for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
-        const int64_t m = col[q];
-        for (int64_t h = 0; h < heads && do_dst; ++h) {  // edge m -> n at CSR position q
-          acc_t wc;
-          const double dz = edge_grad(n, m, q, h, wc);
-          sum_dst[h] += dz;
-          if (g.alpha_edge) g.alpha_edge[p.edge_at(q, h)] = acc_t(dz);
-        }
-        for (int64_t h = 0; h < heads && do_src; ++h) {  // edge n -> m at src_perm[q]
-          acc_t wc;
-          sum_src[h] += edge_grad(m, n, src_perm[q], h, wc);
-          if (wc == 0) continue;
+        const int64_t m = col[q], e = src_perm[q];
+        for (int64_t h = 0; h < heads; ++h) {  // edge n -> m at forward CSR position e
+          const acc_t z = p.z(m, n, e, h);
+          const acc_t alpha = std::exp(p.leaky(z) - g.lse[m * heads + h]);
+          const acc_t wc = alpha * drop.factor<acc_t>(e, h);
           const acc_t* __restrict__ dout = g.grad_out + (m * heads + h) * dim;
-          acc_t* __restrict__ gx = g.x_src + (n * heads + h) * dim;
+          const double dval = wc != 0 ? double(dot(dout, p.row(n, h), dim)) : 0.0;
+          const double dz = (double(wc) * dval - double(alpha) * double(g.delta[m * heads + h])) *
+                            double(p.leaky_slope(z));
+          sum_src[h] += dz;
+          g.grad_logit[e * heads + h] = acc_t(dz);
+          if (wc == 0) continue;
+          acc_t* __restrict__ gx = gx_row + h * dim;
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) gx[d] += wc * dout[d];
         }
       }
-      for (int64_t h = 0; h < heads; ++h) {
-        if (do_dst) g.alpha_dst[n * heads + h] = acc_t(sum_dst[h]);
-        if (do_src) g.alpha_src[n * heads + h] = acc_t(sum_src[h]);
+      for (int64_t h = 0; h < heads; ++h) g.alpha_src[n * heads + h] = acc_t(sum_src[h]);
+    }
+  }
+}
+
+// Destination side: each forward CSR row sums its in-edges' grad_logit (in double) into
+// grad_alpha_dst, and grad_alpha_edge (input edge order, or null) copies them.
+template <typename acc_t, typename index_t>
+void gat_destination_pass(const index_t* rowptr, const index_t* edge_perm, int64_t rows,
+                          int64_t heads, const acc_t* grad_logit, acc_t* grad_alpha_dst,
+                          acc_t* grad_alpha_edge) {
+#pragma omp parallel num_threads(num_threads())
+  {
+    std::vector<double> sum(heads);
+#pragma omp for schedule(dynamic, 64)
+    for (int64_t i = 0; i < rows; ++i) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (index_t q = rowptr[i]; q < rowptr[i + 1]; ++q) {
+        const acc_t* g = grad_logit + int64_t(q) * heads;
+        for (int64_t h = 0; h < heads; ++h) sum[h] += double(g[h]);
+        if (grad_alpha_edge) {
+          acc_t* to = grad_alpha_edge + (edge_perm ? int64_t(edge_perm[q]) : int64_t(q)) * heads;
+          std::copy(g, g + heads, to);
+        }
       }
+      for (int64_t h = 0; h < heads; ++h) grad_alpha_dst[i * heads + h] = acc_t(sum[h]);
     }
   }
 }
@@ -165,7 +181,7 @@ void gat_backward_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr
 struct Prepared {
   at::Tensor alpha_dst, x_src, alpha_src, alpha_edge, edge_perm;
   at::ScalarType acc;
-  int64_t rows, heads, dim;
+  int64_t heads, dim;
 
   template <typename acc_t, typename index_t>
   GatInputs<acc_t, index_t> view(double slope) const {
@@ -176,17 +192,17 @@ struct Prepared {
   }
 };
 
-Prepared prepare(const at::Tensor& rowptr, const at::Tensor& col,
+// Checks and float views of the features; `dst_rows` destinations, `col` the edges.
+Prepared prepare(int64_t dst_rows, const at::Tensor& col,
                  const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
                  const at::Tensor& x_src, const at::Tensor& alpha_src,
                  const c10::optional<at::Tensor>& alpha_edge, const char* op) {
-  check_csr(rowptr, col, op);
   TORCH_CHECK(x_src.dim() == 3, op, ": x_src must be [S, H, D]");
   const int64_t heads = x_src.size(1);
   TORCH_CHECK(alpha_src.dim() == 2 && alpha_src.size(0) == x_src.size(0) &&
                   alpha_src.size(1) == heads,
               op, ": alpha_src must be [S, H]");
-  TORCH_CHECK(alpha_dst.dim() == 2 && alpha_dst.size(0) == rowptr.numel() - 1 &&
+  TORCH_CHECK(alpha_dst.dim() == 2 && alpha_dst.size(0) == dst_rows &&
                   alpha_dst.size(1) == heads,
               op, ": alpha_dst must be [T, H] with one row per CSR row");
   TORCH_CHECK(alpha_dst.scalar_type() == x_src.scalar_type() &&
@@ -194,7 +210,6 @@ Prepared prepare(const at::Tensor& rowptr, const at::Tensor& col,
               op, ": feature dtypes differ");
   Prepared r;
   r.acc = x_src.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  r.rows = rowptr.numel() - 1;
   r.heads = heads;
   r.dim = x_src.size(2);
   r.alpha_dst = alpha_dst.to(r.acc).contiguous();
@@ -233,21 +248,93 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cpu(
     int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
-  const Prepared r = prepare(rowptr, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
+  check_csr(rowptr, col, "gat_forward");
+  const int64_t rows = rowptr.numel() - 1;
+  const Prepared r = prepare(rows, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
                              "gat_forward");
   auto opts = at::TensorOptions().dtype(r.acc);
-  auto out = at::empty({r.rows, r.heads, r.dim}, opts);
-  auto lse = at::empty({r.rows, r.heads}, opts);
+  auto out = at::empty({rows, r.heads, r.dim}, opts);
+  auto lse = at::empty({rows, r.heads}, opts);
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, r.heads,
                                              x_src.device(), "gat_forward");
   dispatch(r, col, "gat_forward", [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
     gat_forward_rows<acc_t, index_t>(r.view<acc_t, index_t>(negative_slope),
-                                     rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), r.rows,
+                                     rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), rows,
                                      drop, out.data_ptr<acc_t>(), lse.data_ptr<acc_t>());
   });
   return {out.to(x_src.scalar_type()), lse};
+}
+
+// The source pass over rows [row_begin, row_begin + x_src.size(0)) of the walked CSR (rowptr,
+// col, src_perm); x_src and alpha_src hold those rows. Fills grad_logit at the walked edges and
+// returns the rows' gradients in the statistics dtype.
+std::tuple<at::Tensor, at::Tensor> source_pass(
+    const Prepared& r, const at::Tensor& grad_out, const at::Tensor& lse,
+    const at::Tensor& delta, const at::Tensor& rowptr, const at::Tensor& col,
+    const at::Tensor& src_perm, int64_t row_begin, double negative_slope,
+    const DropoutSpec& drop, const at::Tensor& grad_logit, const char* op) {
+  check_csr(rowptr, col, op);
+  const int64_t rows = r.x_src.size(0);
+  TORCH_CHECK(row_begin >= 0 && row_begin + rows <= rowptr.numel() - 1, op,
+              ": rows [", row_begin, ", ", row_begin + rows, ") outside the walked CSR");
+  TORCH_CHECK(src_perm.numel() == col.numel() && src_perm.scalar_type() == col.scalar_type(), op,
+              ": the source permutation must have one entry per edge and the index dtype");
+  TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
+                  grad_logit.numel() == col.numel() * r.heads,
+              op, ": grad_logit must be a contiguous [E, H] tensor of the statistics dtype");
+  auto opts = at::TensorOptions().dtype(r.acc);
+  auto gout = grad_out.to(r.acc).contiguous();
+  auto lse_c = lse.to(r.acc).contiguous();
+  auto delta_c = delta.to(r.acc).contiguous();
+  auto perm = src_perm.contiguous();
+  auto grad_x = at::empty(r.x_src.sizes(), opts);
+  auto grad_src = at::empty(r.alpha_src.sizes(), opts);
+  dispatch(r, col, op, [&](auto a, auto i) {
+    using acc_t = decltype(a);
+    using index_t = decltype(i);
+    const GatSourceGrads<acc_t> g{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
+                                  delta_c.data_ptr<acc_t>(), grad_logit.data_ptr<acc_t>(),
+                                  grad_x.data_ptr<acc_t>(), grad_src.data_ptr<acc_t>()};
+    gat_source_pass<acc_t, index_t>(r.view<acc_t, index_t>(negative_slope),
+                                    rowptr.data_ptr<index_t>() + row_begin,
+                                    col.data_ptr<index_t>(), perm.data_ptr<index_t>(), rows,
+                                    drop, g);
+  });
+  return {grad_x, grad_src};
+}
+
+std::tuple<at::Tensor, at::Tensor> destination_pass(const at::Tensor& rowptr,
+                                                    const at::Tensor& grad_logit,
+                                                    const c10::optional<at::Tensor>& edge_perm,
+                                                    bool with_edge, at::ScalarType dtype,
+                                                    const char* op) {
+  TORCH_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1 && rowptr.is_contiguous(), op,
+              ": bad rowptr");
+  TORCH_CHECK(grad_logit.dim() == 2 && grad_logit.is_contiguous() &&
+                  (grad_logit.scalar_type() == at::kFloat ||
+                   grad_logit.scalar_type() == at::kDouble),
+              op, ": grad_logit must be a contiguous float [E, H] tensor");
+  const int64_t rows = rowptr.numel() - 1, edges = grad_logit.size(0), heads = grad_logit.size(1);
+  auto opts = grad_logit.options();
+  auto grad_dst = at::empty({rows, heads}, opts);
+  auto grad_edge = with_edge ? at::empty({edges, heads}, opts) : at::empty({0}, opts);
+  auto perm = edge_perm.has_value() ? edge_perm->contiguous() : at::Tensor();
+  FASTGNN_DISPATCH_INDEX(rowptr.scalar_type(), op, [&] {
+    const index_t* pm = perm.defined() ? perm.data_ptr<index_t>() : nullptr;
+    if (grad_logit.scalar_type() == at::kDouble)
+      gat_destination_pass<double, index_t>(rowptr.data_ptr<index_t>(), pm, rows, heads,
+                                            grad_logit.data_ptr<double>(),
+                                            grad_dst.data_ptr<double>(),
+                                            with_edge ? grad_edge.data_ptr<double>() : nullptr);
+    else
+      gat_destination_pass<float, index_t>(rowptr.data_ptr<index_t>(), pm, rows, heads,
+                                           grad_logit.data_ptr<float>(),
+                                           grad_dst.data_ptr<float>(),
+                                           with_edge ? grad_edge.data_ptr<float>() : nullptr);
+  });
+  return {grad_dst.to(dtype), grad_edge.to(dtype)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
@@ -261,49 +348,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
     const c10::optional<at::Tensor>& /*light*/, const c10::optional<at::Tensor>& /*heavy*/,
     int64_t /*heavy_warps*/) {
   const char* op = "gat_backward";
-  const Prepared r = prepare(rowptr, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge, op);
+  check_csr(rowptr, col, op);
+  const int64_t rows = rowptr.numel() - 1;
+  const Prepared r = prepare(rows, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge, op);
   TORCH_CHECK(t_rowptr.has_value() == t_col.has_value(), op,
               ": give both t_rowptr and t_col, or neither (symmetric graph)");
-  TORCH_CHECK(t_perm.numel() == col.numel() && t_perm.scalar_type() == col.scalar_type(), op,
-              ": t_perm must have one entry per edge and the index dtype");
   const bool symmetric = !t_rowptr.has_value();
-  TORCH_CHECK(!symmetric || x_src.size(0) == r.rows, op, ": a symmetric graph must be square");
-  if (!symmetric) check_csr(*t_rowptr, *t_col, op);
-  auto opts = at::TensorOptions().dtype(r.acc);
-  auto gout = grad_out.to(r.acc).contiguous();
-  auto lse_c = lse.to(r.acc).contiguous();
-  auto delta = (gout * out.to(r.acc)).sum(-1).contiguous();
-  auto perm = t_perm.contiguous();
-  auto grad_dst = at::empty(r.alpha_dst.sizes(), opts);
-  auto grad_x = at::zeros(r.x_src.sizes(), opts);
-  auto grad_src = at::empty(r.alpha_src.sizes(), opts);
-  auto grad_edge = r.alpha_edge.defined() ? at::empty(r.alpha_edge.sizes(), opts)
-                                          : at::empty({0}, opts);
+  TORCH_CHECK(!symmetric || x_src.size(0) == rows, op, ": a symmetric graph must be square");
+  const auto acc_out = out.to(r.acc);
+  const auto delta = (grad_out.to(r.acc) * acc_out).sum(-1);
+  auto grad_logit = at::empty({col.numel(), r.heads}, at::TensorOptions().dtype(r.acc));
   const DropoutSpec drop =
       attention_dropout(dropout, seed, seed_tensor, offset, r.heads, x_src.device(), op);
-  dispatch(r, col, op, [&](auto a, auto i) {
-    using acc_t = decltype(a);
-    using index_t = decltype(i);
-    const auto p = r.view<acc_t, index_t>(negative_slope);
-    const GatGrads<acc_t> g{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
-                            delta.data_ptr<acc_t>(), grad_dst.data_ptr<acc_t>(),
-                            grad_x.data_ptr<acc_t>(), grad_src.data_ptr<acc_t>(),
-                            r.alpha_edge.defined() ? grad_edge.data_ptr<acc_t>() : nullptr};
-    const index_t* rp = rowptr.data_ptr<index_t>();
-    const index_t* cl = col.data_ptr<index_t>();
-    const index_t* pm = perm.data_ptr<index_t>();
-    if (symmetric) {
-      gat_backward_pass<acc_t, index_t>(p, rp, cl, pm, r.rows, true, true, drop, g);
-      return;
-    }
-    gat_backward_pass<acc_t, index_t>(p, rp, cl, pm, r.rows, true, false, drop, g);
-    gat_backward_pass<acc_t, index_t>(p, t_rowptr->data_ptr<index_t>(),
-                                      t_col->data_ptr<index_t>(), pm, x_src.size(0), false, true,
-                                      drop, g);
-  });
+  auto [grad_x, grad_src] =
+      source_pass(r, grad_out, lse, delta, symmetric ? rowptr : *t_rowptr,
+                  symmetric ? col : *t_col, t_perm, 0, negative_slope, drop, grad_logit, op);
   const auto type = x_src.scalar_type();
-  return {grad_dst.to(type), grad_x.to(type), grad_src.to(type),
+  auto [grad_dst, grad_edge] =
+      destination_pass(rowptr, grad_logit, edge_perm, r.alpha_edge.defined(), type, op);
+  return {grad_dst, grad_x.to(type), grad_src.to(type),
           grad_edge.to(alpha_edge.has_value() ? alpha_edge->scalar_type() : type)};
+}
+
+std::tuple<at::Tensor, at::Tensor> gat_backward_source_cpu(
+    const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& delta,
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& src_perm,
+    const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
+    const at::Tensor& x_rows, const at::Tensor& alpha_src_rows,
+    const c10::optional<at::Tensor>& alpha_edge, double negative_slope, double dropout,
+    int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset, int64_t row_begin,
+    const c10::optional<at::Tensor>& /*light_rows*/,
+    const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/,
+    const at::Tensor& grad_logit) {
+  const char* op = "gat_backward_source";
+  const Prepared r = prepare(alpha_dst.size(0), col, edge_perm, alpha_dst, x_rows,
+                             alpha_src_rows, alpha_edge, op);
+  const DropoutSpec drop =
+      attention_dropout(dropout, seed, seed_tensor, offset, r.heads, x_rows.device(), op);
+  auto [grad_x, grad_src] = source_pass(r, grad_out, lse, delta, rowptr, col, src_perm,
+                                        row_begin, negative_slope, drop, grad_logit, op);
+  return {grad_x.to(x_rows.scalar_type()), grad_src.to(x_rows.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor> gat_backward_destination_cpu(
+    const at::Tensor& rowptr, const at::Tensor& grad_logit,
+    const c10::optional<at::Tensor>& edge_perm, bool with_edge, at::ScalarType dtype,
+    const c10::optional<at::Tensor>& /*light_rows*/,
+    const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
+  return destination_pass(rowptr, grad_logit, edge_perm, with_edge, dtype,
+                          "gat_backward_destination");
 }
 
 }  // namespace
@@ -311,6 +404,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
 TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
   m.impl("gat_forward", &gat_forward_cpu);
   m.impl("gat_backward", &gat_backward_cpu);
+  m.impl("gat_backward_source", &gat_backward_source_cpu);
+  m.impl("gat_backward_destination", &gat_backward_destination_cpu);
 }
 
 }  // namespace cpu

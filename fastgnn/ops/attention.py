@@ -6,8 +6,8 @@ E x H x D tensor is ever built. The backward recomputes the logits from the log-
 CUDA it keeps an E x H scalar scratch between its two passes, freed on return: GATv2's and the
 Graph Transformer's destination pass leaves each (edge, head)'s logit gradient and weight
 (8 bytes) for the source pass over the transposed CSR, and GAT's source pass leaves each
-edge's pre-activation gradient for its destination pass. The CPU kernels recompute the logits
-(in one fused pass on symmetric graphs). Attention dropout uses a counter-based hash of (seed,
+edge's pre-activation gradient for its destination pass (on the CPU too; the CPU kernels of
+GATv2 and the Graph Transformer recompute the logits, in one fused pass on symmetric graphs). Attention dropout uses a counter-based hash of (seed,
 offset, CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
 Eager calls draw the seed on the host; while a CUDA graph is captured or torch.compile traces,
 it is drawn on the device and the kernels read it (see ``_draw_seed``).
@@ -213,11 +213,17 @@ def plan_buckets(g: Graph, plan: str):
 
 def _launch(op_name: str, g: Graph, graph: tuple, args: tuple):
     """The tuned launch arguments of op ``op_name``'s native forward ``(*graph, *args,
-    *launch)``: its three features are ``args[:3]`` and its width ``args[1]``'s heads x head
-    dim. With the transposed graph in ``graph`` (a backward will run) the plans are timed
-    forward and backward."""
+    *launch)``: ``plan_buckets`` of :func:`launch_plan`."""
+    return plan_buckets(g, launch_plan(op_name, g, graph, args))
+
+
+def launch_plan(op_name: str, g: Graph, graph: tuple, args: tuple) -> str:
+    """The tuned launch plan of op ``op_name``'s native forward ``(*graph, *args, *launch)``:
+    its three features are ``args[:3]`` and its width ``args[1]``'s heads x head dim. With the
+    transposed graph in ``graph`` (a backward will run) the plans are timed forward and
+    backward."""
     if g.device.type != "cuda":
-        return plan_buckets(g, DEFAULT_PLAN)
+        return DEFAULT_PLAN
     training = graph[5] is not None  # t_perm
     forward, backward = _NATIVE[op_name]
 
@@ -232,10 +238,9 @@ def _launch(op_name: str, g: Graph, graph: tuple, args: tuple):
         return go
     width = args[1].shape[1] * args[1].shape[2]
     timed_op = op_name + ("_fwd_bwd" if training else "")
-    plan = tuning.choose(timed_op, g, width, args[1].dtype, args[1].device,
+    return tuning.choose(timed_op, g, width, args[1].dtype, args[1].device,
                          lambda: {name: candidate(name) for name in launch_plans(op_name)},
                          DEFAULT_PLAN)
-    return plan_buckets(g, plan)
 
 
 def native_forward(op_name: str, g: Graph, features: tuple, coef: float, dropout: float,
@@ -372,10 +377,25 @@ if _native.has_op("gatv2_forward"):
     backends.register("graph_attention", "native", _native.devices(), _native_graph_attention,
                       priority=10)
 
+def _gat_source_fake(grad_out, lse, delta, rowptr, col, src_perm, edge_perm, alpha_dst, x_rows,
+                     alpha_src_rows, alpha_edge, slope, dropout, seed, seed_tensor, offset,
+                     row_begin, light, heavy, heavy_warps, grad_logit):
+    return x_rows.new_empty(x_rows.shape), alpha_src_rows.new_empty(alpha_src_rows.shape)
+
+
+def _gat_destination_fake(rowptr, grad_logit, edge_perm, with_edge, dtype, light, heavy,
+                          heavy_warps):
+    edges, heads = grad_logit.shape
+    return (grad_logit.new_empty((rowptr.shape[0] - 1, heads), dtype=dtype),
+            grad_logit.new_empty((edges, heads) if with_edge else (0,), dtype=dtype))
+
+
 if _native.has_op("gat_forward"):
     _NATIVE["gat_attention"] = _forward_and_backward("gat")
     _library.register_fake("gat_forward", _forward_fake)
     _library.register_fake("gat_backward", _backward_fake)
+    _library.register_fake("gat_backward_source", _gat_source_fake)
+    _library.register_fake("gat_backward_destination", _gat_destination_fake)
     _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)
     backends.register("gat_attention", "native", _native.devices(), _native_gat, priority=10)
 

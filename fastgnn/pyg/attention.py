@@ -9,6 +9,7 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.utils import scatter
 
 from fastgnn import ops
+from fastgnn._gat_layer import gat_layer
 from fastgnn._gat_scores import destination_scores, gat_scores
 from fastgnn.pyg import compiled
 from fastgnn.pyg._base import (FastLayer, cast, check_device, check_features, common_dtype,
@@ -117,11 +118,11 @@ class GATConv(FastLayer, pyg_nn.GATConv):
         residual = self.res(x_dst) if self.res is not None else None
         att_src, att_dst = parameter(self, "att_src"), parameter(self, "att_dst")
         lin = self.lin
-        if lin is not None and isinstance(x, torch.Tensor):
-            h_src, alpha_src, alpha_dst = gat_scores(x_src, lin, heads, att_src, att_dst)
+        if lin is not None and isinstance(x, torch.Tensor):  # both scores from one projection
+            lin_src, atts, alpha_dst = lin, (att_src, att_dst), None
         else:
             lin_src, lin_dst = (lin, lin) if lin is not None else (self.lin_src, self.lin_dst)
-            h_src, alpha_src = gat_scores(x_src, lin_src, heads, att_src)
+            atts = (att_src,)
             alpha_dst = destination_scores(x_dst, lin_dst, heads, att_dst)
         alpha_edge = None
         lin_edge = self.lin_edge
@@ -130,6 +131,13 @@ class GATConv(FastLayer, pyg_nn.GATConv):
             weight = parameter(lin_edge, "weight").view(heads, channels, -1)
             fold = (weight * parameter(self, "att_edge").view(heads, channels, 1)).sum(dim=1)
             alpha_edge = attr.to(fold.dtype) @ fold.t()
+        if not deferred:
+            out = gat_layer(structure.graph, x_src, lin_src, heads, atts, alpha_dst,
+                            self.negative_slope, _dropout(self), alpha_edge)
+            if out is not None:
+                return _gat_out(self, out, residual)
+        h_src, alpha_src, *dst_scores = gat_scores(x_src, lin_src, heads, *atts)
+        alpha_dst = dst_scores[0] if alpha_dst is None else alpha_dst
         dtype = common_dtype(h_src, alpha_src, alpha_dst, alpha_edge)
         if deferred:
             out = compiled.attention_op("gat_attention", edge_index, (

@@ -6,6 +6,7 @@ import dgl.nn.pytorch as dgl_nn
 import torch
 
 from fastgnn import ops
+from fastgnn._gat_layer import gat_layer
 from fastgnn._gat_scores import destination_scores, gat_scores
 from fastgnn.dgl._graphs import Unsupported
 from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, dropout_rate,
@@ -68,14 +69,17 @@ class GATConv(FastLayer, dgl_nn.GATConv):
         h_src, h_dst = _dropped_inputs(graph, feat, self.feat_drop)
         heads = self._num_heads
         if fc_dst is None:  # one projection: both scores from one product over the sources
-            feat_src, alpha_src, alpha_dst = gat_scores(h_src, fc_src, heads, self.attn_l,
-                                                        self.attn_r)
-            alpha_dst = alpha_dst[:h_dst.shape[0]]
+            atts, alpha_dst = (self.attn_l, self.attn_r), None
         else:
-            feat_src, alpha_src = gat_scores(h_src, fc_src, heads, self.attn_l)
-            alpha_dst = destination_scores(h_dst, fc_dst, heads, self.attn_r)
-        out = ops.gat_attention(g, feat_src, alpha_src, alpha_dst,
-                                self.leaky_relu.negative_slope, dropout_rate(self.attn_drop))
+            atts, alpha_dst = (self.attn_l,), destination_scores(h_dst, fc_dst, heads,
+                                                                 self.attn_r)
+        slope, dropout = self.leaky_relu.negative_slope, dropout_rate(self.attn_drop)
+        out = gat_layer(g, h_src, fc_src, heads, atts, alpha_dst, slope, dropout)
+        if out is None:
+            feat_src, alpha_src, *dst_scores = gat_scores(h_src, fc_src, heads, *atts)
+            if alpha_dst is None:
+                alpha_dst = dst_scores[0][:h_dst.shape[0]]
+            out = ops.gat_attention(g, feat_src, alpha_src, alpha_dst, slope, dropout)
         if self.res_fc is not None:
             out = out + self.res_fc(h_dst).view(h_dst.shape[0], -1, self._out_feats)
         if self.has_explicit_bias:

@@ -1,0 +1,180 @@
+"""GAT's projection, scores and attention as one autograd node, so that a layer's backward holds
+two node-sized tensors where the separate nodes hold three or more.
+
+Separately, the attention op's backward reads the projection ``h = x W^T`` while it writes all
+of ``grad_h``, and the projection's backward then holds ``grad_h`` beside ``grad_x``: with the
+layer's output, three ``N x H C`` tensors are alive at once. Here the attention backward runs
+on a range of sources at a time (``gat_backward_source``: each source's gradients read only its
+own row of ``h``), and each range's ``grad_h`` becomes its share of ``grad_x`` and ``grad_W``
+at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows, once the range
+has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
+range's ``grad_h``. See docs/gat.md for the measured peaks.
+
+It takes the paths ``_gat_scores.gat_scores`` fuses (a plain bias-free linear map of a 2-D
+input, one dtype, no autocast) on the native backend, outside torch.compile; callers run the
+separate nodes otherwise.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Tuple
+
+import torch
+
+from fastgnn import _library, backends, reordering
+from fastgnn._gat_scores import _block_diagonal, _one_node_weight, _stacked, score_gradients
+from fastgnn.graph import Graph
+from fastgnn.ops import attention
+from fastgnn.ops._common import acc_dtype, check_graph
+
+#: bytes of ``grad_h`` one source range may take: ranges are as few as this allows
+RANGE_BYTES = 32 * 2**20
+
+
+def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
+              atts: Tuple[torch.Tensor, ...], alpha_dst: Optional[torch.Tensor],
+              negative_slope: float, dropout: float,
+              alpha_edge: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+    """``gat_attention(g, h, scores_src, alpha_dst)`` with ``h = linear(x).view(-1, heads, C)``
+    and the source scores ``(h * atts[0]).sum(-1)``, as one autograd node; ``[T, H, C]``.
+    With ``atts = (att_src, att_dst)`` the destination scores are ``(h * att_dst).sum(-1)`` of
+    the first T rows (``alpha_dst`` None); with ``atts = (att_src,)`` they are ``alpha_dst``.
+    None where the node does not apply: the caller runs the separate ones."""
+    weight = _one_node_weight(x, linear, *atts)
+    if weight is None or _library.is_compiling() \
+            or backends.select("gat_attention", x.device).backend != "native":
+        return None
+    if any(t is not None and t.dtype != x.dtype for t in (alpha_dst, alpha_edge)):
+        return None
+    return _gat_layer(g, x, weight, _stacked(atts, heads, weight.shape[0] // heads), alpha_dst,
+                      float(negative_slope), float(dropout), alpha_edge)
+
+
+@reordering.in_caller_order("x", "alpha_dst")
+def _gat_layer(g: Graph, x: torch.Tensor, weight: torch.Tensor, atts: torch.Tensor,
+               alpha_dst: Optional[torch.Tensor], negative_slope: float, dropout: float,
+               alpha_edge: Optional[torch.Tensor]) -> torch.Tensor:
+    check_graph(g)
+    attention.check_dropout(dropout)
+    if x.shape[0] != g.num_src_nodes:
+        raise ValueError(f"x must have one row per source node ({g.num_src_nodes}), got "
+                         f"{x.shape[0]}")
+    if alpha_dst is None and g.num_dst_nodes > g.num_src_nodes:
+        raise ValueError("destination scores from the sources' projection need the "
+                         "destinations to be the first sources")
+    seed_tensor = attention.draw_seed_tensor(x.device) if dropout > 0 else None
+    return _GatLayer.apply(x, weight, atts, alpha_dst, alpha_edge, g, negative_slope, dropout,
+                           seed_tensor)
+
+
+class _GatLayer(torch.autograd.Function):
+    """``out [T, H, C]`` from ``x [S, F]``, ``weight [H C, F]``, ``atts [H, C, K]`` and, for
+    K = 1, ``alpha_dst [T, H]``; ``alpha_edge [E, H]`` or None."""
+
+    @staticmethod
+    def forward(ctx, x, weight, atts, alpha_dst, alpha_edge, g, negative_slope, dropout,
+                seed_tensor):
+        heads, channels, k = atts.shape
+        h = torch.nn.functional.linear(x, weight)
+        scores = (h @ _block_diagonal(atts)).view(x.shape[0], heads, k)
+        alpha_src = scores[:, :, 0].contiguous()
+        if alpha_dst is None:
+            alpha_dst = scores[:g.num_dst_nodes, :, 1].contiguous()
+        features = (alpha_dst, h.view(x.shape[0], heads, channels), alpha_src, alpha_edge)
+        grad = any(ctx.needs_input_grad[:5])
+        out, lse = attention.native_forward("gat_attention", g, features, negative_slope,
+                                            dropout, grad, seed_tensor=seed_tensor)
+        if grad:
+            ctx.save_for_backward(x, weight, atts, alpha_src, alpha_dst, alpha_edge, out, lse,
+                                  seed_tensor)
+            ctx.h = h  # not a saved tensor: the backward writes grad_x over it
+            ctx.g, ctx.negative_slope, ctx.dropout = g, negative_slope, dropout
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, atts, alpha_src, alpha_dst, alpha_edge, out, lse, seed_tensor = \
+            ctx.saved_tensors
+        g = ctx.g
+        h, ctx.h = ctx.h, None
+        if h is None:  # a second backward through a retained graph: the first used h up
+            h = torch.nn.functional.linear(x, weight)
+        need_x, need_weight, need_atts, need_dst, need_edge = ctx.needs_input_grad[:5]
+        heads, channels, k = atts.shape
+        rows, width = h.shape
+        grad_out = grad_out.contiguous()
+        delta = _delta(grad_out, out)
+        graph = attention.structure_args(g, True)
+        rowptr, col, edge_perm, t_rowptr, t_col, t_perm = graph
+        walked = (rowptr, col) if t_rowptr is None else (t_rowptr, t_col)
+        grad_logit = delta.new_empty((g.num_edges, heads))
+        # grad_x over h's rows: h [S, H C] and grad_x [S, F] alike where F = H C
+        over_h = need_x and x.shape[1] == width and h.is_contiguous()
+        grad_x = h if over_h else (torch.empty_like(x) if need_x else None)
+        grad_weight = torch.zeros_like(weight) if need_weight else None
+        grad_src = torch.empty_like(alpha_src)
+        args = (alpha_dst, h.view(rows, heads, channels), alpha_src, alpha_edge, ctx.negative_slope,
+                ctx.dropout, 0, seed_tensor, 0)
+        plan = attention.launch_plan("gat_attention", g, graph, args)
+        for begin, end, light, heavy, warps in _source_ranges(g, plan, rows, width,
+                                                              h.element_size()):
+            grad_h, grad_src_rows = _library.op("gat_backward_source")(
+                grad_out, lse, delta, *walked, t_perm, edge_perm, alpha_dst,
+                h[begin:end].view(end - begin, heads, channels), alpha_src[begin:end], alpha_edge,
+                ctx.negative_slope, ctx.dropout, 0, seed_tensor, 0, begin, light, heavy, warps,
+                grad_logit)
+            grad_src[begin:end] = grad_src_rows
+            grad_h = grad_h.view(end - begin, width)
+            if need_weight:
+                grad_weight.addmm_(grad_h.t(), x[begin:end])
+            if need_x:  # h's rows [begin, end) are read: grad_x may take them
+                torch.mm(grad_h, weight, out=grad_x[begin:end])
+        light, heavy, warps = attention.plan_buckets(g, plan)
+        grad_dst, grad_edge = _library.op("gat_backward_destination")(
+            rowptr, grad_logit, edge_perm, alpha_edge is not None, x.dtype, light, heavy, warps)
+        by_row = grad_src.unsqueeze(-1)
+        if k == 2:  # the destinations' scores came from the first rows' projection
+            by_row = torch.cat([by_row, torch.zeros_like(by_row)], dim=-1)
+            by_row[:g.num_dst_nodes, :, 1] = grad_dst
+        grad_x, grad_weight, grad_atts = score_gradients(
+            x, weight, atts, by_row.view(rows, heads * k), grad_x, grad_weight, need_x,
+            need_weight, need_atts)
+        return (grad_x, grad_weight, grad_atts, grad_dst if need_dst else None,
+                grad_edge if need_edge else None, None, None, None, None)
+
+
+def _delta(grad_out: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``<grad_out, out>`` per destination and head ([T, H], statistics dtype), a range of
+    rows at a time so that no ``[T, H, C]`` product is ever whole."""
+    acc = acc_dtype(out.dtype)
+    delta = out.new_empty(out.shape[:2], dtype=acc)
+    step = max(1, RANGE_BYTES // max(1, out[0].numel() * out.element_size()))
+    for begin in range(0, out.shape[0], step):
+        end = begin + step
+        torch.sum(grad_out[begin:end].to(acc) * out[begin:end].to(acc), dim=-1,
+                  out=delta[begin:end])
+    return delta
+
+
+def _source_ranges(g: Graph, plan: str, rows: int, width: int,
+                   element_size: int) -> List[tuple]:
+    """``(begin, end, light_rows, heavy_rows, heavy_warps)`` of each source range: ranges of at
+    most ``RANGE_BYTES`` of ``grad_h``, with the launch plan's row buckets (on a symmetric graph,
+    whose CSR is its own transpose) restricted to each range and counted from its start. Cached
+    on the graph per plan and range length."""
+    count = max(1, math.ceil(rows * width * element_size / RANGE_BYTES))
+    step = max(1, math.ceil(rows / count))
+
+    def build():
+        light, heavy, warps = attention.plan_buckets(g, plan) if g.is_symmetric else \
+            (None, None, 1)
+        ranges = []
+        for begin in range(0, rows, step):
+            end = min(rows, begin + step)
+            if light is None:
+                ranges.append((begin, end, None, None, 1))
+                continue
+            inside = [b[(b >= begin) & (b < end)] - begin for b in (light, heavy)]
+            ranges.append((begin, end, inside[0], inside[1], warps))
+        return ranges
+    return g.cached(("gat_source_ranges", plan, step), build)
