@@ -140,6 +140,7 @@ def test_second_backward_through_a_retained_graph(device):
     assert_same(second, first, 1e-12, 1e-12)
 
 
+@pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 def test_dropout_matches_reference_with_same_mask(device, monkeypatch):
     seed = 4321
@@ -265,6 +266,7 @@ def test_source_rows_outside_the_csr_raise():
 
 # ---- CUDA: launch plans over ranges, and the peak memory this node exists for -----------------
 @pytest.mark.gpu
+@pytest.mark.sanitize
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="launch plans are CUDA-only")
 @pytest.mark.parametrize("plan", list(attention_ops.launch_plans("gat_attention")))
 def test_every_launch_plan_over_ranges(plan, monkeypatch):
