@@ -172,10 +172,13 @@ TORCH_LIBRARY(fastgnn, m) {
   // windows of 16 rows; window w owns tiles [tile_ptr[w], tile_ptr[w+1]); tile t covers the 16
   // source columns tile_cols[16t..16t+15] (int32, -1: padding) with the dense 16 x 16 row-major
   // value block tile_vals[256t..] (x's dtype). CUDA: float16/bfloat16 Tensor Core products with
-  // float accumulation; CPU: scalar loops (any float dtype), for tests. The rest are not read:
-  // they are the CSR route of the gradient (the spmm op's arguments, algo's backward bits), so
-  // that autograd hands them to the backward, as the attention ops do.
+  // float accumulation; CPU: scalar loops (any float dtype), for tests. work and splits are the
+  // layout's plan (WSB.plan(): which warps walk which tiles, csrc/cuda/wsb_kernels.h), read by
+  // the CUDA kernel only. The rest are not read: they are the CSR route of the gradient (the
+  // spmm op's arguments, algo's backward bits), so that autograd hands them to the backward, as
+  // the attention ops do.
   m.def("wsb_spmm(Tensor tile_ptr, Tensor tile_cols, Tensor tile_vals, Tensor x, int num_out, "
+        "Tensor work, Tensor splits, "
         "Tensor rowptr, Tensor col, Tensor? value, Tensor? t_rowptr, Tensor? t_col, "
         "Tensor? t_perm, Tensor? t_value, int graph_key, int algo) -> Tensor");
   // ---- MaxK family ---------------------------------------------------------------------------

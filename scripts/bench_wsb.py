@@ -3,6 +3,9 @@ the layout's density and build time, forward ms of each format (medians of back-
 batches, ``fastgnn.bench.measure``), and what the tuner picks in ``auto`` mode.
 
     python3 scripts/bench_wsb.py [--graphs tolokers,flickr] [--orders stored,rcm] [--widths 256]
+
+--tiles-per-piece and --min-tiles-per-warp override the CUDA kernel's plan (fastgnn/ops/wsb.py)
+to compare splits of the windows over warps and blocks.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import torch  # noqa: E402
 import fastgnn  # noqa: E402
 from fastgnn import tuning  # noqa: E402
 from fastgnn.bench import graphs, measure, report  # noqa: E402
+from fastgnn.ops import wsb  # noqa: E402
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -37,12 +41,16 @@ def main() -> int:
     p.add_argument("--orders", default="stored,rcm")
     p.add_argument("--widths", default="256")
     p.add_argument("--dtypes", default="float16,bfloat16")
+    p.add_argument("--tiles-per-piece", type=int, default=wsb.TILES_PER_PIECE)
+    p.add_argument("--min-tiles-per-warp", type=int, default=wsb.MIN_TILES_PER_WARP)
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
+    wsb.TILES_PER_PIECE, wsb.MIN_TILES_PER_WARP = args.tiles_per_piece, args.min_tiles_per_warp
     device = torch.device("cuda")
-    print(f"{report.describe_run(device)}; GCN SpMM (norm both) forward ms\n")
+    print(f"{report.describe_run(device)}; GCN SpMM (norm both) forward ms; WSB plan: pieces of "
+          f"at most {wsb.TILES_PER_PIECE} tiles, {wsb.MIN_TILES_PER_WARP}+ tiles a warp\n")
     print("| graph | order | density | padding | WSB MB | build s | dtype | width | CSR | WSB | "
           "speedup | auto picks |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -33,6 +33,7 @@ void multiply(const int* tile_ptr, const int* tile_cols, const scalar_t* tile_va
 
 at::Tensor wsb_spmm_cpu(const at::Tensor& tile_ptr, const at::Tensor& tile_cols,
                         const at::Tensor& tile_vals, const at::Tensor& x, int64_t num_out,
+                        const at::Tensor&, const at::Tensor&,  // the CUDA kernel's plan
                          const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
                          const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,
                          const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,

@@ -8,22 +8,39 @@
 namespace fastgnn {
 namespace cuda {
 
+// Warps of one block of the WSB SpMM: the plan's warp slots come in groups of this many
+// (WARPS in fastgnn/ops/wsb.py).
+constexpr int kWsbWarps = 8;
+
 // The WSB layout of a destination-major graph: destinations in windows of 16 rows; window w
 // owns tiles [tile_ptr[w], tile_ptr[w + 1]); tile t covers 16 source columns
 // tile_cols[16 t .. 16 t + 15] (-1: padding) and holds the dense 16 x 16 row-major block
 // tile_vals[256 t ..] of edge values (row: destination within the window, column: slot).
+//
+// The plan (WSB.plan() in fastgnn/ops/wsb.py) spreads the tiles over warps. work[4 s ..] is
+// warp slot s (block s / kWsbWarps, warp s % kWsbWarps): {first tile, end tile, window * 4 +
+// log2(warps of its piece) or -1 for an idle slot, partial row or -1}. A piece is a run of one
+// window's tiles; its 1, 2, 4 or 8 warps are consecutive slots of one block, aligned to their
+// count. A window of one piece is written to the output; the pieces of a longer window write
+// float partials [16 rows x width] at their partial row p, and split[2 p ..] is {window,
+// pieces} at a window's first piece ({-1, 0} at its others).
 struct WsbView {
   const int* tile_ptr;
   const int* tile_cols;
   const void* tile_vals;  // the features' half type
+  const int* work;
+  const int* splits;
   int64_t windows;
-  int64_t rows;  // destinations (the last window may be partial)
+  int64_t rows;          // destinations (the last window may be partial)
+  int64_t slots;         // warp slots: a multiple of kWsbWarps
+  int64_t split_pieces;  // partial rows of split windows
 };
 
 // out[i] = sum over tiles of the window of i of tile_vals[i, c] * x[tile_cols[c]], with fp16 or
-// bf16 Tensor Core products accumulated in float. type is kHalf or kBFloat16.
-void wsb_spmm(FloatType type, WsbView wsb, const void* x, void* out, int64_t width,
-              cudaStream_t stream);
+// bf16 Tensor Core products accumulated in float, summed in a fixed order (deterministic).
+// type is kHalf or kBFloat16; partials holds split_pieces * 16 * width floats.
+void wsb_spmm(FloatType type, WsbView wsb, const void* x, void* out, float* partials,
+              int64_t width, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fastgnn

@@ -193,16 +193,18 @@ def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, tra
 
     def blocks():
         layout = g.wsb()
+        layout.plan()  # the kernel's plan: built while planning, not in a timed or captured call
         return layout, layout.values(value, flat.dtype, key=(norm, reduce))
 
     def candidates():
         layout, vals = blocks()
+        work, splits = layout.plan()
         penalties["wsb"] = layout.build_seconds * 1e3 / WSB_EXPECTED_CALLS
         csr = lambda: _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False,  # noqa: E731
                             g.key, algo)
         tiles = lambda: wsb.product(layout.tile_ptr, layout.tile_cols, vals, flat,  # noqa: E731
-                                    g.num_dst_nodes, g.rowptr, g.col, value, *transposed, g.key,
-                                    algo)
+                                    g.num_dst_nodes, work, splits, g.rowptr, g.col, value,
+                                    *transposed, g.key, algo)
         return {"csr": csr, "wsb": tiles}
     if policy == "auto":
         with torch.no_grad():
@@ -290,8 +292,8 @@ def _run(g: Graph, flat: torch.Tensor, value, plan, transpose: bool) -> torch.Te
                      algo >> _BACKWARD_SHIFT)
     if blocks is not None:
         layout = g.wsb()
-        return wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, rows, g.rowptr,
-                           g.col, value, *transposed, g.key, algo)
+        return wsb.product(layout.tile_ptr, layout.tile_cols, blocks, flat, rows,
+                           *layout.plan(), g.rowptr, g.col, value, *transposed, g.key, algo)
     return _spmm(g.rowptr, g.col, value, flat, *transposed, rows, False, g.key, algo)
 
 

@@ -32,6 +32,15 @@ FORMAT_VERSION = 1
 # Fewer true edges than this per 256-slot tile, and WSB is not even tried (the structural
 # pre-filter): the product would be mostly padding.
 MIN_EDGES_PER_TILE = 16
+# The CUDA kernel's plan (WSB.plan): a block of WARPS warps (kWsbWarps in
+# csrc/cuda/wsb_kernels.h) walks pieces of windows, a piece being up to TILES_PER_PIECE tiles of
+# one window; longer windows are cut into pieces on separate blocks, summed by a second kernel.
+# A piece gets 1, 2, 4 or 8 warps, at least MIN_TILES_PER_WARP tiles each where it has that
+# many, so that a warp's walk outweighs the cost of its partial. Both sizes are first guesses:
+# scripts/bench_wsb.py --tiles-per-piece / --min-tiles-per-warp compares others.
+WARPS = 8
+TILES_PER_PIECE = 128
+MIN_TILES_PER_WARP = 4
 
 
 class WSB:
@@ -46,6 +55,7 @@ class WSB:
         self.fingerprint = fingerprint
         self.build_seconds = build_seconds
         self._values = {}
+        self._plan = None
 
     @property
     def num_windows(self) -> int:
@@ -87,6 +97,13 @@ class WSB:
         if key is not None:
             self._values[(key, dtype)] = blocks
         return blocks
+
+    def plan(self):
+        """``(work, splits)``, int32 on the layout's device: which warps of the CUDA kernel
+        walk which tiles (the layout of csrc/cuda/wsb_kernels.h), derived once and cached."""
+        if self._plan is None:
+            self._plan = plan(self.tile_ptr)
+        return self._plan
 
     def save(self, path: str) -> None:
         torch.save({"version": FORMAT_VERSION, "fingerprint": self.fingerprint,
@@ -140,6 +157,45 @@ def build(g) -> WSB:
                fingerprint(g), time.perf_counter() - start)
 
 
+def plan(tile_ptr: torch.Tensor):
+    """The CUDA kernel's plan of a layout with these window offsets (see WSB.plan).
+
+    ``work`` [slots, 4]: per warp slot its first and end tile, ``window * 4 + log2(warps of its
+    piece)`` (-1: an idle slot padding the last block) and the partial row of its piece (-1:
+    the window has one piece and is written directly). ``splits`` [partial rows, 2]:
+    ``(window, pieces)`` at each split window's first piece, ``(-1, 0)`` at its others."""
+    ptr = tile_ptr.to(torch.int64)
+    device = ptr.device
+    count = ptr[1:] - ptr[:-1]
+    pieces = ((count + TILES_PER_PIECE - 1) // TILES_PER_PIECE).clamp(min=1)
+    window = torch.repeat_interleave(torch.arange(count.numel(), device=device), pieces)
+    index = torch.arange(window.numel(), device=device) - (torch.cumsum(pieces, 0) - pieces)[window]
+    n, s = count[window], pieces[window]
+    begin = ptr[window] + n * index // s  # the window's tiles split evenly over its pieces
+    size = ptr[window] + n * (index + 1) // s - begin
+    share = (size // MIN_TILES_PER_WARP).clamp(1, WARPS)
+    log_warps = (share >= 2).long() + (share >= 4).long() + (share >= 8).long()
+    split = s > 1
+    row = torch.where(split, torch.cumsum(split.long(), 0) - 1, torch.full_like(s, -1))
+    # Pieces by warp count, largest first (window order within a count): every piece's warps
+    # then start at a multiple of their count, so they share one block. Heavy pieces lead.
+    order = torch.sort(log_warps, descending=True, stable=True).indices
+    warps = torch.pow(2, log_warps[order])
+    slot_piece = torch.repeat_interleave(order, warps)
+    slot_warps = torch.repeat_interleave(warps, warps)
+    rank = torch.arange(slot_piece.numel(), device=device) - torch.repeat_interleave(
+        torch.cumsum(warps, 0) - warps, warps)
+    first = begin[slot_piece] + size[slot_piece] * rank // slot_warps
+    end = begin[slot_piece] + size[slot_piece] * (rank + 1) // slot_warps
+    work = torch.stack([first, end, window[slot_piece] * 4 + log_warps[slot_piece],
+                        row[slot_piece]], 1)
+    idle = torch.tensor([0, 0, -1, -1], device=device).expand((-work.shape[0]) % WARPS, 4)
+    lead = split & (index == 0)
+    splits = torch.stack([torch.where(lead, window, -1), torch.where(lead, s, 0)], 1)[split]
+    return (torch.cat([work, idle]).to(torch.int32).contiguous(),
+            splits.to(torch.int32).contiguous())
+
+
 def _saved(path: str, device) -> Optional[dict]:
     if not os.path.exists(path):
         return None
@@ -189,17 +245,18 @@ def estimated_edges_per_tile(g, sample_windows: int = 256) -> float:
 
 
 # ---- the op's fake kernel and autograd ----------------------------------------------------------
-# Inputs: tile_ptr, tile_cols, tile_vals, x, num_out, then the CSR route of the backward:
-# rowptr, col, value, t_rowptr, t_col, t_perm, t_value, graph_key, algo (spmm's, backward bits).
-def _fake(tile_ptr, tile_cols, tile_vals, x, num_out, rowptr, col, value, t_rowptr, t_col,
-          t_perm, t_value, graph_key, algo):
+# Inputs: tile_ptr, tile_cols, tile_vals, x, num_out, the plan (work, splits), then the CSR
+# route of the backward: rowptr, col, value, t_rowptr, t_col, t_perm, t_value, graph_key, algo
+# (spmm's, backward bits).
+def _fake(tile_ptr, tile_cols, tile_vals, x, num_out, work, splits, rowptr, col, value,
+          t_rowptr, t_col, t_perm, t_value, graph_key, algo):
     return x.new_empty((num_out, x.shape[1]))
 
 
 def _setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[5:12])
+    ctx.save_for_backward(*inputs[7:14])
     ctx.num_src = inputs[3].shape[0]
-    ctx.graph_key, ctx.algo = inputs[12], inputs[13]
+    ctx.graph_key, ctx.algo = inputs[14], inputs[15]
 
 
 def _backward(ctx, grad_out):
@@ -207,7 +264,7 @@ def _backward(ctx, grad_out):
     grad_x = torch.ops.fastgnn.spmm(rowptr, col, value, grad_out.contiguous(), t_rowptr, t_col,
                                     t_perm, t_value, ctx.num_src, True, ctx.graph_key,
                                     ctx.algo >> 8)
-    return (None,) * 3 + (grad_x,) + (None,) * 10
+    return (None,) * 3 + (grad_x,) + (None,) * 12
 
 
 product = None
