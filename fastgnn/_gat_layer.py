@@ -25,10 +25,12 @@ from fastgnn import _library, backends, reordering
 from fastgnn._gat_scores import _block_diagonal, _one_node_weight, _stacked, score_gradients
 from fastgnn.graph import Graph
 from fastgnn.ops import attention
-from fastgnn.ops._common import acc_dtype, check_graph
+from fastgnn.ops._common import check_graph
 
-#: bytes of ``grad_h`` one source range may take: ranges are as few as this allows
-RANGE_BYTES = 32 * 2**20
+#: bytes of ``grad_h`` one source range may take: ranges are as few as this allows. A
+#: projection that fits one range runs as separate nodes: splitting it would save little memory
+#: and cost host time (each range is a few more launches and a smaller GEMM)
+RANGE_BYTES = 64 * 2**20
 
 
 def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
@@ -39,10 +41,12 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
     and the source scores ``(h * atts[0]).sum(-1)``, as one autograd node; ``[T, H, C]``.
     With ``atts = (att_src, att_dst)`` the destination scores are ``(h * att_dst).sum(-1)`` of
     the first T rows (``alpha_dst`` None); with ``atts = (att_src,)`` they are ``alpha_dst``.
-    None where the node does not apply: the caller runs the separate ones."""
+    None where the node does not apply, or where the projection fits one range (``RANGE_BYTES``):
+    the caller runs the separate ones."""
     weight = _one_node_weight(x, linear, *atts)
     if weight is None or _library.is_compiling() \
-            or backends.select("gat_attention", x.device).backend != "native":
+            or backends.select("gat_attention", x.device).backend != "native" \
+            or x.shape[0] * weight.shape[0] * x.element_size() <= RANGE_BYTES:
         return None
     if any(t is not None and t.dtype != x.dtype for t in (alpha_dst, alpha_edge)):
         return None
@@ -103,7 +107,7 @@ class _GatLayer(torch.autograd.Function):
         heads, channels, k = atts.shape
         rows, width = h.shape
         grad_out = grad_out.contiguous()
-        delta = _delta(grad_out, out)
+        delta = _library.op("attention_delta")(grad_out, out)
         graph = attention.structure_args(g, True)
         rowptr, col, edge_perm, t_rowptr, t_col, t_perm = graph
         walked = (rowptr, col) if t_rowptr is None else (t_rowptr, t_col)
@@ -143,31 +147,18 @@ class _GatLayer(torch.autograd.Function):
                 grad_edge if need_edge else None, None, None, None, None)
 
 
-def _delta(grad_out: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``<grad_out, out>`` per destination and head ([T, H], statistics dtype), a range of
-    rows at a time so that no ``[T, H, C]`` product is ever whole."""
-    acc = acc_dtype(out.dtype)
-    delta = out.new_empty(out.shape[:2], dtype=acc)
-    step = max(1, RANGE_BYTES // max(1, out[0].numel() * out.element_size()))
-    for begin in range(0, out.shape[0], step):
-        end = begin + step
-        torch.sum(grad_out[begin:end].to(acc) * out[begin:end].to(acc), dim=-1,
-                  out=delta[begin:end])
-    return delta
-
-
 def _source_ranges(g: Graph, plan: str, rows: int, width: int,
                    element_size: int) -> List[tuple]:
     """``(begin, end, light_rows, heavy_rows, heavy_warps)`` of each source range: ranges of at
-    most ``RANGE_BYTES`` of ``grad_h``, with the launch plan's row buckets (on a symmetric graph,
-    whose CSR is its own transpose) restricted to each range and counted from its start. Cached
-    on the graph per plan and range length."""
+    most ``RANGE_BYTES`` of ``grad_h``, with the launch plan's buckets of the sources by
+    out-degree (hub sources get several warps: a range's launch lasts as long as its longest
+    row) restricted to each range and counted from its start. Cached on the graph per plan and
+    range length."""
     count = max(1, math.ceil(rows * width * element_size / RANGE_BYTES))
     step = max(1, math.ceil(rows / count))
 
     def build():
-        light, heavy, warps = attention.plan_buckets(g, plan) if g.is_symmetric else \
-            (None, None, 1)
+        light, heavy, warps = attention.plan_buckets(g, plan, "out")
         ranges = []
         for begin in range(0, rows, step):
             end = min(rows, begin + step)

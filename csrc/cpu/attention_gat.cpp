@@ -399,9 +399,32 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_destination_cpu(
                           "gat_backward_destination");
 }
 
+template <typename acc_t>
+void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t pairs,
+                int64_t dim) {
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t i = 0; i < pairs; ++i) delta[i] = dot(grad_out + i * dim, out + i * dim, dim);
+}
+
+at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out) {
+  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta: grad_out "
+              "and out must both be [T, H, D]");
+  const auto acc = out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto g = grad_out.to(acc).contiguous(), o = out.to(acc).contiguous();
+  auto delta = at::empty({out.size(0), out.size(1)}, g.options());
+  if (acc == at::kDouble)
+    delta_rows(g.data_ptr<double>(), o.data_ptr<double>(), delta.data_ptr<double>(),
+               delta.numel(), out.size(2));
+  else
+    delta_rows(g.data_ptr<float>(), o.data_ptr<float>(), delta.data_ptr<float>(), delta.numel(),
+               out.size(2));
+  return delta;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
+  m.impl("attention_delta", &attention_delta_cpu);
   m.impl("gat_forward", &gat_forward_cpu);
   m.impl("gat_backward", &gat_backward_cpu);
   m.impl("gat_backward_source", &gat_backward_source_cpu);

@@ -302,9 +302,21 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_destination_cuda(
                           grad_logit, with_edge, dtype);
 }
 
+at::Tensor attention_delta_cuda(const at::Tensor& grad_out, const at::Tensor& out) {
+  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta: grad_out "
+              "and out must both be [T, H, D]");
+  const c10::cuda::CUDAGuard guard(out.device());
+  const auto g = grad_out.to(out.scalar_type()).contiguous(), o = out.contiguous();
+  auto delta = at::empty({out.size(0), out.size(1)}, o.options().dtype(acc_type(o)));
+  attention_delta(float_type(o), g.data_ptr(), o.data_ptr(), delta.data_ptr(), delta.numel(),
+                  out.size(2), stream());
+  return delta;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastgnn, CUDA, m) {
+  m.impl("attention_delta", &attention_delta_cuda);
   m.impl("gat_forward", &gat_forward_cuda);
   m.impl("gat_backward", &gat_backward_cuda);
   m.impl("gat_backward_source", &gat_backward_source_cuda);

@@ -201,13 +201,14 @@ def structure_args(g: Graph, needs_grad: bool):
     return (g.rowptr, g.col, edge_perm_index(g)) + transposed
 
 
-def plan_buckets(g: Graph, plan: str):
-    """(light_rows, heavy_rows, heavy_warps) for a launch plan; no buckets on CPU."""
+def plan_buckets(g: Graph, plan: str, direction: str = "in"):
+    """(light_rows, heavy_rows, heavy_warps) for a launch plan over the destinations by
+    in-degree, or (``direction="out"``) over the sources by out-degree; no buckets on CPU."""
     spec = _GAT_PLANS[plan]  # every op's plans are among the GAT op's
     if spec is None or g.device.type != "cuda":
         return None, None, 1
     quantile, warps = spec
-    _, light, heavy = g.degree_buckets(quantile, by_degree=True)
+    _, light, heavy = g.degree_buckets(quantile, by_degree=True, direction=direction)
     return (light, heavy, warps) if heavy.numel() else (None, None, 1)
 
 
@@ -396,6 +397,8 @@ if _native.has_op("gat_forward"):
     _library.register_fake("gat_backward", _backward_fake)
     _library.register_fake("gat_backward_source", _gat_source_fake)
     _library.register_fake("gat_backward_destination", _gat_destination_fake)
+    _library.register_fake("attention_delta", lambda grad_out, out: out.new_empty(
+        out.shape[:2], dtype=acc_dtype(out.dtype)))
     _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)
     backends.register("gat_attention", "native", _native.devices(), _native_gat, priority=10)
 
