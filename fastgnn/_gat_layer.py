@@ -10,13 +10,17 @@ at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows,
 has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
 range's ``grad_h``. See docs/gat.md for the measured peaks.
 
-It takes the paths ``_gat_scores.gat_scores`` fuses (a plain bias-free linear map of a 2-D
-input, one dtype, no autocast) on the native backend, outside torch.compile; callers run the
-separate nodes otherwise.
+It is opt-in, with ``FASTGNN_GAT_LOW_MEMORY=1``: the ranges cost time (smaller GEMMs and the
+backward's Python loop; on an H100, roads-ny at width 256 backward 3.82 against 2.88 ms, while
+ogbn-arxiv's hub sources gain from the ranges' out-degree buckets: 3.21 against 3.04 ms). It
+takes the paths ``_gat_scores.gat_scores`` fuses (a plain bias-free linear map of a 2-D input,
+one dtype, no autocast) on the native backend, outside torch.compile; callers run the separate
+nodes otherwise.
 """
 from __future__ import annotations
 
 import math
+import os
 from typing import List, Optional, Tuple
 
 import torch
@@ -41,8 +45,10 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
     and the source scores ``(h * atts[0]).sum(-1)``, as one autograd node; ``[T, H, C]``.
     With ``atts = (att_src, att_dst)`` the destination scores are ``(h * att_dst).sum(-1)`` of
     the first T rows (``alpha_dst`` None); with ``atts = (att_src,)`` they are ``alpha_dst``.
-    None where the node does not apply, or where the projection fits one range (``RANGE_BYTES``):
-    the caller runs the separate ones."""
+    None where the node is not asked for (``FASTGNN_GAT_LOW_MEMORY``) or does not apply, or
+    where the projection fits one range (``RANGE_BYTES``): the caller runs the separate ones."""
+    if not low_memory_requested():
+        return None
     weight = _one_node_weight(x, linear, *atts)
     if weight is None or _library.is_compiling() \
             or backends.select("gat_attention", x.device).backend != "native" \
@@ -52,6 +58,14 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
         return None
     return _gat_layer(g, x, weight, _stacked(atts, heads, weight.shape[0] // heads), alpha_dst,
                       float(negative_slope), float(dropout), alpha_edge)
+
+
+def low_memory_requested() -> bool:
+    """Whether ``FASTGNN_GAT_LOW_MEMORY`` asks for this node ("1"; "0" or unset: no)."""
+    value = os.environ.get("FASTGNN_GAT_LOW_MEMORY", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"FASTGNN_GAT_LOW_MEMORY must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 @reordering.in_caller_order("x", "alpha_dst")

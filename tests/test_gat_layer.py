@@ -27,8 +27,9 @@ def symmetric_graph(num_nodes, num_edges, seed, device="cpu"):
 
 @pytest.fixture(autouse=True)
 def small_ranges(monkeypatch):
-    """Ranges of 1000 bytes unless a test sets its own: the node applies only to projections
-    above one range, and these graphs are small."""
+    """The node asked for (FASTGNN_GAT_LOW_MEMORY=1), with ranges of 1000 bytes unless a test
+    sets its own: it applies only to projections above one range, and these graphs are small."""
+    monkeypatch.setenv("FASTGNN_GAT_LOW_MEMORY", "1")
     monkeypatch.setattr(_gat_layer, "RANGE_BYTES", 1000)
 
 
@@ -183,6 +184,14 @@ def test_other_projections_and_settings_return_none(monkeypatch):
     with monkeypatch.context() as patch:  # a projection that fits one range
         patch.setattr(_gat_layer, "RANGE_BYTES", x.shape[0] * 12 * 4)
         assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
+    with monkeypatch.context() as patch:  # not asked for
+        patch.setenv("FASTGNN_GAT_LOW_MEMORY", "0")
+        assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
+        patch.delenv("FASTGNN_GAT_LOW_MEMORY")
+        assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
+        patch.setenv("FASTGNN_GAT_LOW_MEMORY", "yes")
+        with pytest.raises(ValueError, match="FASTGNN_GAT_LOW_MEMORY"):
+            gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0)
     biased = torch.nn.Linear(12, 12)
     assert gat_layer(g, x, biased, 3, atts, None, 0.2, 0.0) is None
     with fastgnn.backend("reference"):
