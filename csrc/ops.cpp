@@ -147,16 +147,16 @@ TORCH_LIBRARY(fastgnn, m) {
   // returns the rows' gradients. delta [T, H] = <grad_out, out> per destination and head.
   // light_rows/heavy_rows are row buckets relative to row_begin (CUDA only). The destination
   // step sums grad_logit over each CSR row into grad_alpha_dst ([T, H], dtype) and, with
-  // with_edge, copies it to grad_alpha_edge in input edge order. attention_delta gives delta
+  // with_edge, copies it to grad_alpha_edge in input edge order. attention_delta_backward gives delta
   // from grad_out and out ([T, H, D] each).
-  m.def("attention_delta(Tensor grad_out, Tensor out) -> Tensor");
-  m.def("gat_backward_source(Tensor grad_out, Tensor lse, Tensor delta, Tensor rowptr, "
+  m.def("attention_delta_backward(Tensor grad_out, Tensor out) -> Tensor");
+  m.def("gat_source_backward(Tensor grad_out, Tensor lse, Tensor delta, Tensor rowptr, "
         "Tensor col, Tensor src_perm, Tensor? edge_perm, Tensor alpha_dst, Tensor x_rows, "
         "Tensor alpha_src_rows, Tensor? alpha_edge, float negative_slope, float dropout, "
         "int seed, Tensor? seed_tensor, int offset, int row_begin, Tensor? light_rows, "
         "Tensor? heavy_rows, int heavy_warps, Tensor(a!) grad_logit) "
         "-> (Tensor grad_x_rows, Tensor grad_alpha_src_rows)");
-  m.def("gat_backward_destination(Tensor rowptr, Tensor grad_logit, Tensor? edge_perm, "
+  m.def("gat_destination_backward(Tensor rowptr, Tensor grad_logit, Tensor? edge_perm, "
         "bool with_edge, ScalarType dtype, Tensor? light_rows, Tensor? heavy_rows, "
         "int heavy_warps) -> (Tensor grad_alpha_dst, Tensor grad_alpha_edge)");
   // The [E, H] keep-mask (CSR order, bool) that the kernels apply for this seed and offset:

@@ -4,7 +4,7 @@ two node-sized tensors where the separate nodes hold three or more.
 Separately, the attention op's backward reads the projection ``h = x W^T`` while it writes all
 of ``grad_h``, and the projection's backward then holds ``grad_h`` beside ``grad_x``: with the
 layer's output, three ``N x H C`` tensors are alive at once. Here the attention backward runs
-on a range of sources at a time (``gat_backward_source``: each source's gradients read only its
+on a range of sources at a time (``gat_source_backward``: each source's gradients read only its
 own row of ``h``), and each range's ``grad_h`` becomes its share of ``grad_x`` and ``grad_W``
 at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows, once the range
 has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
@@ -121,7 +121,7 @@ class _GatLayer(torch.autograd.Function):
         heads, channels, k = atts.shape
         rows, width = h.shape
         grad_out = grad_out.contiguous()
-        delta = _library.op("attention_delta")(grad_out, out)
+        delta = _library.op("attention_delta_backward")(grad_out, out)
         graph = attention.structure_args(g, True)
         rowptr, col, edge_perm, t_rowptr, t_col, t_perm = graph
         walked = (rowptr, col) if t_rowptr is None else (t_rowptr, t_col)
@@ -136,7 +136,7 @@ class _GatLayer(torch.autograd.Function):
         plan = attention.launch_plan("gat_attention", g, graph, args)
         for begin, end, light, heavy, warps in _source_ranges(g, plan, rows, width,
                                                               h.element_size()):
-            grad_h, grad_src_rows = _library.op("gat_backward_source")(
+            grad_h, grad_src_rows = _library.op("gat_source_backward")(
                 grad_out, lse, delta, *walked, t_perm, edge_perm, alpha_dst,
                 h[begin:end].view(end - begin, heads, channels), alpha_src[begin:end], alpha_edge,
                 ctx.negative_slope, ctx.dropout, 0, seed_tensor, 0, begin, light, heavy, warps,
@@ -148,7 +148,7 @@ class _GatLayer(torch.autograd.Function):
             if need_x:  # h's rows [begin, end) are read: grad_x may take them
                 torch.mm(grad_h, weight, out=grad_x[begin:end])
         light, heavy, warps = attention.plan_buckets(g, plan)
-        grad_dst, grad_edge = _library.op("gat_backward_destination")(
+        grad_dst, grad_edge = _library.op("gat_destination_backward")(
             rowptr, grad_logit, edge_perm, alpha_edge is not None, x.dtype, light, heavy, warps)
         by_row = grad_src.unsqueeze(-1)
         if k == 2:  # the destinations' scores came from the first rows' projection

@@ -13,7 +13,7 @@ from fastgnn._gat_layer import gat_layer
 from fastgnn.ops import attention as attention_ops
 from conftest import devices, random_edge_index, random_graph
 
-pytestmark = pytest.mark.skipif(not _native.has_op("gat_backward_source"),
+pytestmark = pytest.mark.skipif(not _native.has_op("gat_source_backward"),
                                 reason="native GAT attention ops not built")
 
 
@@ -219,8 +219,8 @@ def test_bad_inputs_raise(monkeypatch):
 
 # ---- the two-step backward ops ----------------------------------------------------------------
 def whole_and_steps(g, heads, dim, edge, ranges):
-    """gat_backward's gradients, and the same from gat_backward_source over `ranges` source
-    ranges plus gat_backward_destination."""
+    """gat_backward's gradients, and the same from gat_source_backward over `ranges` source
+    ranges plus gat_destination_backward."""
     gen = torch.Generator().manual_seed(9)
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
     x, alpha_src, alpha_dst = rand(g.num_src_nodes, heads, dim), rand(g.num_src_nodes, heads), \
@@ -240,11 +240,11 @@ def whole_and_steps(g, heads, dim, edge, ranges):
     grad_x, grad_src = torch.empty_like(x), torch.empty_like(alpha_src)
     bounds = torch.linspace(0, g.num_src_nodes, ranges + 1).long().tolist()
     for begin, end in zip(bounds[:-1], bounds[1:]):
-        grad_x[begin:end], grad_src[begin:end] = torch.ops.fastgnn.gat_backward_source(
+        grad_x[begin:end], grad_src[begin:end] = torch.ops.fastgnn.gat_source_backward(
             grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[begin:end],
             alpha_src[begin:end], alpha_edge, 0.2, 0.0, 0, None, 0, begin, None, None, 1,
             grad_logit)
-    grad_dst, grad_edge = torch.ops.fastgnn.gat_backward_destination(
+    grad_dst, grad_edge = torch.ops.fastgnn.gat_destination_backward(
         rowptr, grad_logit, perm, edge, torch.float64, None, None, 1)
     steps = (grad_dst, grad_x, grad_src, grad_edge)
     return whole, steps, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src,
@@ -266,10 +266,10 @@ def test_opcheck():
     g = GRAPHS["directed"]("cpu")
     _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, alpha_edge,
            rowptr, grad_logit) = whole_and_steps(g, 2, 4, True, ranges=1)
-    torch.library.opcheck(torch.ops.fastgnn.gat_backward_source, (
+    torch.library.opcheck(torch.ops.fastgnn.gat_source_backward, (
         grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[5:20], alpha_src[5:20],
         alpha_edge, 0.2, 0.0, 0, None, 0, 5, None, None, 1, grad_logit))
-    torch.library.opcheck(torch.ops.fastgnn.gat_backward_destination,
+    torch.library.opcheck(torch.ops.fastgnn.gat_destination_backward,
                           (rowptr, grad_logit, perm, True, torch.float32, None, None, 1))
 
 
@@ -278,7 +278,7 @@ def test_source_rows_outside_the_csr_raise():
     _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, alpha_edge,
            _, grad_logit) = whole_and_steps(g, 2, 4, False, ranges=1)
     with pytest.raises(RuntimeError, match="outside the walked CSR"):
-        torch.ops.fastgnn.gat_backward_source(
+        torch.ops.fastgnn.gat_source_backward(
             grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[:10], alpha_src[:10],
             None, 0.2, 0.0, 0, None, 0, g.num_src_nodes - 5, None, None, 1, grad_logit)
 

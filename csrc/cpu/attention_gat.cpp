@@ -9,7 +9,7 @@
 // the transposed CSR (on a symmetric graph the CSR itself) pulls from each source j's
 // destinations, no atomics: x_src[j] sums c alpha dOut_i, alpha_src[j] sums dz, and each edge's
 // dz is stored ([E, H]). It reads no x_src row but j's own, so it can run on a range of sources
-// at a time (gat_backward_source). A destination pass over the CSR then sums dz into
+// at a time (gat_source_backward). A destination pass over the CSR then sums dz into
 // alpha_dst[i] and copies it to alpha_edge[e].
 // The per-node scalar sums are kept in double: they are cheap, and they cancel (sum_j alpha
 // (<dOut_i, x_j> - delta_i) is 0 without dropout), so float partial sums would cost accuracy.
@@ -370,7 +370,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
           grad_edge.to(alpha_edge.has_value() ? alpha_edge->scalar_type() : type)};
 }
 
-std::tuple<at::Tensor, at::Tensor> gat_backward_source_cpu(
+std::tuple<at::Tensor, at::Tensor> gat_source_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& delta,
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& src_perm,
     const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
@@ -380,7 +380,7 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_source_cpu(
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/,
     const at::Tensor& grad_logit) {
-  const char* op = "gat_backward_source";
+  const char* op = "gat_source_backward";
   const Prepared r = prepare(alpha_dst.size(0), col, edge_perm, alpha_dst, x_rows,
                              alpha_src_rows, alpha_edge, op);
   const DropoutSpec drop =
@@ -390,13 +390,13 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_source_cpu(
   return {grad_x.to(x_rows.scalar_type()), grad_src.to(x_rows.scalar_type())};
 }
 
-std::tuple<at::Tensor, at::Tensor> gat_backward_destination_cpu(
+std::tuple<at::Tensor, at::Tensor> gat_destination_backward_cpu(
     const at::Tensor& rowptr, const at::Tensor& grad_logit,
     const c10::optional<at::Tensor>& edge_perm, bool with_edge, at::ScalarType dtype,
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
   return destination_pass(rowptr, grad_logit, edge_perm, with_edge, dtype,
-                          "gat_backward_destination");
+                          "gat_destination_backward");
 }
 
 template <typename acc_t>
@@ -407,7 +407,7 @@ void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t p
 }
 
 at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out) {
-  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta: grad_out "
+  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta_backward: grad_out "
               "and out must both be [T, H, D]");
   const auto acc = out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const auto g = grad_out.to(acc).contiguous(), o = out.to(acc).contiguous();
@@ -424,11 +424,11 @@ at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
-  m.impl("attention_delta", &attention_delta_cpu);
+  m.impl("attention_delta_backward", &attention_delta_cpu);
   m.impl("gat_forward", &gat_forward_cpu);
   m.impl("gat_backward", &gat_backward_cpu);
-  m.impl("gat_backward_source", &gat_backward_source_cpu);
-  m.impl("gat_backward_destination", &gat_backward_destination_cpu);
+  m.impl("gat_source_backward", &gat_source_backward_cpu);
+  m.impl("gat_destination_backward", &gat_destination_backward_cpu);
 }
 
 }  // namespace cpu

@@ -234,7 +234,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
   return {grad_dst, grad_x, grad_src, grad_edge};
 }
 
-std::tuple<at::Tensor, at::Tensor> gat_backward_source_cuda(
+std::tuple<at::Tensor, at::Tensor> gat_source_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& delta,
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& src_perm,
     const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
@@ -243,7 +243,7 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_source_cuda(
     int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset, int64_t row_begin,
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
     int64_t heavy_warps, const at::Tensor& grad_logit) {
-  const char* op = "gat_backward_source";
+  const char* op = "gat_source_backward";
   const c10::cuda::CUDAGuard guard(x_rows.device());
   TORCH_CHECK(x_rows.dim() == 3, op, ": x_rows must be [rows, H, D]");
   const int64_t rows = x_rows.size(0);
@@ -271,12 +271,12 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_source_cuda(
   return {grad_x, grad_src};
 }
 
-std::tuple<at::Tensor, at::Tensor> gat_backward_destination_cuda(
+std::tuple<at::Tensor, at::Tensor> gat_destination_backward_cuda(
     const at::Tensor& rowptr, const at::Tensor& grad_logit,
     const c10::optional<at::Tensor>& edge_perm, bool with_edge, at::ScalarType dtype,
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
     int64_t heavy_warps) {
-  const char* op = "gat_backward_destination";
+  const char* op = "gat_destination_backward";
   const c10::cuda::CUDAGuard guard(grad_logit.device());
   TORCH_CHECK(rowptr.is_cuda() && rowptr.dim() == 1 && rowptr.numel() >= 1 &&
                   rowptr.is_contiguous() &&
@@ -303,7 +303,7 @@ std::tuple<at::Tensor, at::Tensor> gat_backward_destination_cuda(
 }
 
 at::Tensor attention_delta_cuda(const at::Tensor& grad_out, const at::Tensor& out) {
-  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta: grad_out "
+  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta_backward: grad_out "
               "and out must both be [T, H, D]");
   const c10::cuda::CUDAGuard guard(out.device());
   const auto g = grad_out.to(out.scalar_type()).contiguous(), o = out.contiguous();
@@ -316,11 +316,11 @@ at::Tensor attention_delta_cuda(const at::Tensor& grad_out, const at::Tensor& ou
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastgnn, CUDA, m) {
-  m.impl("attention_delta", &attention_delta_cuda);
+  m.impl("attention_delta_backward", &attention_delta_cuda);
   m.impl("gat_forward", &gat_forward_cuda);
   m.impl("gat_backward", &gat_backward_cuda);
-  m.impl("gat_backward_source", &gat_backward_source_cuda);
-  m.impl("gat_backward_destination", &gat_backward_destination_cuda);
+  m.impl("gat_source_backward", &gat_source_backward_cuda);
+  m.impl("gat_destination_backward", &gat_destination_backward_cuda);
 }
 
 }  // namespace cuda

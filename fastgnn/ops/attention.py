@@ -395,9 +395,9 @@ if _native.has_op("gat_forward"):
     _NATIVE["gat_attention"] = _forward_and_backward("gat")
     _library.register_fake("gat_forward", _forward_fake)
     _library.register_fake("gat_backward", _backward_fake)
-    _library.register_fake("gat_backward_source", _gat_source_fake)
-    _library.register_fake("gat_backward_destination", _gat_destination_fake)
-    _library.register_fake("attention_delta", lambda grad_out, out: out.new_empty(
+    _library.register_fake("gat_source_backward", _gat_source_fake)
+    _library.register_fake("gat_destination_backward", _gat_destination_fake)
+    _library.register_fake("attention_delta_backward", lambda grad_out, out: out.new_empty(
         out.shape[:2], dtype=acc_dtype(out.dtype)))
     _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)
     backends.register("gat_attention", "native", _native.devices(), _native_gat, priority=10)
