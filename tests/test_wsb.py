@@ -233,6 +233,17 @@ def test_prefilter_sees_dense_and_sparse_windows():
     assert wsb.estimated_edges_per_tile(GRAPHS["empty windows"]) < wsb.MIN_EDGES_PER_TILE
 
 
+def test_tuning_key_tells_node_orders_apart():
+    """The CSR-or-WSB choice of a relabelled graph is its own: the tuner's graph signature (sizes
+    and degrees) is the same for both orders, the tiles are not."""
+    g = GRAPHS["banded"]
+    relabel = torch.randperm(100, generator=torch.Generator().manual_seed(0))
+    shuffled = fastgnn.Graph.from_edge_index(relabel[g.edge_index()], num_nodes=100)
+    assert g.signature() == shuffled.signature()
+    ops = {wsb.tuning_op(wsb.estimated_edges_per_tile(h)) for h in (g, shuffled)}
+    assert len(ops) == 2, ops
+
+
 def test_tuner_charges_the_build_cost(monkeypatch):
     monkeypatch.setattr(tuning, "_race", lambda candidates, device: {"csr": 1.0, "wsb": 0.9})
     g = random_graph(40, 200, seed=4)[0]

@@ -187,7 +187,8 @@ def _wsb_applies(g: Graph, flat: torch.Tensor, plain_norm: bool, policy: str) ->
 def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, transposed,
                 algo: int, policy: str) -> Optional[torch.Tensor]:
     """The WSB value blocks when the forward should run on WSB, else None."""
-    if policy == "auto" and wsb.estimated_edges_per_tile(g) < wsb.MIN_EDGES_PER_TILE:
+    edges_per_tile = wsb.estimated_edges_per_tile(g) if policy == "auto" else 0.0
+    if policy == "auto" and edges_per_tile < wsb.MIN_EDGES_PER_TILE:
         return None  # sparse windows: never pay the build
     penalties = {}
 
@@ -208,8 +209,8 @@ def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, tra
         return {"csr": csr, "wsb": tiles}
     if policy == "auto":
         with torch.no_grad():
-            choice = tuning.choose("spmm_format", g, flat.shape[1], flat.dtype, flat.device,
-                                   candidates, "csr", penalties)
+            choice = tuning.choose(wsb.tuning_op(edges_per_tile), g, flat.shape[1], flat.dtype,
+                                   flat.device, candidates, "csr", penalties)
         if choice != "wsb":
             return None
     return blocks()[1]

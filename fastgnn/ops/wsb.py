@@ -221,6 +221,14 @@ def keep_at(layout: WSB, path: str) -> None:
         layout.save(path)
 
 
+def tuning_op(edges_per_tile: float) -> str:
+    """The tuner's op name for the CSR-or-WSB choice. The tuner keys a graph by its sizes and
+    degrees, which a relabelling keeps, while WSB's tiles depend on the node order: the
+    estimated edges per tile tell the orders apart (a reordered graph got the stored order's
+    choice before)."""
+    return f"spmm_format@{edges_per_tile:.1f}"
+
+
 def estimated_edges_per_tile(g, sample_windows: int = 256) -> float:
     """Edges per tile over a sample of windows: the pre-filter's cheap look at density."""
     windows = -(-g.num_dst_nodes // WINDOW)
