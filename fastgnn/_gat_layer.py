@@ -10,12 +10,15 @@ at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows,
 has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
 range's ``grad_h``. See docs/gat.md for the measured peaks.
 
-It is opt-in, with ``FASTGNN_GAT_LOW_MEMORY=1``: the ranges cost time (smaller GEMMs and the
-backward's Python loop; on an H100, roads-ny at width 256 backward 3.82 against 2.88 ms, while
-ogbn-arxiv's hub sources gain from the ranges' out-degree buckets: 3.21 against 3.04 ms). It
-takes the paths ``_gat_scores.gat_scores`` fuses (a plain bias-free linear map of a 2-D input,
-one dtype, no autocast) on the native backend, outside torch.compile; callers run the separate
-nodes otherwise.
+It runs by default on the CPU, where it is also faster (ogbn-arxiv at width 256, 2 threads:
+backward 468-490 against 629 ms, the ranges reusing memory that fresh node-sized buffers
+would fault in), and on CUDA only with ``FASTGNN_GAT_LOW_MEMORY=1``: there the ranges cost
+time (smaller GEMMs and the backward's Python loop; on an H100, roads-ny at width 256 backward
+3.82 against 2.88 ms, while ogbn-arxiv's hub sources gain from the ranges' out-degree buckets:
+3.21 against 3.04 ms). ``FASTGNN_GAT_LOW_MEMORY=0`` turns it off everywhere. It takes the paths
+``_gat_scores.gat_scores`` fuses (a plain bias-free linear map of a 2-D input, one dtype, no
+autocast) on the native backend, outside torch.compile; callers run the separate nodes
+otherwise.
 """
 from __future__ import annotations
 
@@ -45,9 +48,9 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
     and the source scores ``(h * atts[0]).sum(-1)``, as one autograd node; ``[T, H, C]``.
     With ``atts = (att_src, att_dst)`` the destination scores are ``(h * att_dst).sum(-1)`` of
     the first T rows (``alpha_dst`` None); with ``atts = (att_src,)`` they are ``alpha_dst``.
-    None where the node is not asked for (``FASTGNN_GAT_LOW_MEMORY``) or does not apply, or
+    None where the node is not asked for (``low_memory_requested``) or does not apply, or
     where the projection fits one range (``RANGE_BYTES``): the caller runs the separate ones."""
-    if not low_memory_requested():
+    if not low_memory_requested(x.device):
         return None
     weight = _one_node_weight(x, linear, *atts)
     if weight is None or _library.is_compiling() \
@@ -60,9 +63,12 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
                       float(negative_slope), float(dropout), alpha_edge)
 
 
-def low_memory_requested() -> bool:
-    """Whether ``FASTGNN_GAT_LOW_MEMORY`` asks for this node ("1"; "0" or unset: no)."""
-    value = os.environ.get("FASTGNN_GAT_LOW_MEMORY", "0")
+def low_memory_requested(device: torch.device) -> bool:
+    """Whether this node runs on ``device``: ``FASTGNN_GAT_LOW_MEMORY`` "1" (everywhere), "0"
+    (nowhere), unset (on the CPU)."""
+    value = os.environ.get("FASTGNN_GAT_LOW_MEMORY")
+    if value is None:
+        return device.type == "cpu"
     if value not in ("0", "1"):
         raise ValueError(f"FASTGNN_GAT_LOW_MEMORY must be 0 or 1, got {value!r}")
     return value == "1"

@@ -184,11 +184,13 @@ def test_other_projections_and_settings_return_none(monkeypatch):
     with monkeypatch.context() as patch:  # a projection that fits one range
         patch.setattr(_gat_layer, "RANGE_BYTES", x.shape[0] * 12 * 4)
         assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
-    with monkeypatch.context() as patch:  # not asked for
+    with monkeypatch.context() as patch:  # turned off; on by default on the CPU only
         patch.setenv("FASTGNN_GAT_LOW_MEMORY", "0")
         assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
         patch.delenv("FASTGNN_GAT_LOW_MEMORY")
-        assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
+        assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is not None
+        assert _gat_layer.low_memory_requested(torch.device("cpu"))
+        assert not _gat_layer.low_memory_requested(torch.device("cuda"))
         patch.setenv("FASTGNN_GAT_LOW_MEMORY", "yes")
         with pytest.raises(ValueError, match="FASTGNN_GAT_LOW_MEMORY"):
             gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0)
