@@ -134,7 +134,7 @@ class _GatLayer(torch.autograd.Function):
         grad_logit = delta.new_empty((g.num_edges, heads))
         # grad_x over h's rows: h [S, H C] and grad_x [S, F] alike where F = H C
         over_h = need_x and x.shape[1] == width and h.is_contiguous()
-        grad_x = h if over_h else (torch.empty_like(x) if need_x else None)
+        grad_x = h if over_h else (x.new_empty(x.shape) if need_x else None)
         grad_weight = torch.zeros_like(weight) if need_weight else None
         grad_src = torch.empty_like(alpha_src)
         args = (alpha_dst, h.view(rows, heads, channels), alpha_src, alpha_edge, ctx.negative_slope,

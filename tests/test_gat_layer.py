@@ -127,6 +127,16 @@ def test_input_widths(in_width, x_grad, device, monkeypatch):
                 run(separate, *case, slope=0.2, dropout_mask=None), 1e-10, 1e-10)
 
 
+def test_strided_input(monkeypatch):
+    """A transposed view as x (F != H C, so grad_x is a buffer of its own)."""
+    layer, g, x, _, _ = make_case("symmetric", "cpu", 7, 3, 4)
+    strided = x.detach().t().contiguous().t().requires_grad_()
+    assert not strided.is_contiguous()
+    assert_same(run(fused, layer, g, strided, None, None, slope=0.2, dropout=0.0),
+                run(separate, layer, g, strided, None, None, slope=0.2, dropout_mask=None),
+                1e-10, 1e-10)
+
+
 @pytest.mark.parametrize("device", devices())
 def test_float32_head_dims(device, monkeypatch):
     monkeypatch.setattr(_gat_layer, "RANGE_BYTES", 230)
