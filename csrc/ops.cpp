@@ -147,8 +147,8 @@ TORCH_LIBRARY(fastgnn, m) {
   // returns the rows' gradients. delta [T, H] = <grad_out, out> per destination and head.
   // light_rows/heavy_rows are row buckets relative to row_begin (CUDA only). The destination
   // step sums grad_logit over each CSR row into grad_alpha_dst ([T, H], dtype) and, with
-  // with_edge, copies it to grad_alpha_edge in input edge order. attention_delta_backward gives delta
-  // from grad_out and out ([T, H, D] each).
+  // with_edge, copies it to grad_alpha_edge in input edge order. attention_delta_backward
+  // gives delta from grad_out and out ([T, H, D] each).
   m.def("attention_delta_backward(Tensor grad_out, Tensor out) -> Tensor");
   m.def("gat_source_backward(Tensor grad_out, Tensor lse, Tensor delta, Tensor rowptr, "
         "Tensor col, Tensor src_perm, Tensor? edge_perm, Tensor alpha_dst, Tensor x_rows, "

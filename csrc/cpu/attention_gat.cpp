@@ -323,18 +323,34 @@ std::tuple<at::Tensor, at::Tensor> destination_pass(const at::Tensor& rowptr,
   auto perm = edge_perm.has_value() ? edge_perm->contiguous() : at::Tensor();
   FASTGNN_DISPATCH_INDEX(rowptr.scalar_type(), op, [&] {
     const index_t* pm = perm.defined() ? perm.data_ptr<index_t>() : nullptr;
-    if (grad_logit.scalar_type() == at::kDouble)
-      gat_destination_pass<double, index_t>(rowptr.data_ptr<index_t>(), pm, rows, heads,
-                                            grad_logit.data_ptr<double>(),
-                                            grad_dst.data_ptr<double>(),
-                                            with_edge ? grad_edge.data_ptr<double>() : nullptr);
-    else
-      gat_destination_pass<float, index_t>(rowptr.data_ptr<index_t>(), pm, rows, heads,
-                                           grad_logit.data_ptr<float>(),
-                                           grad_dst.data_ptr<float>(),
-                                           with_edge ? grad_edge.data_ptr<float>() : nullptr);
+    AT_DISPATCH_FLOATING_TYPES(grad_logit.scalar_type(), "gat_destination_backward", [&] {
+      gat_destination_pass<scalar_t, index_t>(
+          rowptr.data_ptr<index_t>(), pm, rows, heads, grad_logit.data_ptr<scalar_t>(),
+          grad_dst.data_ptr<scalar_t>(), with_edge ? grad_edge.data_ptr<scalar_t>() : nullptr);
+    });
   });
   return {grad_dst.to(dtype), grad_edge.to(dtype)};
+}
+
+// <grad_out, out> per (destination, head), in the statistics dtype, with no [T, H, D] product.
+template <typename acc_t>
+void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t pairs,
+                int64_t dim) {
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t i = 0; i < pairs; ++i) delta[i] = dot(grad_out + i * dim, out + i * dim, dim);
+}
+
+at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out) {
+  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(),
+              "attention_delta_backward: grad_out and out must both be [T, H, D]");
+  const auto acc = out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto g = grad_out.to(acc).contiguous(), o = out.to(acc).contiguous();
+  auto delta = at::empty({out.size(0), out.size(1)}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(acc, "attention_delta_backward", [&] {
+    delta_rows(g.data_ptr<scalar_t>(), o.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
+               delta.numel(), out.size(2));
+  });
+  return delta;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
@@ -355,8 +371,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
               ": give both t_rowptr and t_col, or neither (symmetric graph)");
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || x_src.size(0) == rows, op, ": a symmetric graph must be square");
-  const auto acc_out = out.to(r.acc);
-  const auto delta = (grad_out.to(r.acc) * acc_out).sum(-1);
+  const auto delta = attention_delta_cpu(grad_out, out);
   auto grad_logit = at::empty({col.numel(), r.heads}, at::TensorOptions().dtype(r.acc));
   const DropoutSpec drop =
       attention_dropout(dropout, seed, seed_tensor, offset, r.heads, x_src.device(), op);
@@ -397,28 +412,6 @@ std::tuple<at::Tensor, at::Tensor> gat_destination_backward_cpu(
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
   return destination_pass(rowptr, grad_logit, edge_perm, with_edge, dtype,
                           "gat_destination_backward");
-}
-
-template <typename acc_t>
-void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t pairs,
-                int64_t dim) {
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t i = 0; i < pairs; ++i) delta[i] = dot(grad_out + i * dim, out + i * dim, dim);
-}
-
-at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out) {
-  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta_backward: grad_out "
-              "and out must both be [T, H, D]");
-  const auto acc = out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const auto g = grad_out.to(acc).contiguous(), o = out.to(acc).contiguous();
-  auto delta = at::empty({out.size(0), out.size(1)}, g.options());
-  if (acc == at::kDouble)
-    delta_rows(g.data_ptr<double>(), o.data_ptr<double>(), delta.data_ptr<double>(),
-               delta.numel(), out.size(2));
-  else
-    delta_rows(g.data_ptr<float>(), o.data_ptr<float>(), delta.data_ptr<float>(), delta.numel(),
-               out.size(2));
-  return delta;
 }
 
 }  // namespace

@@ -167,9 +167,11 @@ void source_pass(GatParams p, const std::vector<RowSet>& sets, const at::TensorO
 }
 
 void check_source_perm(const at::Tensor& src_perm, const CsrView& walked, const char* op) {
-  TORCH_CHECK(src_perm.is_cuda() && src_perm.scalar_type() == (walked.index64 ? at::kLong : at::kInt),
+  TORCH_CHECK(src_perm.is_cuda() &&
+                  src_perm.scalar_type() == (walked.index64 ? at::kLong : at::kInt),
               op, ": the source permutation must be a GPU tensor of the index dtype");
-  TORCH_CHECK(src_perm.numel() == walked.nnz, op, ": the source permutation needs one entry per edge");
+  TORCH_CHECK(src_perm.numel() == walked.nnz, op,
+              ": the source permutation needs one entry per edge");
 }
 
 // grad_alpha_dst [rows, H] in `dtype` (and grad_alpha_edge, input edge order) from grad_logit,
@@ -186,6 +188,18 @@ std::tuple<at::Tensor, at::Tensor> destination_pass(GatParams p, const std::vect
   p.grad_alpha_edge = with_edge ? grad_edge.data_ptr() : nullptr;
   for (const RowSet& rows : sets) gat_backward_dst(p, rows, stream());
   return {grad_dst, grad_edge};
+}
+
+// <grad_out, out> per (destination, head), in the statistics dtype.
+at::Tensor attention_delta_cuda(const at::Tensor& grad_out, const at::Tensor& out) {
+  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(),
+              "attention_delta_backward: grad_out and out must both be [T, H, D]");
+  const c10::cuda::CUDAGuard guard(out.device());
+  const auto g = grad_out.to(out.scalar_type()).contiguous(), o = out.contiguous();
+  auto delta = at::empty({out.size(0), out.size(1)}, o.options().dtype(acc_type(o)));
+  attention_delta(float_type(o), g.data_ptr(), o.data_ptr(), delta.data_ptr(), delta.numel(),
+                  out.size(2), stream());
+  return delta;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
@@ -210,11 +224,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cuda(
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || r.x_src.size(0) == r.p.csr.rows, op, ": a symmetric graph is square");
   auto gout = grad_out.to(r.x_src.scalar_type()).contiguous();
-  auto out_c = out.to(r.x_src.scalar_type()).contiguous();
   auto lse_c = lse.to(r.acc).contiguous();
-  auto delta = at::empty({r.p.csr.rows, r.p.heads}, r.x_src.options().dtype(r.acc));
-  attention_delta(r.p.type, gout.data_ptr(), out_c.data_ptr(), delta.data_ptr(),
-                  r.p.csr.rows * r.p.heads, r.p.dim, stream());
+  auto delta = attention_delta_cuda(gout, out.to(r.x_src.scalar_type()));
   auto t_perm_c = t_perm.contiguous();
   auto grad_x = at::empty_like(r.x_src);
   auto grad_src = at::empty_like(r.alpha_src);
@@ -300,17 +311,6 @@ std::tuple<at::Tensor, at::Tensor> gat_destination_backward_cuda(
   return destination_pass(p, row_sets(light_rows, heavy_rows, heavy_warps,
                                        rowptr.scalar_type(), p.csr.rows, op),
                           grad_logit, with_edge, dtype);
-}
-
-at::Tensor attention_delta_cuda(const at::Tensor& grad_out, const at::Tensor& out) {
-  TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(), "attention_delta_backward: grad_out "
-              "and out must both be [T, H, D]");
-  const c10::cuda::CUDAGuard guard(out.device());
-  const auto g = grad_out.to(out.scalar_type()).contiguous(), o = out.contiguous();
-  auto delta = at::empty({out.size(0), out.size(1)}, o.options().dtype(acc_type(o)));
-  attention_delta(float_type(o), g.data_ptr(), o.data_ptr(), delta.data_ptr(), delta.numel(),
-                  out.size(2), stream());
-  return delta;
 }
 
 }  // namespace
