@@ -38,6 +38,9 @@ from fastgnn.ops._common import check_graph
 #: projection that fits one range runs as separate nodes: splitting it would save little memory
 #: and cost host time (each range is a few more launches and a smaller GEMM)
 RANGE_BYTES = 64 * 2**20
+#: FASTGNN_GAT_LOW_MEMORY, read once at import (every GAT layer call asks): "1" runs this node
+#: everywhere, "0" nowhere, unset on the CPU only
+LOW_MEMORY = os.environ.get("FASTGNN_GAT_LOW_MEMORY")
 
 
 def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
@@ -64,14 +67,12 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
 
 
 def low_memory_requested(device: torch.device) -> bool:
-    """Whether this node runs on ``device``: ``FASTGNN_GAT_LOW_MEMORY`` "1" (everywhere), "0"
-    (nowhere), unset (on the CPU)."""
-    value = os.environ.get("FASTGNN_GAT_LOW_MEMORY")
-    if value is None:
+    """Whether this node runs on ``device`` under ``LOW_MEMORY``."""
+    if LOW_MEMORY is None:
         return device.type == "cpu"
-    if value not in ("0", "1"):
-        raise ValueError(f"FASTGNN_GAT_LOW_MEMORY must be 0 or 1, got {value!r}")
-    return value == "1"
+    if LOW_MEMORY not in ("0", "1"):
+        raise ValueError(f"FASTGNN_GAT_LOW_MEMORY must be 0 or 1, got {LOW_MEMORY!r}")
+    return LOW_MEMORY == "1"
 
 
 @reordering.in_caller_order("x", "alpha_dst")

@@ -4,6 +4,10 @@ and many source ranges; grad_x written over the projection; second backwards; fa
 the two-step backward ops against the whole backward op."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -29,7 +33,7 @@ def symmetric_graph(num_nodes, num_edges, seed, device="cpu"):
 def small_ranges(monkeypatch):
     """The node asked for (FASTGNN_GAT_LOW_MEMORY=1), with ranges of 1000 bytes unless a test
     sets its own: it applies only to projections above one range, and these graphs are small."""
-    monkeypatch.setenv("FASTGNN_GAT_LOW_MEMORY", "1")
+    monkeypatch.setattr(_gat_layer, "LOW_MEMORY", "1")
     monkeypatch.setattr(_gat_layer, "RANGE_BYTES", 1000)
 
 
@@ -188,6 +192,14 @@ def test_gradcheck(kind, monkeypatch):
                                          edge))
 
 
+def test_low_memory_setting_is_read_from_the_environment_at_import():
+    code = "import fastgnn._gat_layer as m; print(m.LOW_MEMORY)"
+    env = {**os.environ, "FASTGNN_GAT_LOW_MEMORY": "1"}
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert shown == "1"
+
+
 def test_other_projections_and_settings_return_none(monkeypatch):
     layer, g, x, _, _ = make_case("directed", "cpu", 12, 3, 4, dtype=torch.float32)
     atts = (layer.att_src, layer.att_dst)
@@ -195,13 +207,13 @@ def test_other_projections_and_settings_return_none(monkeypatch):
         patch.setattr(_gat_layer, "RANGE_BYTES", x.shape[0] * 12 * 4)
         assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
     with monkeypatch.context() as patch:  # turned off; on by default on the CPU only
-        patch.setenv("FASTGNN_GAT_LOW_MEMORY", "0")
+        patch.setattr(_gat_layer, "LOW_MEMORY", "0")
         assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is None
-        patch.delenv("FASTGNN_GAT_LOW_MEMORY")
+        patch.setattr(_gat_layer, "LOW_MEMORY", None)
         assert gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0) is not None
         assert _gat_layer.low_memory_requested(torch.device("cpu"))
         assert not _gat_layer.low_memory_requested(torch.device("cuda"))
-        patch.setenv("FASTGNN_GAT_LOW_MEMORY", "yes")
+        patch.setattr(_gat_layer, "LOW_MEMORY", "yes")
         with pytest.raises(ValueError, match="FASTGNN_GAT_LOW_MEMORY"):
             gat_layer(g, x, layer.lin, 3, atts, None, 0.2, 0.0)
     biased = torch.nn.Linear(12, 12)

@@ -7,8 +7,9 @@ CUDA it keeps an E x H scalar scratch between its two passes, freed on return: G
 Graph Transformer's destination pass leaves each (edge, head)'s logit gradient and weight
 (8 bytes) for the source pass over the transposed CSR, and GAT's source pass leaves each
 edge's pre-activation gradient for its destination pass (on the CPU too; the CPU kernels of
-GATv2 and the Graph Transformer recompute the logits, in one fused pass on symmetric graphs). Attention dropout uses a counter-based hash of (seed,
-offset, CSR edge, head), so the backward regenerates the mask; ``dropout_mask`` returns it.
+GATv2 and the Graph Transformer recompute the logits, in one fused pass on symmetric graphs).
+Attention dropout uses a counter-based hash of (seed, offset, CSR edge, head), so the backward
+regenerates the mask; ``dropout_mask`` returns it.
 Eager calls draw the seed on the host; while a CUDA graph is captured or torch.compile traces,
 it is drawn on the device and the kernels read it (see ``_draw_seed``).
 """
@@ -377,6 +378,7 @@ if _native.has_op("gatv2_forward"):
     backends.register("gatv2_attention", "native", _native.devices(), _native_gatv2, priority=10)
     backends.register("graph_attention", "native", _native.devices(), _native_graph_attention,
                       priority=10)
+
 
 def _gat_source_fake(grad_out, lse, delta, rowptr, col, src_perm, edge_perm, alpha_dst, x_rows,
                      alpha_src_rows, alpha_edge, slope, dropout, seed, seed_tensor, offset,

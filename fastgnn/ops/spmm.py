@@ -187,9 +187,10 @@ def _wsb_applies(g: Graph, flat: torch.Tensor, plain_norm: bool, policy: str) ->
 def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, transposed,
                 algo: int, policy: str) -> Optional[torch.Tensor]:
     """The WSB value blocks when the forward should run on WSB, else None."""
-    edges_per_tile = wsb.estimated_edges_per_tile(g) if policy == "auto" else 0.0
-    if policy == "auto" and edges_per_tile < wsb.MIN_EDGES_PER_TILE:
-        return None  # sparse windows: never pay the build
+    if policy == "auto":
+        edges_per_tile = wsb.estimated_edges_per_tile(g)
+        if edges_per_tile < wsb.MIN_EDGES_PER_TILE:
+            return None  # sparse windows: never pay the build
     penalties = {}
 
     def blocks():
