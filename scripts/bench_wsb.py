@@ -66,7 +66,7 @@ def main() -> int:
                     x = torch.randn(g.num_src_nodes, width, device=device, dtype=dtype)
                     csr, tiles = _forward_ms(g, x, "csr"), _forward_ms(g, x, "wsb")
                     fastgnn.ops.spmm(g, x, norm="both")  # auto: the tuner's pick
-                    pick = tuning.choices(g).get(f"spmm_format/{width}/{dtype_name}", "csr")
+                    pick = tuning.choices(g).get(wsb.choice_key(g, width, dtype), "csr")
                     print(f"| {name} | {order} | {layout.density:.3f} | "
                           f"{layout.padding_ratio:.2f} | {layout.memory_bytes(dtype) / 2**20:.1f} "
                           f"| {layout.build_seconds:.2f} | {dtype_name} | {width} | {csr:.3f} | "

@@ -1,6 +1,8 @@
 """Shared fixtures: devices, random graphs with the awkward cases, real datasets."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -15,6 +17,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def project_env(**extra) -> dict:
+    """The environment for a subprocess that imports this checkout: the project root ahead of
+    the caller's PYTHONPATH, which is kept (packages installed with --target live there)."""
+    path = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
 
 
 def devices():

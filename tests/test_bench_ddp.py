@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("lightning")
 pytest.importorskip("torch_geometric")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import PROJECT_ROOT as ROOT, project_env  # noqa: E402
 spec = importlib.util.spec_from_file_location("bench_ddp", os.path.join(ROOT, "scripts",
                                                                          "bench_ddp.py"))
 bench_ddp = importlib.util.module_from_spec(spec)
@@ -141,7 +141,7 @@ def test_ddp_options_reach_lightnings_strategy_only_on_several_devices():
     command = bench_ddp.fit_command(config, "sage", 2, 1, "cpu", ["--print_config"],
                                     ["static_graph=true", "broadcast_buffers=false"])
     printed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=True,
-                             env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+                             env=project_env()).stdout
     assert "class_path: lightning.pytorch.strategies.DDPStrategy" in printed
     assert "static_graph: true" in printed and "broadcast_buffers: false" in printed
 

@@ -20,7 +20,7 @@ dgl = pytest.importorskip("dgl")
 import fastgnn  # noqa: E402
 import fastgnn.dgl as fdgl  # noqa: E402
 import fastgnn.dgl.nn as fnn  # noqa: E402
-from conftest import load_dataset  # noqa: E402
+from conftest import load_dataset, project_env  # noqa: E402
 from dgl_cases import make_graph, no_fallback  # noqa: E402
 from fastgnn import datasets  # noqa: E402
 
@@ -88,8 +88,7 @@ def test_dgl_is_not_modified():
         print("CHANGED", changed)
         sys.exit(1 if changed else 0)
     """)
-    env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               DGLBACKEND="pytorch")
+    env = project_env(DGLBACKEND="pytorch")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=env, cwd=_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr

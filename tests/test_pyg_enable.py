@@ -18,7 +18,7 @@ import fastgnn  # noqa: E402
 import fastgnn.datasets  # noqa: E402
 import fastgnn.pyg as fpyg  # noqa: E402
 from fastgnn import backends  # noqa: E402
-from conftest import devices, load_dataset, random_edge_index  # noqa: E402
+from conftest import devices, load_dataset, project_env, random_edge_index  # noqa: E402
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -203,8 +203,7 @@ def test_enable_imports_the_adapter_by_itself():
             "assert 'fastgnn.pyg' not in sys.modules\n"
             "layer = fastgnn.enable(P.SAGEConv(4, 4))\n"
             "assert type(layer).__module__ == 'fastgnn.pyg.basic', type(layer)\n")
-    env = dict(os.environ, PYTHONPATH=PROJECT)
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT, env=env)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT, env=project_env())
 
 
 # ---- training on Cora --------------------------------------------------------------------------

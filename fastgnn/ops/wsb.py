@@ -229,6 +229,12 @@ def tuning_op(edges_per_tile: float) -> str:
     return f"spmm_format@{edges_per_tile:.1f}"
 
 
+def choice_key(g, width: int, dtype: torch.dtype) -> str:
+    """The key of ``tuning.choices(g)`` under which ``auto`` records CSR-or-WSB for this width
+    and dtype (absent when the pre-filter kept CSR without timing)."""
+    return f"{tuning_op(estimated_edges_per_tile(g))}/{width}/{str(dtype).replace('torch.', '')}"
+
+
 def estimated_edges_per_tile(g, sample_windows: int = 256) -> float:
     """Edges per tile over a sample of windows: the pre-filter's cheap look at density."""
     windows = -(-g.num_dst_nodes // WINDOW)
