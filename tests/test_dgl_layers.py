@@ -188,9 +188,10 @@ def test_ginconv_edge_weight(aggregator, kind):
 @pytest.mark.parametrize("use_libxsmm", [True, False])
 def test_max_layers_keep_dgls_tied_message(kind, layer, edge_weight_shape, width, use_libxsmm):
     """GINConv(max) and SAGEConv(pool) on ReLU'd small integers (SAGEConv's parameters small
-    integers too, so every sum is exact): many equal messages, duplicate edges, edge ids out of source order.
-    The output and the gradients of the features, the edge weights and the parameters are
-    DGL's, bit for bit, whichever of its kernels (first or last equal message) DGL runs."""
+    integers too, so every sum is exact): many equal messages, duplicate edges, edge ids out of
+    source order. The output and the gradients of the features, the edge weights and the
+    parameters are DGL's, bit for bit, whichever of its kernels (first or last equal message)
+    DGL runs."""
     graph = with_shuffled_twins(make_graph(kind, seed=7), seed=8)
     num_src, num_dst = node_counts(graph)
     pair = is_bipartite(graph)
