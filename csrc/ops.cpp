@@ -36,23 +36,26 @@ TORCH_LIBRARY(fastgnn, m) {
 
   // ---- Min/max aggregation -------------------------------------------------------------------
   // out[i, f] = min (is_max: max) of x[j, f] over the sources j of row i, with arg[i, f] the
-  // winning source: ties go to the smallest source (col must be ascending within each row),
-  // NaN wins (the first NaN source), rows without edges get out 0 and arg -1. arg has col's
-  // dtype. With weight ([E, H] in input edge order, x's dtype, H dividing F = x.size(1);
+  // winning source: ties go to the row's earliest edge (the graph's CSR holds sources ascending
+  // within each row: the smallest source, then the earliest duplicate), with last_wins to its
+  // latest (DGL's rules run on a CSR whose rows hold their edges in edge-id order). NaN wins
+  // (the first NaN; last_wins: the last), rows without edges get out 0 and arg -1. arg has
+  // col's dtype. With weight ([E, H] in input edge order, x's dtype, H dividing F = x.size(1);
   // edge_perm maps CSR position p to its input edge, None: the same order) the message of
   // position p is x[col[p], f] * weight[edge_perm[p], f / (F / H)] (rounded to x's dtype) and
-  // arg[i, f] holds the winning CSR position instead of the source: ties go to the smallest
-  // position, i.e. the smallest source, then the earliest duplicate edge.
+  // arg[i, f] holds the winning CSR position instead of the source.
   // GPU only: light_rows/heavy_rows split the rows by degree (both absent: every row
   // takes the light path), max_degree bounds the heavy rows' degree, config packs the tuner's
   // launch choice (warps per block in bits 0-7, edges per heavy block in bits 8-31; 0:
   // defaults; bits 32-47: the edges per work item of the load-balanced path, which then does
-  // every row, its work list cached per graph_key, 0: built for the call).
+  // every row, its work list cached per graph_key, 0: built for the call). last_wins takes the
+  // light path only (no heavy_rows, no load-balanced config).
   // t_rowptr/t_col (the transposed CSR) are not read here: they are passed through so that
   // autograd keeps them for a deterministic GPU backward.
   m.def("minmax_aggregate(Tensor rowptr, Tensor col, Tensor x, bool is_max, Tensor? light_rows, "
         "Tensor? heavy_rows, int max_degree, int config, Tensor? t_rowptr, Tensor? t_col, "
-        "int graph_key=0, Tensor? weight=None, Tensor? edge_perm=None) -> (Tensor, Tensor)");
+        "int graph_key=0, Tensor? weight=None, Tensor? edge_perm=None, "
+        "bool last_wins=False) -> (Tensor, Tensor)");
   // grad_x[arg[i, f], f] += grad_out[i, f] (arg -1: nothing), grad_x with num_src rows. With
   // col, weight and edge_perm (the forward's), arg holds CSR positions p: grad_x[col[p], f] +=
   // grad_out[i, f] * weight[edge_perm[p], f / (F / H)]. With the transposed CSR the GPU pulls

@@ -53,13 +53,15 @@ def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[to
 
 
 def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
-              edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+              edge_weight: Optional[torch.Tensor] = None,
+              ties: str = "smallest-source") -> torch.Tensor:
     """Sum, mean, min or max of in-neighbour features (times ``edge_weight``: ``[E]``, or
     ``[E, H]`` per head with ``x`` ``[N, H, ...]``, input edge order); isolated destinations
     get zeros.
 
     Min/max are a gather at the winning message, so the whole gradient goes to that message's
-    source and edge (ties: the smallest source, then the earliest duplicate edge), not split
+    source and edge (ties: the smallest source, then the earliest duplicate edge; with
+    ``ties="first-edge"``/``"last-edge"`` the smallest/largest input edge id), not split
     among tied messages as scatter_reduce's is.
     """
     if reduce in ("sum", "mean"):
@@ -69,7 +71,7 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
         return torch.stack([spmm(g, x[:, h], reduce=reduce, edge_weight=edge_weight[:, h])
                             for h in range(heads)], dim=1)
     msg = _messages(g, x, edge_weight)
-    _, arg = _reduce_with_arg(g, msg.detach(), reduce)
+    _, arg = _reduce_with_arg(g, msg.detach(), reduce, ties)
     won = torch.gather(msg, 0, arg.clamp(min=0))
     return torch.where(arg >= 0, won, torch.zeros_like(won))
 
@@ -89,26 +91,28 @@ def _messages(g: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor]) ->
 
 
 def aggregate_with_arg(g: Graph, x: torch.Tensor, reduce: str,
-                       edge_weight: Optional[torch.Tensor] = None
-                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+                       edge_weight: Optional[torch.Tensor] = None,
+                       ties: str = "smallest-source") -> Tuple[torch.Tensor, torch.Tensor]:
     """Min or max aggregation and, per output entry, the winning source index, or with
     ``edge_weight`` the winning edge's CSR position.
 
     Ties go to the smallest source index (then the earliest duplicate edge: the smallest CSR
-    position); NaN wins (and propagates) like ``torch.scatter_reduce(..., "amin"/"amax")``.
-    Isolated destinations: value 0, index -1.
+    position; ``ties="first-edge"``/``"last-edge"``: the smallest/largest input edge id); NaN
+    wins (and propagates) like ``torch.scatter_reduce(..., "amin"/"amax")``. Isolated
+    destinations: value 0, index -1.
     """
-    out, arg = _reduce_with_arg(g, _messages(g, x, edge_weight), reduce)
+    out, arg = _reduce_with_arg(g, _messages(g, x, edge_weight), reduce, ties)
     if edge_weight is None:
         src, _ = _csr_edges(g)
         arg = torch.where(arg >= 0, src[arg.clamp(min=0)], arg)
     return out, arg
 
 
-def _reduce_with_arg(g: Graph, msg: torch.Tensor, reduce: str
+def _reduce_with_arg(g: Graph, msg: torch.Tensor, reduce: str, ties: str = "smallest-source"
                      ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Min/max of CSR-ordered messages ``msg`` per destination and the winning CSR position
-    (the smallest among ties; -1 and value 0 where there is none)."""
+    (among ties the smallest, or the one of the smallest or largest input edge id; -1 and
+    value 0 where there is none)."""
     if reduce not in ("min", "max"):
         raise ValueError(f"reduce must be 'min' or 'max', got {reduce!r}")
     _, dst = _csr_edges(g)
@@ -121,13 +125,24 @@ def _reduce_with_arg(g: Graph, msg: torch.Tensor, reduce: str
     # their sources ascending, duplicates in input order: the smallest source, then the
     # earliest duplicate.
     won = (msg == out[dst]) | (msg.isnan() & out[dst].isnan())
+    pos = torch.arange(msg.shape[0], device=msg.device)
+    # the rank that picks among ties: the CSR position, or the input edge id (negated for the
+    # largest), and back from the picked rank to its position
+    if ties == "smallest-source" or g.edge_perm is None:
+        rank, position = pos, pos
+    else:
+        rank, position = g.edge_perm.to(torch.int64), torch.argsort(g.edge_perm)
+    if ties == "last-edge":
+        rank = -rank
     big = torch.iinfo(torch.int64).max
-    pos = torch.arange(msg.shape[0], device=msg.device).view(-1, *([1] * len(width)))
-    cand = torch.where(won, pos.expand_as(msg), torch.full_like(msg, big, dtype=torch.int64))
-    arg = torch.full(out.shape, big, dtype=torch.int64, device=msg.device)
-    arg = arg.scatter_reduce(0, index, cand, "amin", include_self=True)
-    arg = torch.where(arg == big, torch.full_like(arg, -1), arg)
-    return out, arg
+    shape = (-1,) + (1,) * len(width)
+    cand = torch.where(won, rank.view(shape).expand_as(msg),
+                       torch.full_like(msg, big, dtype=torch.int64))
+    best = torch.full(out.shape, big, dtype=torch.int64, device=msg.device)
+    best = best.scatter_reduce(0, index, cand, "amin", include_self=True)
+    found = best != big
+    best = torch.where(found, best.abs(), 0)  # the picked rank as a position or edge id
+    return out, torch.where(found, position[best], torch.full_like(best, -1))
 
 
 def _segment_softmax(logits: torch.Tensor, dst: torch.Tensor, num_dst: int) -> torch.Tensor:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""fastgnn min/max aggregation against DGL's copy_u_min/copy_u_max on CPU, forward plus
+"""The fastgnn.dgl drop-ins for copy_u_min/copy_u_max against DGL's ops on CPU, forward plus
 backward, in one process: the two alternate round by round (order reversed every round) so
 that a shared, noisy CPU affects both alike; medians are reported, of wall time and of the
 process's CPU time (all threads; less disturbed by other jobs than the wall time). With
---weights, the fastgnn.dgl drop-in for u_mul_e_min/u_mul_e_max against DGL's, one weight per
-edge ("edge": [E, 1]) or per edge and head ("head": [E, H, 1] against [N, H, width / H]), the
-backward giving both gradients.
+--weights, u_mul_e_min/u_mul_e_max, one weight per edge ("edge": [E, 1]) or per edge and head
+("head": [E, H, 1] against [N, H, width / H]), the backward giving both gradients. The block's
+edge ids follow the CSR order, or with --shuffle-edges a random order (as a graph built from an
+edge list has: the kernels then read DGL's edge ids through a permutation).
 
   OMP_NUM_THREADS=2 scripts/bench_minmax_dgl.py --graph tolokers --width 128 --reduce min
   OMP_NUM_THREADS=2 scripts/bench_minmax_dgl.py --weights head --heads 4 --reduce max
@@ -21,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-import fastgnn  # noqa: E402
 from fastgnn.bench import graphs  # noqa: E402
 from fastgnn.tuning import median  # noqa: E402
 
@@ -35,27 +35,30 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--weights", default="none", choices=("none", "edge", "head"))
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--shuffle-edges", action="store_true")
     args = p.parse_args(argv)
     import dgl
 
     import fastgnn.dgl as fastgnn_dgl
     g = graphs.load(args.graph).graph
-    block = dgl.create_block((g.col.long(), g.row.long()), num_src_nodes=g.num_src_nodes,
+    src, dst = g.col.long(), g.row.long()
+    if args.shuffle_edges:
+        order = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(0))
+        src, dst = src[order], dst[order]
+    block = dgl.create_block((src, dst), num_src_nodes=g.num_src_nodes,
                              num_dst_nodes=g.num_dst_nodes)
     heads = args.heads if args.weights == "head" else 1
     feat = (args.width,) if args.weights != "head" else (heads, args.width // heads)
     x = torch.randn((g.num_src_nodes,) + feat, requires_grad=True)
     inputs = [x]
     if args.weights == "none":
-        dgl_op = dgl.ops.copy_u_min if args.reduce == "min" else dgl.ops.copy_u_max
-        fns = {"fastgnn": lambda: fastgnn.ops.aggregate(g, x, args.reduce),
-               "dgl": lambda: dgl_op(block, x)}
+        op_name = f"copy_u_{args.reduce}"
     else:
         w_shape = (g.num_edges, 1) if heads == 1 else (g.num_edges, heads, 1)
         inputs.append(torch.rand(w_shape, requires_grad=True))
         op_name = f"u_mul_e_{args.reduce}"
-        fns = {"fastgnn": lambda: getattr(fastgnn_dgl, op_name)(block, *inputs),
-               "dgl": lambda: getattr(dgl.ops, op_name)(block, *inputs)}
+    fns = {"fastgnn": lambda: getattr(fastgnn_dgl, op_name)(block, *inputs),
+           "dgl": lambda: getattr(dgl.ops, op_name)(block, *inputs)}
     grad = torch.randn((g.num_dst_nodes,) + feat)
     samples = {name: {"fwd": [], "bwd": [], "cpu": []} for name in fns}
     for r in range(args.rounds + 2):  # two warm-up rounds
@@ -70,7 +73,8 @@ def main(argv=None) -> int:
                 samples[name]["bwd"].append((t2 - t1) * 1e3)
                 samples[name]["cpu"].append((c2 - c0) * 1e3)
     print(f"{args.graph} width {args.width} {args.reduce}, weights {args.weights} "
-          f"({heads} heads), {torch.get_num_threads()} threads, "
+          f"({heads} heads), edge ids {'shuffled' if args.shuffle_edges else 'in CSR order'}, "
+          f"{torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, dgl {dgl.__version__}, {args.rounds} rounds (medians, ms)")
     for name, s in samples.items():
         total = [f + b for f, b in zip(s["fwd"], s["bwd"])]

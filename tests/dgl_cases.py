@@ -30,6 +30,53 @@ def make_graph(kind: str, seed: int = 0):
     return graph.int() if kind.endswith("int32") else graph
 
 
+def with_shuffled_twins(graph, seed: int = 0):
+    """``graph`` with every edge doubled and all edges in a random order: duplicate edges, and
+    edge ids that do not follow the sources."""
+    import dgl
+
+    src, dst = graph.edges()
+    order = torch.randperm(2 * src.numel(), generator=torch.Generator().manual_seed(seed))
+    src, dst = torch.cat([src, src])[order], torch.cat([dst, dst])[order]
+    if graph.is_block:
+        return dgl.create_block((src, dst), graph.num_src_nodes(), graph.num_dst_nodes(),
+                                idtype=graph.idtype)
+    if len(graph.ntypes) > 1:
+        return dgl.heterograph({graph.canonical_etypes[0]: (src, dst)},
+                               {nt: graph.num_nodes(nt) for nt in graph.ntypes},
+                               idtype=graph.idtype)
+    return dgl.graph((src, dst), num_nodes=graph.num_nodes(), idtype=graph.idtype)
+
+
+def tied_leaves(*shapes, seed=0, low=-1, high=3, dtype=torch.float32):
+    """ReLU'd small integers: many tied messages (zeros above all); sums stay exact."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(low, high, shape, generator=gen).clamp(min=0).to(dtype)
+            .requires_grad_() for shape in shapes]
+
+
+def exact_grads(out: torch.Tensor, inputs, seed: int = 1):
+    """Gradients of a fixed small-integer projection of ``out`` (infinite entries included)
+    with respect to ``inputs``."""
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.randint(-3, 4, out.shape, generator=gen).to(out.dtype)
+    return torch.autograd.grad((out * weight).sum(), inputs)
+
+
+@contextlib.contextmanager
+def libxsmm(enabled: bool):
+    """DGL's libxsmm switch (its CPU kernels keep the last of equal messages with libxsmm on
+    an AVX-512 machine, the first without)."""
+    import dgl
+
+    before = dgl.is_libxsmm_enabled()
+    dgl.use_libxsmm(enabled)
+    try:
+        yield
+    finally:
+        dgl.use_libxsmm(before)
+
+
 def node_counts(graph):
     return graph.num_src_nodes(), graph.num_dst_nodes()
 

@@ -12,8 +12,8 @@ dgl = pytest.importorskip("dgl")
 
 import fastgnn  # noqa: E402
 import fastgnn.dgl.nn as fnn  # noqa: E402
-from dgl_cases import (GRAPH_KINDS, assert_close, grads, make_graph, no_fallback,  # noqa: E402
-                       node_counts)
+from dgl_cases import (GRAPH_KINDS, assert_close, exact_grads, grads, libxsmm,  # noqa: E402
+                       make_graph, no_fallback, node_counts, tied_leaves, with_shuffled_twins)
 
 IN, OUT, HEADS = 12, 6, 3
 
@@ -179,6 +179,49 @@ def test_ginconv_edge_weight(aggregator, kind):
     feat, leaves = _features(graph)
     edge_weight = torch.randn(graph.num_edges(), 1).requires_grad_()  # signs: max and min mix
     check_layer(stock, graph, feat, leaves, edge_weight=edge_weight)
+
+
+@pytest.mark.parametrize("kind", GRAPH_KINDS)
+@pytest.mark.parametrize("layer", ["gin-max", "sage-pool"])
+@pytest.mark.parametrize("edge_weight_shape", [None, (), (1,)])
+@pytest.mark.parametrize("width", [IN, 1])
+@pytest.mark.parametrize("use_libxsmm", [True, False])
+def test_max_layers_keep_dgls_tied_message(kind, layer, edge_weight_shape, width, use_libxsmm):
+    """GINConv(max) and SAGEConv(pool) on ReLU'd small integers (SAGEConv's parameters small
+    integers too, so every sum is exact): many equal messages, duplicate edges, edge ids out of
+    source order. The output and the gradients of the features, the edge weights and the
+    parameters are DGL's, bit for bit, whichever of its kernels (first or last equal message)
+    DGL runs."""
+    graph = with_shuffled_twins(make_graph(kind, seed=7), seed=8)
+    num_src, num_dst = node_counts(graph)
+    pair = is_bipartite(graph)
+    feat_leaves = tied_leaves(*([(num_src, width)] + ([(num_dst, width)] if pair else [])),
+                              seed=9)
+    feat = tuple(feat_leaves) if pair else feat_leaves[0]
+    if layer == "gin-max":
+        stock = dgl.nn.GINConv(None, "max")
+    else:
+        stock = dgl.nn.SAGEConv(width, OUT, "pool")
+        gen = torch.Generator().manual_seed(11)
+        with torch.no_grad():
+            for param in stock.parameters():
+                param.copy_(torch.randint(-1, 2, param.shape, generator=gen))
+            stock.fc_pool.weight.abs_().diagonal().fill_(1)  # pooled features mostly above 0
+    fast = fastgnn.enable(copy.deepcopy(stock))
+    kwargs = {}
+    if edge_weight_shape is not None:  # weights of 1 and 2: equal and unequal twins
+        kwargs["edge_weight"] = tied_leaves((graph.num_edges(),) + edge_weight_shape, seed=10,
+                                            low=1)[0]
+    with libxsmm(use_libxsmm):
+        want = stock(graph, feat, **kwargs)
+        with no_fallback():
+            got = fast(graph, feat, **kwargs)
+    assert torch.equal(got, want)
+    extra = list(kwargs.values())
+    got_grads = exact_grads(got, feat_leaves + extra + list(fast.parameters()))
+    want_grads = exact_grads(want, feat_leaves + extra + list(stock.parameters()))
+    for g_fast, g_stock in zip(got_grads, want_grads):
+        assert torch.equal(g_fast, g_stock)
 
 
 # ---- attention ---------------------------------------------------------------------------------

@@ -12,16 +12,14 @@ import torch
 dgl = pytest.importorskip("dgl")
 
 import fastgnn.dgl as fdgl  # noqa: E402
-from dgl_cases import (GRAPH_KINDS, assert_close, grads, leaves, make_graph,  # noqa: E402
-                       no_fallback, node_counts)
+from dgl_cases import (GRAPH_KINDS, assert_close, exact_grads, grads, leaves,  # noqa: E402
+                       libxsmm, make_graph, no_fallback, node_counts, tied_leaves,
+                       with_shuffled_twins)
 
 
 def _compare(fast_fn, stock_fn, graph, inputs, fused=True, dtype=torch.float32):
-    """Outputs and input gradients of the drop-in and DGL's op (identical when DGL's op ran).
-
-    Entries DGL's max/min leave at -inf/+inf (no in-edges) get no gradient: DGL's backward
-    sends one to source 0 (its default argmax), fastgnn's to nobody; only a loss that is
-    itself infinite can have a nonzero gradient there."""
+    """Outputs and input gradients of the drop-in and DGL's op (identical when DGL's op ran),
+    the gradient of max/min's -inf/+inf entries (no in-edges) included."""
     if fused:
         with no_fallback():
             fast = fast_fn(graph, *inputs)
@@ -32,8 +30,7 @@ def _compare(fast_fn, stock_fn, graph, inputs, fused=True, dtype=torch.float32):
     assert fast.shape == stock.shape and fast.dtype == stock.dtype
     if fused:
         assert_close(fast, stock, dtype)
-        finite = stock.isfinite().to(stock.dtype)
-        for got, want in zip(grads(fast * finite, inputs), grads(stock * finite, inputs)):
+        for got, want in zip(grads(fast, inputs), grads(stock, inputs)):
             assert_close(got, want, dtype)
     else:  # DGL's own op ran: identical
         assert torch.equal(fast, stock)
@@ -85,15 +82,78 @@ def test_extremes_of_a_graph_without_edges_are_dgls_zeros(reduce):
         out = getattr(fdgl, name)(graph, x)
     assert torch.equal(out, getattr(dgl.ops, name)(graph, x))
     assert torch.equal(out, torch.zeros(3, 2))
-    # The output does not depend on x: no gradient (DGL's backward sends one to source 0,
-    # its default argmax).
-    assert torch.equal(grads(out, [x])[0], torch.zeros(3, 2))
+    # DGL's backward sends the gradient to node 0 (its recorded winners start there)
+    (grad_x,) = grads(out, [x])
+    assert torch.equal(grad_x, grads(getattr(dgl.ops, name)(graph, x), [x])[0])
+    assert torch.equal(grad_x[1:], torch.zeros(2, 2))
     (e,) = leaves((0, 1))
     name = f"u_mul_e_{reduce}"
     with no_fallback():
         out = getattr(fdgl, name)(graph, x, e)
     assert torch.equal(out, getattr(dgl.ops, name)(graph, x, e))
     assert torch.equal(out, torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("kind", GRAPH_KINDS)
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("x_shape,e_shape", [
+    ((16,), None),           # copy_u
+    ((3, 4), None),
+    ((8,), ()),              # one weight per edge: DGL broadcasts it (its generic kernel)
+    ((1,), ()),              # same shapes: no broadcasting (libxsmm where DGL has it)
+    ((4, 6), (4, 1)),        # one weight per edge and head
+    ((3, 1), (3, 1)),
+])
+@pytest.mark.parametrize("values", ["relu", "equal"])
+@pytest.mark.parametrize("use_libxsmm", [True, False])
+def test_extremes_keep_dgls_tied_message(kind, reduce, x_shape, e_shape, values, use_libxsmm):
+    """Many equal messages (ReLU'd small integers, or all ones), duplicate edges, edge ids out
+    of source order, nodes without in-edges: the values and the gradients of x and the edge
+    data are DGL's, bit for bit, with DGL's libxsmm kernels (the last equal message) and
+    without (the first)."""
+    graph = with_shuffled_twins(make_graph(kind, seed=11), seed=12)
+    num_src, _ = node_counts(graph)
+    shapes = [(num_src,) + x_shape] + ([] if e_shape is None else [(graph.num_edges(),) + e_shape])
+    inputs = tied_leaves(*shapes, seed=13)
+    if e_shape is not None:  # weights of 1 and 2: equal and unequal twins
+        inputs[1] = tied_leaves(shapes[1], seed=14, low=1)[0]
+    if values == "equal":
+        inputs = [torch.ones_like(t).requires_grad_() for t in inputs]
+    name = f"copy_u_{reduce}" if e_shape is None else f"u_mul_e_{reduce}"
+    with libxsmm(use_libxsmm):
+        with no_fallback():
+            fast = getattr(fdgl, name)(graph, *inputs)
+        stock = getattr(dgl.ops, name)(graph, *inputs)
+        assert torch.equal(fast, stock)
+        for got, want in zip(exact_grads(fast, inputs), exact_grads(stock, inputs)):
+            assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_extremes_keep_dgls_tied_message_in_other_dtypes(dtype):
+    graph = with_shuffled_twins(make_graph("homogeneous-int32", seed=15), seed=16)
+    x, e = tied_leaves((graph.num_nodes(), 5), (graph.num_edges(), 1), seed=17, dtype=dtype)
+    for name, inputs in (("copy_u_max", [x]), ("u_mul_e_min", [x, e]), ("u_mul_e_max", [x, e])):
+        with no_fallback():
+            fast = getattr(fdgl, name)(graph, *inputs)
+        stock = getattr(dgl.ops, name)(graph, *inputs)
+        assert torch.equal(fast, stock)
+        for got, want in zip(exact_grads(fast, inputs), exact_grads(stock, inputs)):
+            assert torch.equal(got, want)
+
+
+def test_dgls_tie_rule_is_asked_of_dgl():
+    """Without libxsmm (and for float64 always) DGL keeps the first equal message."""
+    from fastgnn.dgl._ties import dgl_ties
+
+    x = torch.ones(4, 8)
+    with libxsmm(False):
+        assert dgl_ties(x) == "first-edge"
+        assert dgl_ties(x[:, :1], torch.ones(3)) == "first-edge"
+    assert dgl_ties(x.double()) == "first-edge"
+    assert dgl_ties(x, torch.ones(3)) == "first-edge"  # DGL broadcasts: its generic kernel
+    with torch.inference_mode():
+        assert dgl_ties(x.double()) == "first-edge"
 
 
 @pytest.mark.parametrize("formats", ["csc", ["csc", "csr"], "csr"])

@@ -10,6 +10,8 @@
 // (kWeighted) every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature
 // type, and the CSR position e takes the source's place everywhere (arg, packed words): ties
 // then go to the smallest position, the smallest source and then the earliest duplicate.
+// With kLastWins (light path only) an equal key replaces the held one: the row's latest equal
+// message wins (DGL's rule on a CSR whose rows hold their edges in edge-id order).
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 
@@ -54,6 +56,13 @@ __device__ __forceinline__ key_t worst_key() { return kMax ? key_t(0) : ~key_t(0
 
 template <bool kMax, typename key_t>
 __device__ __forceinline__ bool better(key_t a, key_t b) { return kMax ? a > b : a < b; }
+
+// Whether key a, met after the held key b, takes its place: strictly better, or with kLastWins
+// equal too (NaN keys are equal to each other, as the CPU's last NaN wins).
+template <bool kMax, bool kLastWins, typename key_t>
+__device__ __forceinline__ bool takes(key_t a, key_t b) {
+  return kLastWins ? (kMax ? a >= b : a <= b) : better<kMax>(a, b);
+}
 
 // Packed word for the heavy merge: key in the high half, the source in the low half, stored
 // inverted for max so that the larger word is the larger value, then the smaller source.
@@ -154,7 +163,8 @@ __device__ __forceinline__ int64_t split_ordinal(const SplitWorkView& work, int6
 // source) triples and scans the edges once per pass over the features. With work items, a
 // launch with packed set does only the items of split rows, merging their winners into
 // packed[k, f] (k: the split row's ordinal) by 64-bit atomics; one without does the rest.
-template <typename scalar_t, typename index_t, bool kMax, bool kVector, bool kWeighted>
+template <typename scalar_t, typename index_t, bool kMax, bool kVector, bool kWeighted,
+          bool kLastWins>
 __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
@@ -201,7 +211,7 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
     auto consider = [&](int u, index_t e, index_t j, scalar_t v) {
       const scalar_t m = message<kWeighted>(v, weight, perm, e, heads, head[u]);
       const key_t k = order_key<kMax>(Scalar<scalar_t>::load(m));
-      if (better<kMax>(k, key[u])) {
+      if (takes<kMax, kLastWins>(k, key[u])) {
         key[u] = k;
         value[u] = m;
         source[u] = kWeighted ? e : j;
@@ -529,8 +539,13 @@ __global__ void minmax_weight_grad_kernel(const index_t* __restrict__ col,
 }
 
 template <typename F>
+void dispatch_bool(bool flag, F&& f) {
+  if (flag) f(std::true_type{}); else f(std::false_type{});
+}
+
+template <typename F>
 void dispatch_reduce(bool is_max, F&& f) {
-  if (is_max) f(std::true_type{}); else f(std::false_type{});
+  dispatch_bool(is_max, f);
 }
 
 template <typename F>
@@ -549,8 +564,8 @@ namespace {
 
 void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   SplitWorkView work, const void* x, EdgeWeights weights, void* out, void* arg,
-                  unsigned long long* packed, int64_t width, bool is_max, int warps,
-                  cudaStream_t stream) {
+                  unsigned long long* packed, int64_t width, bool is_max, bool last_wins,
+                  int warps, cudaStream_t stream) {
   const int threads = warps * kWarp;
   const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
   const int64_t blocks = ceil_div(num_rows << lanes_log2, threads);
@@ -566,22 +581,25 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
         constexpr bool kMax = decltype(m)::value;
         dispatch_weighted(weights, [&](auto w) {
           constexpr bool kWeighted = decltype(w)::value;
-          auto launch = [&](auto kernel) {
-            kernel<<<unsigned(blocks), threads, 0, stream>>>(
-                static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
-                static_cast<const index_t*>(rows), num_rows, work,
-                static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
-                static_cast<const index_t*>(weights.perm), weights.heads, span,
-                static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
-                packed, width, lanes_log2);
-          };
-          if constexpr (std::is_same_v<scalar_t, float>) {
-            if (vector_rows) {
-              launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted>);
-              return;
+          dispatch_bool(last_wins, [&](auto t) {
+            constexpr bool kLastWins = decltype(t)::value;
+            auto launch = [&](auto kernel) {
+              kernel<<<unsigned(blocks), threads, 0, stream>>>(
+                  static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+                  static_cast<const index_t*>(rows), num_rows, work,
+                  static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
+                  static_cast<const index_t*>(weights.perm), weights.heads, span,
+                  static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
+                  packed, width, lanes_log2);
+            };
+            if constexpr (std::is_same_v<scalar_t, float>) {
+              if (vector_rows) {
+                launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted, kLastWins>);
+                return;
+              }
             }
-          }
-          launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted>);
+            launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted, kLastWins>);
+          });
         });
       });
     });
@@ -592,10 +610,10 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
 
 void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   const void* x, EdgeWeights weights, void* out, void* arg, int64_t width,
-                  bool is_max, int warps, cudaStream_t stream) {
+                  bool is_max, bool last_wins, int warps, cudaStream_t stream) {
   if (num_rows == 0 || width == 0) return;
   launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, weights, out, arg, nullptr, width,
-               is_max, warps, stream);
+               is_max, last_wins, warps, stream);
   check_launch("minmax_light");
 }
 
@@ -609,7 +627,7 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
     cudaMemsetAsync(packed, is_max ? 0x00 : 0xff,
                     work.split_rows * width * sizeof(unsigned long long), stream);
     launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, packed, width,
-                 is_max, warps, stream);
+                 is_max, false, warps, stream);
     dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
       dispatch_reduce(is_max, [&](auto m) {
@@ -622,7 +640,7 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
   }
   // packed may live in out's memory: the other rows are written only once it is read.
   launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, nullptr, width,
-               is_max, warps, stream);
+               is_max, false, warps, stream);
   check_launch("minmax_split");
   minmax_heavy_values(type, csr, work.split_row, work.split_rows, x, weights, arg, out, width,
                       stream);

@@ -7,11 +7,13 @@ Fused on fastgnn kernels (no edge-sized feature tensor):
     ``[E, 1]``, ...) or one per edge and head (``[E, H, 1, ...]`` against ``[N, H, ...]``):
     ``fastgnn.ops.aggregate`` with edge weights (sum/mean: SpMM per head; max/min: one
     min/max kernel that records the winning edge, so both gradients follow DGL's even with
-    duplicate edges; ties go to the smallest source, then the earliest duplicate, where DGL's
-    pick follows its own CSR order);
+    duplicate edges);
   - ``u_dot_v`` / ``v_dot_u`` on features of the same shape: the SDDMM kernel, per head;
   - ``edge_softmax`` over every edge (``eids=ALL``), ``norm_by`` dst or src:
     ``fastgnn.ops.edge_softmax``, whose output feeds ``u_mul_e_sum`` as per-head weights.
+Max/min keep the tied message DGL keeps (the first or last by edge id, as DGL's kernel for that
+call does: see ``fastgnn.dgl._ties``), and, as DGL does, send the gradient of their ``-inf``/
+``+inf`` entries (destinations without in-edges) to node 0 and edge 0.
 Everything else (other operators and reducers, edge softmax over a subset of the edges,
 broadcasting that widens the features, heterographs with several edge types, the segment and
 gather ops) runs DGL's own op, with a one-time :class:`fastgnn.FallbackWarning` naming it:
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 import sys
 from itertools import product
-from typing import Optional, Tuple
+from typing import Optional
 
 import dgl.ops as dgl_ops
 import torch
@@ -31,6 +33,7 @@ from dgl.base import ALL, is_all
 
 from fastgnn import _adapter, _native, backends, ops
 from fastgnn.dgl._graphs import Unsupported, fastgnn_graph, to_edge_order
+from fastgnn.dgl._ties import dgl_ties, padded_shapes
 from fastgnn.graph import Graph
 
 __all__ = ["gspmm", "gsddmm", "edge_softmax", "copy_u", "copy_v", "copy_e", "segment_reduce",
@@ -58,13 +61,6 @@ def _node_data(name: str, value, rows: int, graph: Graph) -> torch.Tensor:
     return value
 
 
-def _padded_shapes(lhs: torch.Tensor, rhs: torch.Tensor) -> Tuple[tuple, tuple]:
-    """Feature shapes after DGL's alignment: the shorter one gets 1s after its first dim."""
-    lf, rf = tuple(lhs.shape[1:]), tuple(rhs.shape[1:])
-    ndim = max(len(lf), len(rf))
-    return (1,) * (ndim - len(lf)) + lf, (1,) * (ndim - len(rf)) + rf
-
-
 def _per_head(x_feat: tuple, e_feat: tuple) -> Optional[int]:
     """How many edge-weight columns multiply x: 1 (a scalar per edge), H (one per edge and
     head: ``e_feat == (H, 1, ...)`` against ``x_feat == (H, ...)``), None when broadcasting
@@ -76,40 +72,74 @@ def _per_head(x_feat: tuple, e_feat: tuple) -> Optional[int]:
     return None
 
 
-def _empty_extremes(graph: Graph, out: torch.Tensor, reduce_op: str) -> torch.Tensor:
+class _EmptyExtremes(torch.autograd.Function):
+    """The rows ``isolated`` of ``out`` set to ``fill`` (None: kept), their gradient sent where
+    DGL sends it: DGL's recorded winners start at node 0 and edge 0 and stay there for a
+    destination without in-edges, so node 0 gets that gradient (times edge 0's data ``e0``) and
+    edge 0 gets it times node 0's features ``x0``."""
+
+    @staticmethod
+    def forward(ctx, out, isolated, fill, x0, e0):
+        ctx.save_for_backward(isolated, x0, e0)
+        return out if fill is None else out.index_fill(0, isolated, fill)
+
+    @staticmethod
+    def backward(ctx, grad):
+        isolated, x0, e0 = ctx.saved_tensors
+        unsent = grad.index_select(0, isolated).sum(0)
+        grad_x0 = unsent if e0 is None else (unsent * e0).sum_to_size(x0.shape)
+        grad_e0 = None if e0 is None else (unsent * x0).sum_to_size(e0.shape)
+        return grad.index_fill(0, isolated, 0), None, None, grad_x0, grad_e0
+
+
+def _empty_extremes(graph: Graph, out: torch.Tensor, reduce_op: str, x: torch.Tensor,
+                    edge_data: Optional[torch.Tensor] = None) -> torch.Tensor:
     """dgl.ops' max (min) gives destinations without in-edges -inf (+inf), where
     fastgnn.ops.aggregate (like DGL's update_all) gives 0; on a graph with no edges at all DGL
-    skips its kernel and keeps the zeros."""
+    skips its kernel and keeps the zeros (its backward then fails for edge data). The gradient
+    of those entries goes where DGL sends it (see _EmptyExtremes)."""
     if graph.num_edges == 0:
-        return out
+        if edge_data is not None or x.shape[0] == 0 or out.shape[0] == 0:
+            return out
+        everything = graph.cached("all_dst", lambda: torch.arange(graph.num_dst_nodes,
+                                                                  device=graph.device))
+        return _EmptyExtremes.apply(out, everything, None, x[0], None)
     isolated = graph.cached("isolated_dst", lambda: (graph.in_degree == 0).nonzero().view(-1))
     if isolated.numel() == 0:
         return out
     fill = float("-inf") if reduce_op == "max" else float("inf")
-    return out.index_fill(0, isolated, fill)
+    if x.shape[0] == 0:  # no node 0 for DGL to send the gradient to (its backward fails)
+        return out.index_fill(0, isolated, fill)
+    return _EmptyExtremes.apply(out, isolated, fill, x[0],
+                                None if edge_data is None else edge_data[0])
 
 
 # ---- gspmm -------------------------------------------------------------------------------------
 def _spmm_fused(g, op: str, reduce_op: str, lhs, rhs) -> torch.Tensor:
     graph = fastgnn_graph(g)
+    extreme = reduce_op in ("max", "min")
     if op == "copy_lhs":
         x = _node_data("lhs_data", lhs, graph.num_src_nodes, graph)
-        out = ops.aggregate(graph, x, reduce_op)
-        return _empty_extremes(graph, out, reduce_op) if reduce_op in ("max", "min") else out
+        if not extreme:
+            return ops.aggregate(graph, x, reduce_op)
+        out = ops.aggregate(graph, x, reduce_op, ties=dgl_ties(x))
+        return _empty_extremes(graph, out, reduce_op, x)
     if op != "mul":
         raise Unsupported(f"op={op!r} with reduce_op={reduce_op!r}")
     x = _node_data("lhs_data", lhs, graph.num_src_nodes, graph)
     if not isinstance(rhs, torch.Tensor) or rhs.dtype != x.dtype or rhs.device != x.device \
             or rhs.dim() == 0 or rhs.shape[0] != graph.num_edges:
         raise Unsupported("rhs_data that is not edge data of lhs_data's dtype and device")
-    x_feat, e_feat = _padded_shapes(x, rhs)
+    x_feat, e_feat = padded_shapes(x, rhs)
     heads = _per_head(x_feat, e_feat)
-    if heads is None or (heads > MAX_HEADS and reduce_op in ("sum", "mean")):
+    if heads is None or (heads > MAX_HEADS and not extreme):
         raise Unsupported(f"lhs_data {list(x.shape)} with rhs_data {list(rhs.shape)}")
     x = x.reshape((x.shape[0],) + x_feat)
     weights = rhs.reshape(graph.num_edges) if heads == 1 else rhs.reshape(graph.num_edges, heads)
-    out = ops.aggregate(graph, x, reduce_op, edge_weight=weights)
-    return _empty_extremes(graph, out, reduce_op) if reduce_op in ("max", "min") else out
+    if not extreme:
+        return ops.aggregate(graph, x, reduce_op, edge_weight=weights)
+    out = ops.aggregate(graph, x, reduce_op, edge_weight=weights, ties=dgl_ties(x, rhs))
+    return _empty_extremes(graph, out, reduce_op, x, rhs.reshape((graph.num_edges,) + e_feat))
 
 
 def _gspmm(name: str, g, op: str, reduce_op: str, lhs_data, rhs_data):

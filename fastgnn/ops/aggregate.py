@@ -15,7 +15,8 @@ REDUCES = ("sum", "mean", "min", "max")
 
 
 def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
-              edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+              edge_weight: Optional[torch.Tensor] = None,
+              ties: str = "smallest-source") -> torch.Tensor:
     """``out[i] = reduce_j w_ji * x[j]`` over the in-neighbours j of each destination i.
 
     ``x``: ``[num_src_nodes, *]``. ``edge_weight`` (optional, input edge order, gets a
@@ -25,11 +26,14 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
     For min/max, ties go to the smallest source index (then, among duplicate edges, the
     earliest) and NaN propagates, as ``torch.scatter_reduce`` with "amin"/"amax" does; so
     min/max run a reordered graph (``Graph.reordered``) in its own node order, with a warning:
-    relabelled ids would pick other sources among ties. The whole gradient of an output entry
-    goes to its winning message: its source (times the edge's weight) and its edge.
+    relabelled ids would pick other sources among ties. ``ties="first-edge"`` or
+    ``"last-edge"`` gives equal messages to the smallest or largest input edge id instead
+    (DGL's rules; see ``fastgnn.dgl``). The whole gradient of an output entry goes to its
+    winning message: its source (times the edge's weight) and its edge.
     """
     check_graph(g)
     _validate.choice("reduce", reduce, REDUCES)
+    _validate.choice("ties", ties, minmax.TIES)
     if reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1):
         return spmm(g, x, edge_weight=edge_weight, reduce=reduce)
     _validate.node_features("x", x, g.num_src_nodes, g.device, "num_src_nodes")
@@ -41,9 +45,9 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
     reordering.warn_if_requested(g, f"with reduce={reduce!r} (ties go to the smallest caller id)",
                                  "aggregate")
     impl = backends.select(minmax.OP, x.device)
-    if edge_weight is None:
+    if edge_weight is None and ties == "smallest-source":
         return impl.fn(g, x, reduce)
-    return impl.fn(g, x, reduce, edge_weight=edge_weight)
+    return impl.fn(g, x, reduce, edge_weight=edge_weight, ties=ties)
 
 
 def _check_weight(g: Graph, x: torch.Tensor, edge_weight: torch.Tensor) -> None:

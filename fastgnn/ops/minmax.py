@@ -19,6 +19,14 @@ scratch of one word per (such row, feature) that also borrows the output's memor
 The GPU backward uses atomics, except under ``torch.use_deterministic_algorithms(True)``,
 where it pulls per source through the cached transposed CSR (deterministic, slower).
 
+Ties between equal messages go to the row's earliest edge in the CSR the op is given: the
+graph's, whose rows hold sources ascending (``ties="smallest-source"``). DGL's rules, the
+smallest (``"first-edge"``) or largest (``"last-edge"``) input edge id, run the same kernels on
+the graph's CSR with each row's edges in edge-id order (cached per graph, with its map to input
+edges), the last one with a switch that lets an equal message replace the held one (GPU: light
+path only). The backward ops read the CSR the forward was given, so every backward (atomic,
+deterministic pull, weight gradient) sends the gradient where the forward chose.
+
 With edge weights (``[E, H]`` in input edge order, one per edge and head, broadcast over each
 head's features; the kernels read them through the graph's CSR-to-input edge map, so no
 edge-sized copy is made either way) every path multiplies the messages and records the winning
@@ -40,6 +48,7 @@ from fastgnn.graph import Graph
 from fastgnn.ops._common import edge_perm_index, wants_grad
 
 OP = "aggregate_minmax"
+TIES = ("smallest-source", "first-edge", "last-edge")
 _INT32_MAX = 2**31 - 1
 _QUANTILES = (0.99, 0.999)
 _WARPS = (1, 4, 16)
@@ -103,10 +112,13 @@ def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
     return plans, heavy_default if heavy_default in plans else default
 
 
-def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool, weighted: bool = False) -> Plan:
+def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool, weighted: bool = False,
+                 ties: str = "smallest-source") -> Plan:
     """The launch plan; a weighted call takes the plan timed for unweighted calls of the same
-    width (one more load per message), the light path alone past 2^31 - 1 edges."""
-    if x.device.type != "cuda" or (weighted and g.num_edges > _INT32_MAX):
+    width (one more load per message), the light path alone past 2^31 - 1 edges and under
+    DGL's tie rules (the packed merges order unweighted ties by source)."""
+    if x.device.type != "cuda" or (weighted and g.num_edges > _INT32_MAX) or \
+            ties != "smallest-source":
         return _ALL_LIGHT
     plans, default = _plans(g, x)
 
@@ -128,16 +140,34 @@ def backward_pulls(device: torch.device) -> bool:
     return device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
 
 
+def csr_in_edge_order(g: Graph) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The graph's CSR (same ``rowptr``) with each row's edges in input edge order: its ``col``
+    and its map from positions to input edges (None: the positions are the input order), cached
+    per graph."""
+    if g.edge_perm is None:
+        return g.col, None
+
+    def build():
+        by_edge = torch.argsort(g.edge_perm)  # positions, in input edge order
+        order = by_edge[torch.argsort(g.row[by_edge], stable=True)]
+        return g.col[order].contiguous(), g.edge_perm[order].to(g.index_dtype).contiguous()
+    return g.cached("csr_in_edge_order", build)
+
+
 def arguments(g: Graph, flat: torch.Tensor, reduce: str, grad: bool,
-              weight: Optional[torch.Tensor] = None) -> tuple:
-    """The native op's arguments for a contiguous 2-D ``flat`` (``grad``: a backward follows)
-    and optional ``weight`` (``[E, H]``, input edge order, flat's dtype: see
-    :func:`weight_matrix`)."""
+              weight: Optional[torch.Tensor] = None, ties: str = "smallest-source") -> tuple:
+    """The native op's arguments for a contiguous 2-D ``flat`` (``grad``: a backward follows),
+    optional ``weight`` (``[E, H]``, input edge order, flat's dtype: see :func:`weight_matrix`)
+    and the tie rule (one of :data:`TIES`)."""
     is_max = reduce == "max"
     transposed = g.transpose()[:2] if grad and backward_pulls(flat.device) else (None, None)
-    plan = _choose_plan(g, flat, is_max, weight is not None)
-    args = (g.rowptr, g.col, flat, is_max, *plan, *transposed, g.key)
-    return args if weight is None else args + (weight, edge_perm_index(g))
+    plan = _choose_plan(g, flat, is_max, weight is not None, ties)
+    col, edge_perm = (g.col, edge_perm_index(g)) if ties == "smallest-source" else \
+        csr_in_edge_order(g)
+    args = (g.rowptr, col, flat, is_max, *plan, *transposed, g.key)
+    if ties == "last-edge":
+        return args + (weight, edge_perm if weight is not None else None, True)
+    return args if weight is None else args + (weight, edge_perm)
 
 
 def weight_matrix(g: Graph, edge_weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -148,13 +178,14 @@ def weight_matrix(g: Graph, edge_weight: torch.Tensor, dtype: torch.dtype) -> to
 
 
 def native_aggregate(g: Graph, x: torch.Tensor, reduce: str,
-                     edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     edge_weight: Optional[torch.Tensor] = None,
+                     ties: str = "smallest-source") -> torch.Tensor:
     """``fastgnn.ops.aggregate`` for min/max on the native kernels (inputs already checked;
     ``edge_weight``: ``[E]`` or ``[E, H]`` with ``x`` of ``[N, H, ...]``)."""
     width = math.prod(x.shape[1:])
     flat = x.reshape(x.shape[0], width).contiguous()
     weight = None if edge_weight is None else weight_matrix(g, edge_weight, x.dtype)
-    out, _ = _minmax(*arguments(g, flat, reduce, wants_grad(x, weight), weight))
+    out, _ = _minmax(*arguments(g, flat, reduce, wants_grad(x, weight), weight, ties))
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
@@ -196,7 +227,7 @@ def _backward(ctx, grad_out, _grad_arg):
 
 
 def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col,
-          graph_key=0, weight=None, edge_perm=None):
+          graph_key=0, weight=None, edge_perm=None, last_wins=False):
     shape = (rowptr.shape[0] - 1, x.shape[1])
     return x.new_empty(shape), x.new_empty(shape, dtype=col.dtype)
 

@@ -9,6 +9,7 @@ from dgl.utils import check_eq_shape
 
 from fastgnn import ops
 from fastgnn.dgl._graphs import Unsupported, endpoints, fastgnn_graph
+from fastgnn.dgl._ties import dgl_ties
 from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, graph_of,
                                   scalar_edge_weight, split_features)
 
@@ -53,6 +54,7 @@ class SAGEConv(FastLayer, dgl_nn.SAGEConv):
         # Every check before the dropout: a fallback must draw the same random numbers as DGL.
         raw_src, raw_dst = split_features(feat, graph)
         check_features(g, raw_src, raw_dst, two_dim=True)
+        user_weight = edge_weight  # as DGL broadcasts it (its pick among ties depends on it)
         edge_weight = scalar_edge_weight(g, edge_weight, raw_src)
         if isinstance(feat, tuple):
             feat_src, feat_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
@@ -62,8 +64,9 @@ class SAGEConv(FastLayer, dgl_nn.SAGEConv):
                 feat_dst = feat_src[:g.num_dst_nodes]
         narrowing = self._in_src_feats > self._out_feats  # fc_neigh before the aggregation
         if kind == "pool":
-            h_neigh = self.fc_neigh(ops.aggregate(g, F.relu(self.fc_pool(feat_src)), "max",
-                                                  edge_weight=edge_weight))
+            h_pool = F.relu(self.fc_pool(feat_src))
+            h_neigh = self.fc_neigh(ops.aggregate(g, h_pool, "max", edge_weight=edge_weight,
+                                                  ties=dgl_ties(h_pool, user_weight)))
         elif kind == "mean":
             h_src = self.fc_neigh(feat_src) if narrowing else feat_src
             h_neigh = ops.spmm(g, h_src, edge_weight=edge_weight, reduce="mean")
@@ -99,9 +102,10 @@ class GINConv(FastLayer, dgl_nn.GINConv):
         g = fastgnn_graph(graph)
         feat_src, feat_dst = split_features(feat, graph)
         check_features(g, feat_src, feat_dst)
-        edge_weight = scalar_edge_weight(g, edge_weight, feat_src)
         reduce = self._aggregator_type
-        neigh = ops.aggregate(g, feat_src, reduce, edge_weight=edge_weight)
+        ties = dgl_ties(feat_src, edge_weight) if reduce == "max" else "smallest-source"
+        edge_weight = scalar_edge_weight(g, edge_weight, feat_src)
+        neigh = ops.aggregate(g, feat_src, reduce, edge_weight=edge_weight, ties=ties)
         out = (1 + self.eps) * feat_dst + neigh
         if self.apply_func is not None:
             out = self.apply_func(out)
