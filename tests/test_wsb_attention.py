@@ -17,9 +17,9 @@ pytestmark = pytest.mark.skipif(not _native.has_op("wsb_graph_attention_forward"
 SHAPES = [(1, 32), (2, 64), (4, 128), (8, 32)]  # (heads, head dim)
 
 
-def _graph(edges, num_nodes, **sizes):
-    return fastgnn.Graph.from_edge_index(torch.tensor(edges, dtype=torch.int64).reshape(2, -1), num_nodes=num_nodes,
-                                         **sizes)
+def _graph(edges, num_nodes):
+    edge_index = torch.tensor(edges, dtype=torch.int64).reshape(2, -1)
+    return fastgnn.Graph.from_edge_index(edge_index, num_nodes=num_nodes)
 
 
 def _graphs():

@@ -252,7 +252,8 @@ wsb_attention_kernel(WsbAttentionView wsb, const T* __restrict__ q, const T* __r
       float* partial = partials + at * kDim + 2 * c;
 #pragma unroll
       for (int j = 0; j < kDim / 8; ++j)
-        *reinterpret_cast<float2*>(partial + 8 * j) = make_float2(o[j][2 * half], o[j][2 * half + 1]);
+        *reinterpret_cast<float2*>(partial + 8 * j) =
+            make_float2(o[j][2 * half], o[j][2 * half + 1]);
       if (c == 0) *reinterpret_cast<float2*>(stats + 2 * at) = make_float2(peak[half], total[half]);
       continue;
     }
