@@ -143,16 +143,26 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fastgnn.wsb_graph_attention_forward.default, args)
 
 
+@pytest.fixture(params=[None, 8], ids=["default pieces", "pieces of 8 tiles"])
+def tiles_per_piece(request, monkeypatch):
+    """The attention plan's piece length: the default, or 8 tiles, which splits the windows of
+    most graphs here (a plan is derived on first use: use graphs built after this)."""
+    if request.param is not None:
+        monkeypatch.setattr(wsb, "ATTENTION_TILES_PER_PIECE", request.param)
+    return request.param or wsb.ATTENTION_TILES_PER_PIECE
+
+
 @pytest.mark.parametrize("name", list(GRAPHS))
-def test_attention_plan_covers_every_tile_once(name):
-    layout = GRAPHS[name].wsb()
+def test_attention_plan_covers_every_tile_once(name, tiles_per_piece):
+    layout = wsb.WSB(*(getattr(GRAPHS[name].wsb(), field) for field in (
+        "tile_ptr", "tile_cols", "edge_slot", "num_dst", "fingerprint")))  # a fresh plan
     work, splits = (t.tolist() for t in layout.attention_plan())
     ptr = layout.tile_ptr.tolist()
     covered = [0] * layout.num_tiles
     pieces = {}  # window -> partial rows of its pieces, in tile order
     for first, end, window, row in sorted(work):
         assert ptr[window] <= first <= end <= ptr[window + 1]
-        assert end - first <= wsb.ATTENTION_TILES_PER_PIECE
+        assert end - first <= tiles_per_piece
         for t in range(first, end):
             covered[t] += 1
         pieces.setdefault(window, []).append(row)
@@ -170,7 +180,7 @@ def test_attention_plan_covers_every_tile_once(name):
         rows += len(parts)
     assert rows == len(splits)
     if name == "hub":
-        assert rows >= 3
+        assert rows >= 94 // tiles_per_piece
 
 
 def test_counts_are_the_unnormalised_spmm_blocks():
@@ -230,8 +240,9 @@ def _forced(g, fmt, q, k, v, **kwargs):
 @pytest.mark.parametrize("name", GRAPHS)
 @pytest.mark.parametrize("heads,dim", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_tensor_core_attention_matches_cpu_and_reference(name, heads, dim, dtype):
-    g = GRAPHS[name].to("cuda")
+def test_tensor_core_attention_matches_cpu_and_reference(name, heads, dim, dtype,
+                                                         tiles_per_piece):
+    g = GRAPHS[name].to("cuda")  # a new Graph: its plan follows tiles_per_piece
     q, k, v = _features(g, heads, dim, dtype, device="cuda")
     out, lse = _wsb(g, q, k, v)
     csr_out, csr_lse = _csr(g, q, k, v)
@@ -255,7 +266,7 @@ def test_tensor_core_attention_matches_cpu_and_reference(name, heads, dim, dtype
 @pytest.mark.gpu
 @pytest.mark.sanitize
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_forced_wsb_forward_with_csr_backward(dtype):
+def test_forced_wsb_forward_with_csr_backward(dtype, tiles_per_piece):
     g = GRAPHS["hub"].to("cuda")
     q, k, v = _features(g, 4, 64, dtype, device="cuda", requires_grad=True)
     dout = torch.randn(g.num_dst_nodes, 4, 64, device="cuda", dtype=dtype)
