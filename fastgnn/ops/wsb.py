@@ -45,10 +45,11 @@ MIN_TILES_PER_WARP = 4
 # The attention kernel's plan (WSB.attention_plan): one warp per head walks a piece of at most
 # this many tiles of a window; longer windows are cut into pieces whose softmax states a second
 # kernel merges. Each piece starts with an exposed gather and ends with a partial: on the H100
-# (4x128 float16 forward) 8, 16, 32 and 64 tiles gave Flickr (RCM) 0.90x, 1.23x, 1.39x and
-# 1.51x CSR's speed, tolokers (RCM) 0.55x, 0.77x, 0.90x, 1.08x. Longer pieces would serialise
-# ogbn-arxiv's hub window (over 800 tiles).
-ATTENTION_TILES_PER_PIECE = 64
+# (4x128 float16 forward) 8, 16, 32, 64 and 128 tiles gave Flickr (RCM) 0.90x, 1.23x, 1.39x,
+# 1.51x and 1.59x CSR's speed, tolokers (RCM) 0.55x, 0.77x, 0.90x, 1.03x and 1.04x, and 128
+# beat 64 on ogbn-arxiv too (2.02x against 1.91x), whose hub window has over 800 tiles
+# (benchmarks/results/2026-11-27-nvidia-h100-wsb-attention-81d5b29.md).
+ATTENTION_TILES_PER_PIECE = 128
 # Calls a WSB build is expected to serve (a few hundred epochs of a few layers): its build time
 # divided by this is charged to every WSB call when the tuner compares it with CSR.
 EXPECTED_CALLS = int(os.environ.get("FASTGNN_WSB_EXPECTED_CALLS", "1000"))
