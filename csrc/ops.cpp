@@ -186,6 +186,19 @@ TORCH_LIBRARY(fastgnn, m) {
         "Tensor work, Tensor splits, "
         "Tensor rowptr, Tensor col, Tensor? value, Tensor? t_rowptr, Tensor? t_col, "
         "Tensor? t_perm, Tensor? t_value, int graph_key, int algo) -> Tensor");
+  // Dot-product (Graph Transformer) attention over the same layout: graph_attention_forward's
+  // (out, lse) without edge_term or dropout, tile_counts (q's dtype) holding the number of
+  // edges of each slot (a slot of c duplicate edges weighs c exp(logit)). CUDA: float16/
+  // bfloat16, head dims 32, 64 and 128, 16-byte aligned q, k, v, on Tensor Cores with float
+  // accumulation; CPU: scalar loops (any float dtype), for tests. work and splits are the
+  // layout's attention plan (WSB.attention_plan(), csrc/cuda/wsb_kernels.h), read by the CUDA
+  // kernel only. The rest are not read: they are graph_attention_backward's CSR route and
+  // launch plan, so that autograd hands them to the CSR backward.
+  m.def("wsb_graph_attention_forward(Tensor tile_ptr, Tensor tile_cols, Tensor tile_counts, "
+        "Tensor work, Tensor splits, Tensor q, Tensor k, Tensor v, float scale, "
+        "Tensor rowptr, Tensor col, Tensor? edge_perm, Tensor? t_rowptr, Tensor? t_col, "
+        "Tensor? t_perm, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
+        "-> (Tensor out, Tensor lse)");
   // ---- MaxK family ---------------------------------------------------------------------------
   // CBSR (compressed balanced sparse rows) holds the k kept entries of each row of an [N, F]
   // matrix: values [N, k] (x's dtype) and column indices [N, k] in ascending column order,

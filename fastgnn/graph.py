@@ -84,6 +84,7 @@ class Graph:
         self.key = next(_keys)
         self._derived: Dict[object, object] = {}
         self._spmm_format: Optional[str] = None
+        self._attention_format: Optional[str] = None
         self._reordering: Optional[str] = None
         self._finalizer = weakref.finalize(self, _release, self.key)
 
@@ -405,6 +406,21 @@ class Graph:
         if value is not None:
             _validate.choice("spmm_format", value, SPMM_FORMATS)
         self._spmm_format = value
+
+    @property
+    def attention_format(self) -> Optional[str]:
+        """Graph Transformer attention format policy (``fastgnn.ops.graph_attention``'s
+        forward), apart from SpMM's: the two cross over at different densities. "auto" (the
+        tuner measures CSR against WSB where the structural pre-filter lets WSB through),
+        "csr" or "wsb" (forced wherever WSB applies: CUDA float16/bfloat16 features, head dims
+        32/64/128, no edge_term, no attention dropout). None: FASTGNN_ATTENTION_FORMAT."""
+        return self._attention_format
+
+    @attention_format.setter
+    def attention_format(self, value: Optional[str]) -> None:
+        if value is not None:
+            _validate.choice("attention_format", value, SPMM_FORMATS)
+        self._attention_format = value
 
     # ---- internal node order ------------------------------------------------------------------
     @property

@@ -277,7 +277,8 @@ def in_caller_order(*node_args: str, restore: bool = True):
             if flagged is None:
                 return op(g, *args, **kwargs)
             copy, order = internal(flagged)
-            copy.spmm_format = g.spmm_format  # the caller's graph holds the policy
+            copy.spmm_format = g.spmm_format  # the caller's graph holds the policies
+            copy.attention_format = g.attention_format
             args = [_to_internal(order, value) if i in positions else value
                     for i, value in enumerate(args)]
             kwargs = {name: _to_internal(order, value) if name in node_args else value

@@ -297,7 +297,8 @@ def test_auto_format_on_a_dense_graph_is_measured():
     g = GRAPHS["banded"].to("cuda")
     x = torch.randn(g.num_src_nodes, 64, device="cuda", dtype=torch.float16)
     fastgnn.ops.spmm(g, x, norm="both")
-    assert wsb.choice_key(g, 64, torch.float16) in tuning.choices(g)
+    assert any(key.startswith("spmm_format@") and key.endswith("/64/float16")
+               for key in tuning.choices(g))
 
 
 def _tensor_core_and_csr(g, x, norm="both"):

@@ -39,7 +39,8 @@ at::Tensor wsb_spmm_cpu(const at::Tensor& tile_ptr, const at::Tensor& tile_cols,
                          const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,
                          int64_t, int64_t) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "wsb_spmm: x must be a 2-D CPU tensor");
-  const int64_t windows = check_wsb_layout(tile_ptr, tile_cols, tile_vals, x, num_out);
+  const int64_t windows =
+      check_wsb_layout(tile_ptr, tile_cols, tile_vals, x, num_out, "wsb_spmm");
   auto xc = x.contiguous();
   auto ptr = tile_ptr.contiguous(), cols = tile_cols.contiguous(), vals = tile_vals.contiguous();
   const int64_t width = x.size(1);

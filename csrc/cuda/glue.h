@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -39,6 +40,15 @@ inline at::ScalarType acc_type(const at::Tensor& features) {
 inline const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 inline const void* data_or_null(const c10::optional<at::Tensor>& t) {
   return t.has_value() ? data_or_null(*t) : nullptr;
+}
+
+// The WSB kernels' float16/bfloat16 Tensor Core products (and cp.async) need sm_80 or newer.
+inline void check_tensor_cores(const at::Device& device, const char* op) {
+  int major = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                        device.index()));
+  TORCH_CHECK(major >= 8, op,
+              ": float16/bfloat16 Tensor Core products need compute capability 8.0+");
 }
 
 inline cudaStream_t stream() { return at::cuda::getCurrentCUDAStream().stream(); }

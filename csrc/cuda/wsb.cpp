@@ -24,17 +24,14 @@ at::Tensor wsb_spmm_cuda(const at::Tensor& tile_ptr, const at::Tensor& tile_cols
   for (const at::Tensor* t : {&tile_ptr, &tile_cols, &tile_vals, &work, &splits})
     TORCH_CHECK(t->device() == x.device() && t->is_contiguous(),
                 "wsb_spmm: the WSB tensors must be contiguous on x's GPU");
-  const int64_t windows = check_wsb_layout(tile_ptr, tile_cols, tile_vals, x, num_out);
+  const int64_t windows =
+      check_wsb_layout(tile_ptr, tile_cols, tile_vals, x, num_out, "wsb_spmm");
   TORCH_CHECK(work.scalar_type() == at::kInt && work.dim() == 2 && work.size(1) == 4 &&
                   work.size(0) % kWsbWarps == 0 && work.size(0) >= windows &&
                   splits.scalar_type() == at::kInt &&
                   splits.dim() == 2 && splits.size(1) == 2,
               "wsb_spmm: work and splits must be the layout's plan (WSB.plan())");
-  int major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                        x.device().index()));
-  TORCH_CHECK(major >= 8,
-              "wsb_spmm: float16/bfloat16 Tensor Core products need compute capability 8.0+");
+  check_tensor_cores(x.device(), "wsb_spmm");
   auto xc = x.contiguous();
   auto out = at::empty({num_out, x.size(1)}, x.options());
   // The float partials of the pieces of split windows, 16 rows each.

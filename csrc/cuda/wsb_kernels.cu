@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/wsb_kernels.h"
 
@@ -31,24 +32,6 @@ constexpr int kWarpBytes = 2 * kStageBytes;
 static_assert(kXBytes % 32 == 0 && kStageBytes % 32 == 0, "WMMA needs 32-byte aligned tiles");
 // After its walk a warp stages its float partial over its own buffers.
 static_assert(16 * kOutStride * 4 <= kWarpBytes, "the partial must fit the warp's buffers");
-
-#if __CUDA_ARCH__ >= 800  // cp.async: sm_80 and newer
-// 16 bytes from global to shared memory without a register round trip; bytes = 0 reads
-// nothing and writes zeros (padding columns, features past the width).
-__device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes) {
-  const auto shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_async() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>  // wait until at most kPending committed groups are still in flight
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-#endif
 
 template <typename scalar_t, bool kVector>
 __global__ void __launch_bounds__(kWsbWarps * 32, 4)

@@ -42,5 +42,38 @@ struct WsbView {
 void wsb_spmm(FloatType type, WsbView wsb, const void* x, void* out, float* partials,
               int64_t width, cudaStream_t stream);
 
+// Graph Transformer attention over the same layout, tile_vals holding each slot's edge count
+// (duplicates count). Its plan (WSB.attention_plan() in fastgnn/ops/wsb.py) is a list of
+// pieces, each a run of one window's tiles walked by one warp per head: work[4 p ..] =
+// {first tile, end tile, window, partial row or -1}, heaviest pieces first. A window of one
+// piece is written to out and lse; the pieces of a longer window leave their unnormalised
+// softmax state at their partial row p (16 rows x heads: D floats of output, then {running
+// max in log2 units, running sum}), merged in piece order by a second kernel; splits as in
+// WsbView.
+struct WsbAttentionView {
+  const int* tile_cols;
+  const void* tile_counts;  // the features' half type
+  const int* work;
+  const int* splits;
+  int64_t pieces;
+  int64_t split_pieces;  // partial rows of split windows
+  int64_t rows;          // destinations
+  int64_t heads;
+};
+
+// Head dimensions the Tensor Core attention kernel is built for.
+constexpr bool wsb_attention_dim_supported(int64_t dim) {
+  return dim == 32 || dim == 64 || dim == 128;
+}
+
+// out [rows, heads, dim] and lse [rows, heads] (natural log; -inf and zeros for rows without
+// in-edges) of softmax(scale q k^T) v over each destination's in-edges, q k v [*, heads, dim]
+// in the half type `type`, 16-byte aligned; scores and values on Tensor Cores with float
+// accumulation. partials: split_pieces * 16 * heads * dim floats; stats: split_pieces * 16 *
+// heads * 2 floats.
+void wsb_graph_attention(FloatType type, const WsbAttentionView& wsb, const void* q,
+                         const void* k, const void* v, double scale, int64_t dim, void* out,
+                         float* lse, float* partials, float* stats, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace fastgnn

@@ -15,6 +15,13 @@ def check_graph(g) -> Graph:
     return g
 
 
+def forward_fake(a: torch.Tensor, b: torch.Tensor):
+    """``(out, lse)`` shaped as a native attention forward's on destination features ``a`` and
+    source features ``b`` ([nodes, heads, dim])."""
+    out = b.new_empty((a.shape[0], b.shape[1], b.shape[2]))
+    return out, a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype))
+
+
 def edge_perm_index(g: Graph) -> Optional[torch.Tensor]:
     """``g.edge_perm`` in the graph's index dtype, as the native ops take it (None: identity)."""
     if g.edge_perm is None:

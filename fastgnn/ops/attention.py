@@ -21,7 +21,9 @@ import torch
 
 from fastgnn import _library, _native, _validate, backends, reference, reordering, tuning
 from fastgnn.graph import Graph
-from fastgnn.ops._common import acc_dtype, check_graph, edge_perm_index, wants_grad
+from fastgnn.ops import wsb_attention
+from fastgnn.ops._common import (acc_dtype, check_graph, edge_perm_index, forward_fake,
+                                   wants_grad)
 
 
 def _check_heads(name: str, value: torch.Tensor, rows: int, g: Graph, rows_name: str,
@@ -289,8 +291,31 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
                             edge_term) -> torch.Tensor:
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     features = (q, k, v, edge_term)
-    return native_forward("graph_attention", g, features, scale, dropout,
-                          wants_grad(*features), _graph_attention)[0]
+    grad = wants_grad(*features)
+    if wsb_attention.applies(g, q, k, v, edge_term, dropout):
+        out = _wsb_graph_attention(g, q, k, v, scale, grad)
+        if out is not None:
+            return out
+    return native_forward("graph_attention", g, features, scale, dropout, grad,
+                          _graph_attention)[0]
+
+
+def _wsb_graph_attention(g: Graph, q, k, v, scale: float, grad: bool) -> Optional[torch.Tensor]:
+    """The forward on the WSB layout (the backward on CSR) when the graph's attention format
+    policy picks it (``fastgnn.ops.wsb_attention``), else None."""
+    args = (q, k, v, None, scale, 0.0, 0, None, 0)
+
+    def csr_forward():  # what the tuner times WSB against: this call's CSR forward
+        graph = structure_args(g, False)
+        return _NATIVE["graph_attention"][0](*graph, *args, *_launch("graph_attention", g,
+                                                                     graph, args))
+    if not wsb_attention.chosen(g, q, k, v, scale, csr_forward):
+        return None
+    graph = structure_args(g, grad)
+    # The CSR backward runs under the plan tuned for the CSR pair, as it would after a CSR
+    # forward.
+    launch = _launch("graph_attention", g, graph, args) if grad else (None, None, 1)
+    return wsb_attention.forward(g, q, k, v, scale, graph, launch)
 
 
 @reordering.in_caller_order(restore=False)
@@ -334,13 +359,6 @@ def _make_backward(backward_op: str):
         grad_edge = grads[3] if edge_term is not None else None
         return (None,) * 6 + (grads[0], grads[1], grads[2], grad_edge) + (None,) * 8
     return backward
-
-
-def forward_fake(a: torch.Tensor, b: torch.Tensor):
-    """``(out, lse)`` shaped as a native forward's on destination features ``a`` and source
-    features ``b`` ([nodes, heads, dim])."""
-    out = b.new_empty((a.shape[0], b.shape[1], b.shape[2]))
-    return out, a.new_empty((a.shape[0], b.shape[1]), dtype=acc_dtype(b.dtype))
 
 
 def _forward_fake(rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, coef,

@@ -10,7 +10,7 @@ graph in C++, freed with the Graph), whichever ``fastgnn.tuning`` measured faste
 forward and for the backward separately (``ALGOS`` below). Float16/bfloat16 forwards with
 plain norms may also run on the block-sparse Tensor Core layout (``fastgnn.ops.wsb``), when
 the graph's windows are dense enough and the tuner measures it faster, its build cost spread
-over ``WSB_EXPECTED_CALLS`` calls; ``Graph.spmm_format`` or ``FASTGNN_SPMM_FORMAT``
+over ``wsb.EXPECTED_CALLS`` calls; ``Graph.spmm_format`` or ``FASTGNN_SPMM_FORMAT``
 (auto|csr|wsb) forces either.
 """
 from __future__ import annotations
@@ -28,9 +28,6 @@ from fastgnn.ops._common import acc_dtype, check_graph, wants_grad
 
 REDUCES = ("sum", "mean")
 _PLANS = "spmm plans"  # the Graph.cached key of {call signature: (value, transposed, algo, wsb)}
-# Calls a WSB build is expected to serve (a few hundred epochs of a few layers): its build time
-# divided by this is charged to every WSB call when the tuner compares it with CSR.
-WSB_EXPECTED_CALLS = int(os.environ.get("FASTGNN_WSB_EXPECTED_CALLS", "1000"))
 _FORMAT_FROM_ENV = os.environ.get("FASTGNN_SPMM_FORMAT", "auto")  # read once: calls are hot
 
 
@@ -201,7 +198,7 @@ def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, tra
     def candidates():
         layout, vals = blocks()
         work, splits = layout.plan()
-        penalties["wsb"] = layout.build_seconds * 1e3 / WSB_EXPECTED_CALLS
+        penalties["wsb"] = layout.build_seconds * 1e3 / wsb.EXPECTED_CALLS
         csr = lambda: _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False,  # noqa: E731
                             g.key, algo)
         tiles = lambda: wsb.product(layout.tile_ptr, layout.tile_cols, vals, flat,  # noqa: E731

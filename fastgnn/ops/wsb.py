@@ -42,6 +42,17 @@ MIN_EDGES_PER_TILE = 8
 WARPS = 8
 TILES_PER_PIECE = 128
 MIN_TILES_PER_WARP = 4
+# The attention kernel's plan (WSB.attention_plan): one warp per head walks a piece of at most
+# this many tiles of a window; longer windows are cut into pieces whose softmax states a second
+# kernel merges. Each piece starts with an exposed gather and ends with a partial: on the H100
+# (4x128 float16 forward) 8, 16, 32, 64 and 128 tiles gave Flickr (RCM) 0.90x, 1.23x, 1.39x,
+# 1.51x and 1.59x CSR's speed, tolokers (RCM) 0.55x, 0.77x, 0.90x, 1.03x and 1.04x, and 128
+# beat 64 on ogbn-arxiv too (2.02x against 1.91x), whose hub window has over 800 tiles
+# (benchmarks/results/2026-11-27-nvidia-h100-wsb-attention-81d5b29.md).
+ATTENTION_TILES_PER_PIECE = 128
+# Calls a WSB build is expected to serve (a few hundred epochs of a few layers): its build time
+# divided by this is charged to every WSB call when the tuner compares it with CSR.
+EXPECTED_CALLS = int(os.environ.get("FASTGNN_WSB_EXPECTED_CALLS", "1000"))
 
 
 class WSB:
@@ -57,6 +68,7 @@ class WSB:
         self.build_seconds = build_seconds
         self._values = {}
         self._plan = None
+        self._attention_plan = None
 
     @property
     def num_windows(self) -> int:
@@ -99,12 +111,25 @@ class WSB:
             self._values[(key, dtype)] = blocks
         return blocks
 
+    def counts(self, dtype: torch.dtype) -> torch.Tensor:
+        """The edge count of every slot in ``dtype``, the attention op's blocks (exact up to
+        2048 duplicates of one edge in float16, 256 in bfloat16). They are the unnormalised
+        SpMM's blocks, and shared with it."""
+        return self.values(None, dtype, key=("none", "sum"))
+
     def plan(self):
         """``(work, splits)``, int32 on the layout's device: which warps of the CUDA kernel
         walk which tiles (the layout of csrc/cuda/wsb_kernels.h), derived once and cached."""
         if self._plan is None:
             self._plan = plan(self.tile_ptr)
         return self._plan
+
+    def attention_plan(self):
+        """``(work, splits)`` of the CUDA attention kernel (csrc/cuda/wsb_kernels.h), derived
+        once and cached."""
+        if self._attention_plan is None:
+            self._attention_plan = attention_plan(self.tile_ptr)
+        return self._attention_plan
 
     def save(self, path: str) -> None:
         torch.save({"version": FORMAT_VERSION, "fingerprint": self.fingerprint,
@@ -158,26 +183,38 @@ def build(g) -> WSB:
                fingerprint(g), time.perf_counter() - start)
 
 
-def plan(tile_ptr: torch.Tensor):
-    """The CUDA kernel's plan of a layout with these window offsets (see WSB.plan).
-
-    ``work`` [slots, 4]: per warp slot its first and end tile, ``window * 4 + log2(warps of its
-    piece)`` (-1: an idle slot padding the last block) and the partial row of its piece (-1:
-    the window has one piece and is written directly). ``splits`` [partial rows, 2]:
-    ``(window, pieces)`` at each split window's first piece, ``(-1, 0)`` at its others."""
+def _pieces(tile_ptr: torch.Tensor, tiles_per_piece: int):
+    """Each window's tiles cut evenly into pieces of at most ``tiles_per_piece`` (an empty
+    window: one empty piece). Per piece: its window, its index in the window, its first tile,
+    its size, its window's piece count and its partial row (-1: the window has one piece);
+    and ``splits`` [partial rows, 2]: ``(window, pieces)`` at each split window's first piece,
+    ``(-1, 0)`` at its others (the kernels' layout, csrc/cuda/wsb_kernels.h)."""
     ptr = tile_ptr.to(torch.int64)
     device = ptr.device
     count = ptr[1:] - ptr[:-1]
-    pieces = ((count + TILES_PER_PIECE - 1) // TILES_PER_PIECE).clamp(min=1)
+    pieces = ((count + tiles_per_piece - 1) // tiles_per_piece).clamp(min=1)
     window = torch.repeat_interleave(torch.arange(count.numel(), device=device), pieces)
     index = torch.arange(window.numel(), device=device) - (torch.cumsum(pieces, 0) - pieces)[window]
     n, s = count[window], pieces[window]
     begin = ptr[window] + n * index // s  # the window's tiles split evenly over its pieces
     size = ptr[window] + n * (index + 1) // s - begin
-    share = (size // MIN_TILES_PER_WARP).clamp(1, WARPS)
-    log_warps = (share >= 2).long() + (share >= 4).long() + (share >= 8).long()
     split = s > 1
     row = torch.where(split, torch.cumsum(split.long(), 0) - 1, torch.full_like(s, -1))
+    lead = split & (index == 0)
+    splits = torch.stack([torch.where(lead, window, -1), torch.where(lead, s, 0)], 1)[split]
+    return window, begin, size, row, splits.to(torch.int32).contiguous()
+
+
+def plan(tile_ptr: torch.Tensor):
+    """The CUDA SpMM kernel's plan of a layout with these window offsets (see WSB.plan).
+
+    ``work`` [slots, 4]: per warp slot its first and end tile, ``window * 4 + log2(warps of its
+    piece)`` (-1: an idle slot padding the last block) and the partial row of its piece (-1:
+    the window has one piece and is written directly). ``splits``: see :func:`_pieces`."""
+    window, begin, size, row, splits = _pieces(tile_ptr, TILES_PER_PIECE)
+    device = window.device
+    share = (size // MIN_TILES_PER_WARP).clamp(1, WARPS)
+    log_warps = (share >= 2).long() + (share >= 4).long() + (share >= 8).long()
     # Pieces by warp count, largest first (window order within a count): every piece's warps
     # then start at a multiple of their count, so they share one block. Heavy pieces lead.
     order = torch.sort(log_warps, descending=True, stable=True).indices
@@ -191,10 +228,18 @@ def plan(tile_ptr: torch.Tensor):
     work = torch.stack([first, end, window[slot_piece] * 4 + log_warps[slot_piece],
                         row[slot_piece]], 1)
     idle = torch.tensor([0, 0, -1, -1], device=device).expand((-work.shape[0]) % WARPS, 4)
-    lead = split & (index == 0)
-    splits = torch.stack([torch.where(lead, window, -1), torch.where(lead, s, 0)], 1)[split]
-    return (torch.cat([work, idle]).to(torch.int32).contiguous(),
-            splits.to(torch.int32).contiguous())
+    return torch.cat([work, idle]).to(torch.int32).contiguous(), splits
+
+
+def attention_plan(tile_ptr: torch.Tensor):
+    """The CUDA attention kernel's plan of a layout with these window offsets (see
+    WSB.attention_plan). ``work`` [pieces, 4]: per piece its first and end tile, its window
+    and its partial row (-1: the window has one piece and is written directly), the longest
+    pieces first so that they do not start last. ``splits``: see :func:`_pieces`."""
+    window, begin, size, row, splits = _pieces(tile_ptr, ATTENTION_TILES_PER_PIECE)
+    order = torch.sort(size, descending=True, stable=True).indices
+    work = torch.stack([begin, begin + size, window, row], 1)[order]
+    return work.to(torch.int32).contiguous(), splits
 
 
 def _saved(path: str, device) -> Optional[dict]:
@@ -221,18 +266,12 @@ def keep_at(layout: WSB, path: str) -> None:
         layout.save(path)
 
 
-def tuning_op(edges_per_tile: float) -> str:
-    """The tuner's op name for the CSR-or-WSB choice. The tuner keys a graph by its sizes and
-    degrees, which a relabelling keeps, while WSB's tiles depend on the node order: the
-    estimated edges per tile tell the orders apart (a reordered graph got the stored order's
-    choice before)."""
-    return f"spmm_format@{edges_per_tile:.1f}"
-
-
-def choice_key(g, width: int, dtype: torch.dtype) -> str:
-    """The key of ``tuning.choices(g)`` under which ``auto`` records CSR-or-WSB for this width
-    and dtype (absent when the pre-filter kept CSR without timing)."""
-    return f"{tuning_op(estimated_edges_per_tile(g))}/{width}/{str(dtype).replace('torch.', '')}"
+def tuning_op(edges_per_tile: float, family: str = "spmm_format") -> str:
+    """The tuner's op name for the CSR-or-WSB choice of an op family. The tuner keys a graph
+    by its sizes and degrees, which a relabelling keeps, while WSB's tiles depend on the node
+    order: the estimated edges per tile tell the orders apart (a reordered graph got the
+    stored order's choice before)."""
+    return f"{family}@{edges_per_tile:.1f}"
 
 
 def estimated_edges_per_tile(g, sample_windows: int = 256) -> float:

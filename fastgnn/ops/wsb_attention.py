@@ -1,0 +1,132 @@
+"""Graph Transformer attention on the WSB layout (``fastgnn.ops.wsb``): the forward on Tensor
+Cores, the backward the CSR one (``graph_attention_backward`` over the cached transpose), fed
+the WSB forward's ``out`` and ``lse``, which follow the CSR forward's conventions.
+
+``fastgnn.ops.graph_attention`` takes it where it applies (CUDA, float16/bfloat16 features,
+head dims 32/64/128, int32 ids, no edge_term, no attention dropout) and the graph's policy says
+so: ``Graph.attention_format`` or ``FASTGNN_ATTENTION_FORMAT`` (auto|csr|wsb), apart from
+SpMM's ``spmm_format`` because the two cross over at different densities. "auto" times CSR
+against WSB on the first call of each (heads, head dim, dtype), charging the layout's build
+over ``wsb.EXPECTED_CALLS`` calls, where the structural pre-filter lets WSB through.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import torch
+
+from fastgnn import _library, _native, _validate, tuning
+from fastgnn.graph import SPMM_FORMATS
+from fastgnn.ops import wsb
+from fastgnn.ops._common import forward_fake
+
+HEAD_DIMS = (32, 64, 128)  # the CUDA kernel's instantiations (csrc/cuda/wsb_kernels.h)
+_FORMAT_FROM_ENV = os.environ.get("FASTGNN_ATTENTION_FORMAT", "auto")  # read once: calls are hot
+_CHOICES = "attention formats"  # the Graph.cached key of {(heads, dim, dtype, device): bool}
+
+
+def policy(g) -> str:
+    """The graph's attention format policy: its own, else FASTGNN_ATTENTION_FORMAT."""
+    mode = g.attention_format or _FORMAT_FROM_ENV
+    _validate.choice("FASTGNN_ATTENTION_FORMAT", mode, SPMM_FORMATS)
+    return mode
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """The kernel moves 16 bytes at a time: a non-contiguous tensor is copied (aligned)."""
+    return not t.is_contiguous() or t.data_ptr() % 16 == 0
+
+
+def applies(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, edge_term,
+            dropout: float) -> bool:
+    """Whether the WSB forward can run this call (and the policy does not rule it out)."""
+    return (forward_op is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and edge_term is None and dropout == 0 and g.index_dtype == torch.int32
+            and q.shape[2] in HEAD_DIMS and policy(g) != "csr"
+            and all(_aligned(t) for t in (q, k, v))
+            and torch.cuda.get_device_capability(q.device)[0] >= 8)
+
+
+def forward(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, graph: tuple,
+            launch: tuple) -> torch.Tensor:
+    """The attention output on the WSB layout of ``g`` (built and cached on first use), with
+    autograd through the CSR backward: ``graph`` is ``attention.structure_args`` of the call
+    and ``launch`` the backward's launch plan ``(light_rows, heavy_rows, heavy_warps)``."""
+    layout = g.wsb()
+    work, splits = layout.attention_plan()
+    return forward_op(layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype), work, splits,
+                      q, k, v, scale, *graph, *launch)[0]
+
+
+def chosen(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+           csr_forward: Callable[[], object]) -> bool:
+    """Whether the policy runs this call's forward on WSB (``applies`` being true): "wsb"
+    always; "auto" as the tuner measured it against ``csr_forward`` (the CSR forward of the
+    same call) on the first call of its shape, remembered on the graph."""
+    if policy(g) == "wsb":
+        return True
+    key = (q.shape[1], q.shape[2], q.dtype, q.device)
+    choices = g.cached(_CHOICES, dict)
+    choice = choices.get(key)
+    if choice is None:
+        choice = _measured(g, q, k, v, scale, csr_forward)
+        if tuning.can_time(q.device):  # a fallback default must not be remembered
+            choices[key] = choice
+    return choice
+
+
+def _measured(g, q, k, v, scale: float, csr_forward) -> bool:
+    # The pre-filter: sparse windows never pay the build. SpMM's bar, not measured for
+    # attention yet.
+    edges_per_tile = wsb.estimated_edges_per_tile(g)
+    if edges_per_tile < wsb.MIN_EDGES_PER_TILE:
+        return False
+    penalties = {}
+    untracked = (g.rowptr, g.col, None, None, None, None)  # the CSR route of no backward
+
+    def candidates():
+        layout = g.wsb()
+        penalties["wsb"] = layout.build_seconds * 1e3 / wsb.EXPECTED_CALLS
+        layout.counts(q.dtype)  # prepared here, not in a timed call
+        layout.attention_plan()
+        return {"csr": csr_forward,
+                "wsb": lambda: forward(g, q, k, v, scale, untracked, (None, None, 1))}
+    op = wsb.tuning_op(edges_per_tile, f"graph_attention_format_d{q.shape[2]}")
+    with torch.no_grad():
+        return tuning.choose(op, g, q.shape[1] * q.shape[2], q.dtype, q.device, candidates,
+                             "csr", penalties) == "wsb"
+
+
+# ---- the op's fake kernel and autograd ----------------------------------------------------------
+# Inputs: tile_ptr, tile_cols, tile_counts, work, splits, q, k, v, scale, then the CSR route of
+# the backward: rowptr, col, edge_perm, t_rowptr, t_col, t_perm, light_rows, heavy_rows,
+# heavy_warps (graph_attention_backward's launch plan).
+def _fake(tile_ptr, tile_cols, tile_counts, work, splits, q, k, v, scale, rowptr, col,
+          edge_perm, t_rowptr, t_col, t_perm, light_rows, heavy_rows, heavy_warps):
+    return forward_fake(q, k)
+
+
+def _setup(ctx, inputs, output):
+    out, lse = output
+    q, k, v, scale = inputs[5:9]
+    ctx.save_for_backward(q, k, v, *inputs[9:17], out, lse)
+    ctx.scale, ctx.heavy_warps = scale, inputs[17]
+
+
+def _backward(ctx, grad_out, _grad_lse):
+    (q, k, v, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, light, heavy, out,
+     lse) = ctx.saved_tensors
+    if t_perm is None:
+        raise RuntimeError("fastgnn attention: the forward ran without gradient tracking of its "
+                           "inputs, so the transposed graph was not prepared")
+    grads = torch.ops.fastgnn.graph_attention_backward(
+        grad_out.contiguous(), out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, q, k,
+        v, None, ctx.scale, 0.0, 0, None, 0, light, heavy, ctx.heavy_warps)
+    return (None,) * 5 + tuple(grads[:3]) + (None,) * 10
+
+
+forward_op = None
+if _native.has_op("wsb_graph_attention_forward"):
+    _library.register_fake("wsb_graph_attention_forward", _fake)
+    forward_op = _library.register_autograd("wsb_graph_attention_forward", _backward, _setup)

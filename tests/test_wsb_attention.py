@@ -1,0 +1,321 @@
+"""Graph Transformer attention on the WSB layout: the op's (out, lse) against the reference and
+the CSR op (CPU scalar twin everywhere, Tensor Cores on the GPU), gradients through the CSR
+backward, the attention plan, the format policy and its routing."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastgnn
+from fastgnn import _native, reference, tuning
+from fastgnn.ops import attention, wsb, wsb_attention
+from tests.conftest import random_graph
+
+pytestmark = pytest.mark.skipif(not _native.has_op("wsb_graph_attention_forward"),
+                                reason="native extension not built")
+
+SHAPES = [(1, 32), (2, 64), (4, 128), (8, 32)]  # (heads, head dim)
+
+
+def _graph(edges, num_nodes):
+    edge_index = torch.tensor(edges, dtype=torch.int64).reshape(2, -1)
+    return fastgnn.Graph.from_edge_index(edge_index, num_nodes=num_nodes)
+
+
+def _graphs():
+    """Random edges with a hub, self-loops, duplicates and nodes without edges; a bipartite
+    block with a partial last window; a hub whose window spans many tiles (split into pieces
+    on the GPU) beside destinations without in-edges; a dense band; mostly empty windows;
+    heavy duplicates of a few edges; no edges at all."""
+    yield "random", random_graph(70, 900, seed=1)[0]
+    yield "bipartite", random_graph(90, 700, num_dst=37, seed=2)[0]
+    gen = torch.Generator().manual_seed(3)
+    hub_src = torch.randperm(1500, generator=gen)  # 94 tiles in the hub's window
+    rest = torch.randint(0, 1500, (2, 3000), generator=gen)
+    rest[1] = rest[1] % 1480 + 20  # destinations 1..19 (but the hub, 5) get nothing
+    edges = torch.cat([torch.stack([hub_src, torch.full_like(hub_src, 5)]), rest], 1)
+    yield "hub", fastgnn.Graph.from_edge_index(edges, num_nodes=1500)
+    band = torch.stack([torch.arange(400) % 100, torch.arange(400) // 4])  # 4 sources a row
+    yield "banded", fastgnn.Graph.from_edge_index(band, num_nodes=100)
+    yield "empty windows", _graph([0, 5, 63, 64, 64, 3], 100)
+    yield "duplicates", _graph([1, 1, 1, 1, 2, 2, 7, 9, 9, 3, 3, 3, 3, 4, 4, 0, 0, 0], 20)
+    yield "no edges", _graph([], 40)
+
+
+GRAPHS = dict(_graphs())
+
+
+def _features(g, heads, dim, dtype, device="cpu", requires_grad=False, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+
+    def make(rows):
+        t = torch.randn(rows, heads, dim, generator=gen, dtype=torch.float64)
+        return t.to(device, dtype).requires_grad_(requires_grad)
+    return make(g.num_dst_nodes), make(g.num_src_nodes), make(g.num_src_nodes)
+
+
+def _wsb(g, q, k, v, scale=None, grad=False):
+    """The WSB forward's (out, lse), its autograd through the CSR backward."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    layout = g.wsb()
+    work, splits = layout.attention_plan()
+    return wsb_attention.forward_op(layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype),
+                                    work, splits, q, k, v, scale,
+                                    *attention.structure_args(g, grad), None, None, 1)
+
+
+def _csr(g, q, k, v, scale=None):
+    """The CSR forward's (out, lse)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return torch.ops.fastgnn.graph_attention_forward(
+        *attention.structure_args(g, False), q, k, v, None, scale, 0.0, 0, None, 0, None, None, 1)
+
+
+def _relative_error(out, expected):
+    expected = expected.double().cpu()
+    return float((out.double().cpu() - expected).norm() / expected.norm().clamp(min=1e-30))
+
+
+def _no_in_edges(g):
+    return g.in_degree.cpu() == 0
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("heads,dim", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_cpu_op_matches_reference_and_csr(name, heads, dim, dtype):
+    g = GRAPHS[name]
+    q, k, v = _features(g, heads, dim, dtype)
+    out, lse = _wsb(g, q, k, v)
+    csr_out, csr_lse = _csr(g, q, k, v)
+    expected = reference.graph_attention(g, q.double(), k.double(), v.double())
+    assert out.dtype == dtype and lse.dtype == csr_lse.dtype
+    empty = _no_in_edges(g)
+    assert torch.all(out[empty] == 0) and torch.all(lse[empty] == float("-inf"))
+    if dtype == torch.float64:
+        torch.testing.assert_close(out, expected)
+    else:
+        # no further from float64 than the CSR kernel, give or take the output's rounding
+        bound = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+        assert _relative_error(out, expected) <= max(2 * _relative_error(csr_out, expected),
+                                                     bound)
+    torch.testing.assert_close(lse, csr_lse, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["random", "bipartite", "duplicates"])
+def test_gradients_through_the_csr_backward_match_the_reference(name):
+    g = GRAPHS[name]
+    q, k, v = _features(g, 2, 32, torch.float64, requires_grad=True)
+    dout = torch.randn(g.num_dst_nodes, 2, 32, dtype=torch.float64)
+    out, _ = _wsb(g, q, k, v, grad=True)
+    expected = reference.graph_attention(g, q, k, v)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), dout)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_gradcheck_float64():
+    g = GRAPHS["bipartite"]
+    q, k, v = _features(g, 2, 32, torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *t: _wsb(g, *t, scale=0.3, grad=True)[0], (q, k, v))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_gradients_match_the_csr_path(dtype):
+    g = GRAPHS["random"]
+    q, k, v = _features(g, 4, 32, dtype, requires_grad=True)
+    dout = torch.randn(g.num_dst_nodes, 4, 32).to(dtype)
+    grads = torch.autograd.grad(_wsb(g, q, k, v, grad=True)[0], (q, k, v), dout)
+    expected = torch.autograd.grad(fastgnn.ops.graph_attention(g, q, k, v), (q, k, v), dout)
+    for grad, expected_grad in zip(grads, expected):
+        torch.testing.assert_close(grad, expected_grad, atol=2e-2, rtol=2e-2)
+
+
+def test_opcheck():
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck needs torch >= 2.4")
+    g = GRAPHS["random"]
+    layout = g.wsb()
+    q, k, v = _features(g, 2, 32, torch.float32, requires_grad=True)
+    args = (layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype), *layout.attention_plan(),
+            q, k, v, 0.25, *attention.structure_args(g, True), None, None, 1)
+    torch.library.opcheck(torch.ops.fastgnn.wsb_graph_attention_forward.default, args)
+
+
+@pytest.fixture(params=[None, 8], ids=["default pieces", "pieces of 8 tiles"])
+def tiles_per_piece(request, monkeypatch):
+    """The attention plan's piece length: the default, or 8 tiles, which splits the windows of
+    most graphs here (a plan is derived on first use: use graphs built after this)."""
+    if request.param is not None:
+        monkeypatch.setattr(wsb, "ATTENTION_TILES_PER_PIECE", request.param)
+    return request.param or wsb.ATTENTION_TILES_PER_PIECE
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_attention_plan_covers_every_tile_once(name, tiles_per_piece):
+    layout = wsb.WSB(*(getattr(GRAPHS[name].wsb(), field) for field in (
+        "tile_ptr", "tile_cols", "edge_slot", "num_dst", "fingerprint")))  # a fresh plan
+    work, splits = (t.tolist() for t in layout.attention_plan())
+    ptr = layout.tile_ptr.tolist()
+    covered = [0] * layout.num_tiles
+    pieces = {}  # window -> partial rows of its pieces, in tile order
+    for first, end, window, row in sorted(work):
+        assert ptr[window] <= first <= end <= ptr[window + 1]
+        assert end - first <= tiles_per_piece
+        for t in range(first, end):
+            covered[t] += 1
+        pieces.setdefault(window, []).append(row)
+    assert covered == [1] * layout.num_tiles
+    assert sorted(pieces) == list(range(layout.num_windows))  # empty windows are written too
+    sizes = [end - first for first, end, _, _ in work]
+    assert sizes == sorted(sizes, reverse=True)  # the longest pieces start first
+    rows = 0
+    for window, parts in sorted(pieces.items()):
+        if parts == [-1]:
+            continue
+        assert parts == list(range(parts[0], parts[0] + len(parts)))  # consecutive, in order
+        assert splits[parts[0]:parts[-1] + 1] == [[window, len(parts)]] + [[-1, 0]] * (
+            len(parts) - 1)
+        rows += len(parts)
+    assert rows == len(splits)
+    if name == "hub":
+        assert rows >= 94 // tiles_per_piece
+
+
+def test_counts_are_the_unnormalised_spmm_blocks():
+    layout = GRAPHS["duplicates"].wsb()
+    counts = layout.counts(torch.float16)
+    assert counts is layout.values(None, torch.float16, key=("none", "sum"))
+    assert counts.max() == 4 and counts.sum() == GRAPHS["duplicates"].num_edges
+
+
+def test_bad_inputs():
+    g = GRAPHS["random"]
+    with pytest.raises(ValueError, match="attention_format"):
+        g.attention_format = "tiles"
+    q, k, v = _features(g, 2, 32, torch.float32)
+    layout = g.wsb()
+    with pytest.raises(RuntimeError, match="tile_counts must have the features' dtype"):
+        wsb_attention.forward_op(layout.tile_ptr, layout.tile_cols, layout.counts(torch.float64),
+                                 *layout.attention_plan(), q, k, v, 0.2,
+                                 *attention.structure_args(g, False), None, None, 1)
+    with pytest.raises(RuntimeError, match=r"q must be \[T, H, D\]"):
+        wsb_attention.forward_op(layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype),
+                                 *layout.attention_plan(), q, k[:, :1], v, 0.2,
+                                 *attention.structure_args(g, False), None, None, 1)
+
+
+def test_policy_is_apart_from_spmm():
+    g = random_graph(40, 200, seed=4)[0]
+    g.spmm_format = "wsb"
+    assert g.attention_format is None
+    g.attention_format = "csr"
+    assert wsb_attention.policy(g) == "csr"
+    g.attention_format = None
+    assert wsb_attention.policy(g) == wsb_attention._FORMAT_FROM_ENV
+
+
+def test_cpu_calls_stay_on_csr():
+    g = GRAPHS["banded"]
+    g.attention_format = "wsb"
+    try:
+        q, k, v = _features(g, 2, 32, torch.float16)
+        assert not wsb_attention.applies(g, q, k, v, None, 0.0)
+    finally:
+        g.attention_format = None
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+def _forced(g, fmt, q, k, v, **kwargs):
+    g.attention_format = fmt
+    try:
+        return fastgnn.ops.graph_attention(g, q, k, v, **kwargs)
+    finally:
+        g.attention_format = None
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("heads,dim", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tensor_core_attention_matches_cpu_and_reference(name, heads, dim, dtype,
+                                                         tiles_per_piece):
+    g = GRAPHS[name].to("cuda")  # a new Graph: its plan follows tiles_per_piece
+    q, k, v = _features(g, heads, dim, dtype, device="cuda")
+    out, lse = _wsb(g, q, k, v)
+    csr_out, csr_lse = _csr(g, q, k, v)
+    cpu_out, cpu_lse = _wsb(GRAPHS[name], q.cpu(), k.cpu(), v.cpu())
+    expected = reference.graph_attention(GRAPHS[name], q.double().cpu(), k.double().cpu(),
+                                         v.double().cpu())
+    empty = _no_in_edges(g).cuda()
+    assert torch.all(out[empty] == 0) and torch.all(lse[empty] == float("-inf"))
+    # Half-precision tiles (the weights P rounded to q's dtype before P V): no further from
+    # float64 than the CSR kernel, give or take that rounding.
+    bound = 4e-3 if dtype == torch.float16 else 3e-2
+    err = _relative_error(out, expected)
+    assert err <= max(2 * _relative_error(csr_out, expected), bound), err
+    assert _relative_error(out, cpu_out) <= bound
+    torch.testing.assert_close(lse, csr_lse, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lse.cpu(), cpu_lse, rtol=1e-4, atol=1e-4)
+    again, _ = _wsb(g, q, k, v)
+    assert torch.equal(out, again)  # no atomics: bitwise equal run to run
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_forced_wsb_forward_with_csr_backward(dtype, tiles_per_piece):
+    g = GRAPHS["hub"].to("cuda")
+    q, k, v = _features(g, 4, 64, dtype, device="cuda", requires_grad=True)
+    dout = torch.randn(g.num_dst_nodes, 4, 64, device="cuda", dtype=dtype)
+    out = _forced(g, "wsb", q, k, v)
+    assert g.wsb()._attention_plan is not None  # the forward ran on WSB
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    expected = _forced(g, "csr", q, k, v)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), dout)
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.sanitize
+def test_padding_and_non_neighbours_read_no_nan():
+    """Sources that send nothing hold NaN, and padding slots would read them: the output stays
+    finite."""
+    g = GRAPHS["bipartite"].to("cuda")
+    q, k, v = _features(g, 2, 32, torch.float16, device="cuda")
+    senders = torch.zeros(g.num_src_nodes, dtype=torch.bool, device="cuda")
+    senders[g.col.long()] = True
+    k[~senders], v[~senders] = float("nan"), float("nan")
+    out, lse = _wsb(g, q, k, v)
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+
+
+@pytest.mark.gpu
+def test_fallbacks_stay_on_csr():
+    """float32, an unsupported head dim, unaligned features, an edge term or dropout: CSR,
+    silently, even when WSB is forced."""
+    g = GRAPHS["banded"].to("cuda")
+    cases = [_features(g, 2, 32, torch.float32, device="cuda"),
+             _features(g, 2, 48, torch.float16, device="cuda")]
+    storage = torch.randn(g.num_src_nodes * 64 + 1, device="cuda", dtype=torch.float16)
+    q, k, v = _features(g, 2, 32, torch.float16, device="cuda")
+    cases.append((q, storage[1:].view(g.num_src_nodes, 2, 32), v))  # 2 bytes off
+    for q, k, v in cases:
+        _forced(g, "wsb", q, k, v)
+    q, k, v = _features(g, 2, 32, torch.float16, device="cuda")
+    term = torch.randn(g.num_edges, 2, 32, device="cuda", dtype=torch.float16)
+    _forced(g, "wsb", q, k, v, edge_term=term)
+    _forced(g, "wsb", q, k, v, dropout=0.5)
+    assert g.wsb()._attention_plan is None
+
+
+@pytest.mark.gpu
+def test_auto_format_on_a_dense_graph_is_measured():
+    g = GRAPHS["banded"].to("cuda")
+    q, k, v = _features(g, 4, 64, torch.float16, device="cuda")
+    fastgnn.ops.graph_attention(g, q, k, v)
+    assert any(key.startswith("graph_attention_format_d64@") for key in tuning.choices(g))
