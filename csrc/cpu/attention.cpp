@@ -55,6 +55,15 @@ struct EdgeTerm {
   }
 };
 
+template <typename acc_t>
+FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b,
+                                int64_t n) {
+  acc_t s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+
 // GATv2: logit = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge)); the value is x_src[j].
 template <typename acc_t, typename index_t>
 struct Gatv2 {
@@ -112,47 +121,75 @@ struct Gatv2 {
     return x_src + (j * heads + h) * dim;
   }
 
-  // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z).
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z,
-                                      double g, double* FASTGNN_RESTRICT grad_dst,
-                                      double* FASTGNN_RESTRICT grad_att,
-                                      acc_t* FASTGNN_RESTRICT grad_edge) const {
+  // The backward's logit (leaving z) and <dout, value>, in one pass over the source row.
+  FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
+                                            const acc_t* FASTGNN_RESTRICT dout,
+                                            acc_t* FASTGNN_RESTRICT z, acc_t* /*scratch*/,
+                                            acc_t& value_dot) const {
+    const acc_t* FASTGNN_RESTRICT xd = x_dst + (i * heads + h) * dim;
+    const acc_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
-#pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) {
-      grad_dst[d] += g * a[d] * leaky_slope(z[d]);
-      grad_att[d] += g * leaky(z[d]);
+    const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    acc_t s = 0, dv = 0;
+    if (ed) {
+#pragma omp simd reduction(+ : s, dv)
+      for (int64_t d = 0; d < dim; ++d) {
+        const acc_t v = xd[d] + xs[d] + ed[d];
+        z[d] = v;
+        s += a[d] * leaky(v);
+        dv += dout[d] * xs[d];
+      }
+    } else {
+#pragma omp simd reduction(+ : s, dv)
+      for (int64_t d = 0; d < dim; ++d) {
+        const acc_t v = xd[d] + xs[d];
+        z[d] = v;
+        s += a[d] * leaky(v);
+        dv += dout[d] * xs[d];
+      }
+    }
+    value_dot = dv;
+    return s;
+  }
+
+  // Destination side of dLogit = g: x_dst and edge_term get dz, att gets g * LeakyReLU(z), and
+  // `signs` what the source side needs of z: which entries are positive (bit d % 32 of word
+  // d / 32).
+  static constexpr bool kSavesSigns = true;
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z,
+                                      acc_t g, acc_t* FASTGNN_RESTRICT grad_dst,
+                                      acc_t* FASTGNN_RESTRICT grad_att,
+                                      acc_t* FASTGNN_RESTRICT grad_edge,
+                                      uint32_t* FASTGNN_RESTRICT signs) const {
+    const acc_t* FASTGNN_RESTRICT a = att + h * dim;
+    for (int64_t w = 0; w * 32 < dim; ++w) {
+      const int64_t base = w * 32, n = std::min<int64_t>(32, dim - base);
+      uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+      for (int64_t d = 0; d < n; ++d) {
+        const acc_t zd = z[base + d];
+        grad_dst[base + d] += g * a[base + d] * leaky_slope(zd);
+        grad_att[base + d] += g * leaky(zd);
+        bits |= uint32_t(positive(zd)) << d;
+      }
+      signs[w] = bits;
     }
     if (grad_edge) {
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = acc_t(g * a[d] * leaky_slope(z[d]));
-    }
-  }
-
-  // All the source side needs of z is which entries are positive: bit d % 32 of word d / 32.
-  static constexpr bool kSavesSigns = true;
-  FASTGNN_ALWAYS_INLINE void save_signs(const acc_t* FASTGNN_RESTRICT z,
-                                        uint32_t* FASTGNN_RESTRICT signs) const {
-    for (int64_t w = 0; w * 32 < dim; ++w) {
-      const acc_t* FASTGNN_RESTRICT zw = z + w * 32;
-      const int64_t n = std::min<int64_t>(32, dim - w * 32);
-      uint32_t bits = 0;
-#pragma omp simd reduction(| : bits)
-      for (int64_t d = 0; d < n; ++d) bits |= uint32_t(positive(zw[d])) << d;
-      signs[w] = bits;
+      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = g * a[d] * leaky_slope(z[d]);
     }
   }
 
   // Source side: x_src gets dz (its value gradient is added by the caller).
   FASTGNN_ALWAYS_INLINE void src_grad(int64_t /*i*/, int64_t h,
-                                      const uint32_t* FASTGNN_RESTRICT signs, double g,
-                                      double* FASTGNN_RESTRICT grad_key) const {
+                                      const uint32_t* FASTGNN_RESTRICT signs, acc_t g,
+                                      acc_t* FASTGNN_RESTRICT grad_key) const {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
     for (int64_t w = 0; w * 32 < dim; ++w) {
       const uint32_t bits = signs[w];
       const int64_t n = std::min<int64_t>(32, dim - w * 32);
       const acc_t* FASTGNN_RESTRICT aw = a + w * 32;
-      double* FASTGNN_RESTRICT gw = grad_key + w * 32;
+      acc_t* FASTGNN_RESTRICT gw = grad_key + w * 32;
 #pragma omp simd
       for (int64_t d = 0; d < n; ++d)
         gw[d] += g * aw[d] * (slope + (acc_t(1) - slope) * acc_t(int32_t((bits >> d) & 1u)));
@@ -213,38 +250,36 @@ struct DotProduct {
     return scratch;
   }
 
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, double g,
-                                      double* grad_q, double* /*att*/, acc_t* grad_edge) const {
-    const double gs = g * scale;
+  FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
+                                            const acc_t* dout, acc_t* z, acc_t* scratch,
+                                            acc_t& value_dot) const {
+    value_dot = dot(dout, value(j, e, h, scratch), dim);
+    return logit(i, j, e, h, z);
+  }
+
+  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g,
+                                      acc_t* grad_q, acc_t* /*att*/, acc_t* grad_edge,
+                                      uint32_t* /*signs*/) const {
+    const acc_t gs = g * scale;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_q[d] += gs * z[d];
     if (grad_edge) {
       const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = acc_t(gs * qi[d]);
+      for (int64_t d = 0; d < dim; ++d) grad_edge[d] = gs * qi[d];
     }
   }
 
   static constexpr bool kSavesSigns = false;
-  FASTGNN_ALWAYS_INLINE void save_signs(const acc_t* /*z*/, uint32_t* /*signs*/) const {}
 
-  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const uint32_t* /*signs*/, double g,
-                                      double* grad_k) const {
-    const double gs = g * scale;
+  FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const uint32_t* /*signs*/, acc_t g,
+                                      acc_t* grad_k) const {
+    const acc_t gs = g * scale;
     const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_k[d] += gs * qi[d];
   }
 };
-
-template <typename acc_t>
-FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b,
-                                int64_t n) {
-  acc_t s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
-  return s;
-}
 
 // One thread's buffers for the forward pass.
 template <typename acc_t>
@@ -331,22 +366,53 @@ struct BackwardBuffers {
   acc_t* grad_value;      // x_src or v, [S, H, D]
   double* grad_att;       // [chunks, H, D] per-chunk partials (GATv2), or null
   acc_t* grad_edge;       // [E, H, D] input edge order, or null
-  double* edge_grads;     // [E, H, 2]: dLogit and alpha c
-  uint32_t* signs;        // [E, H, sign_words]: z > 0 (GATv2), or null
+  // What the destination pass leaves per (edge, head) for the source pass, one record each
+  // (so the source pass, which visits the edges in transposed order, misses one cache line
+  // an edge rather than one per array): dLogit, alpha c, then for policies that need it the
+  // signs of z, sign_words words of one bit per feature.
+  unsigned char* saved;
+  int64_t saved_bytes;  // a record's size
   int64_t sign_words;
+
+  FASTGNN_ALWAYS_INLINE acc_t* record(int64_t e, int64_t heads, int64_t h) const {
+    return reinterpret_cast<acc_t*>(saved + (e * heads + h) * saved_bytes);
+  }
+  FASTGNN_ALWAYS_INLINE uint32_t* signs(acc_t* record) const {
+    return reinterpret_cast<uint32_t*>(record + 2);
+  }
 };
 
+// A record's size: two acc_t and the sign words, padded to keep the next record's acc_t
+// aligned.
+template <typename acc_t>
+int64_t saved_record_bytes(int64_t sign_words) {
+  const int64_t signs = sign_words * int64_t(sizeof(uint32_t));
+  return 2 * int64_t(sizeof(acc_t)) + (signs + sizeof(acc_t) - 1) / sizeof(acc_t) * sizeof(acc_t);
+}
+
 // One thread's buffers. A row's gradients sum in double, then round once: a destination's
-// terms nearly cancel (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float partial sums
-// lose accuracy.
+// terms nearly cancel (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float sums over a
+// whole row lose accuracy. The terms of up to kBlockEdges edges are added in acc_t first (at
+// the features' vector width, no conversions), each block's sum then joins the row's doubles.
 template <typename acc_t>
 struct BackwardScratch {
-  std::vector<acc_t> z, value;
+  std::vector<acc_t> z, value, block_dst, block_att, block_key, block_value;
   std::vector<double> row_dst, row_att, row_key, row_value, alpha_sum;
   BackwardScratch(int64_t heads, int64_t dim)
-      : z(dim), value(dim), row_dst(heads * dim), row_att(heads * dim), row_key(heads * dim),
-        row_value(heads * dim), alpha_sum(heads) {}
+      : z(dim), value(dim), block_dst(heads * dim), block_att(heads * dim),
+        block_key(heads * dim), block_value(heads * dim), row_dst(heads * dim),
+        row_att(heads * dim), row_key(heads * dim), row_value(heads * dim), alpha_sum(heads) {}
 };
+
+constexpr int64_t kBlockEdges = 16;
+
+// Adds a block's sums into a row's double sums and clears the block.
+template <typename acc_t>
+FASTGNN_ALWAYS_INLINE void add_block(std::vector<acc_t>& block, std::vector<double>& sums) {
+#pragma omp simd
+  for (size_t k = 0; k < sums.size(); ++k) sums[k] += double(block[k]);
+  std::fill(block.begin(), block.end(), acc_t(0));
+}
 
 // Adds a row's double sums into a gradient buffer and clears them.
 template <typename acc_t>
@@ -381,9 +447,9 @@ FASTGNN_ALWAYS_INLINE void normalize_row(const Policy& p, const index_t* rowptr,
   for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
     for (int64_t h = 0; h < heads; ++h) {
       const double inv = s.alpha_sum[h];
-      double* saved = b.edge_grads + (int64_t(e) * heads + h) * 2;
-      saved[0] *= inv;
-      saved[1] *= inv;
+      acc_t* saved = b.record(e, heads, h);
+      saved[0] = acc_t(saved[0] * inv);
+      saved[1] = acc_t(saved[1] * inv);
       if (b.grad_edge) {
         acc_t* ged = b.grad_edge + p.edge.at(e, h);
         for (int64_t d = 0; d < dim; ++d) ged[d] = acc_t(ged[d] * inv);
@@ -408,28 +474,32 @@ FASTGNN_ALWAYS_INLINE void destination_rows(const Policy& p, const index_t* rowp
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t logit = p.logit(i, j, e, h, s.z.data());
+        const acc_t* dout = b.grad_out + (i * heads + h) * dim;
+        acc_t dval;
+        const acc_t logit = p.logit_and_dot(i, j, e, h, dout, s.z.data(), s.value.data(), dval);
         // alpha, alpha c and dLogit in double, kept so for both passes: dLogit's two terms
         // nearly cancel, and so do a destination's dLogits (their sum is 0 without dropout).
         const double alpha = std::exp(double(logit) - double(b.lse[i * heads + h]));
         s.alpha_sum[h] += alpha;
         const double wc = alpha * drop.factor<double>(e, h);
-        const acc_t* dout = b.grad_out + (i * heads + h) * dim;
-        const acc_t dval =
-            wc != 0 ? dot(dout, p.value(j, e, h, s.value.data()), dim) : acc_t(0);
-        const double g = wc * double(dval) - alpha * double(b.delta[i * heads + h]);
-        double* saved = b.edge_grads + (int64_t(e) * heads + h) * 2;
-        saved[0] = g;
-        saved[1] = wc;
-        if (Policy::kSavesSigns)
-          p.save_signs(s.z.data(), b.signs + (int64_t(e) * heads + h) * b.sign_words);
+        // a dropped edge's value takes no part (not even a non-finite one)
+        const double g =
+            (wc != 0 ? wc * double(dval) : 0.0) - alpha * double(b.delta[i * heads + h]);
+        acc_t* saved = b.record(e, heads, h);
+        saved[0] = acc_t(g);
+        saved[1] = acc_t(wc);
         acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(e, h) : nullptr;
-        p.dst_grad(i, h, s.z.data(), g, s.row_dst.data() + h * dim, s.row_att.data() + h * dim,
-                   ged);
+        p.dst_grad(i, h, s.z.data(), acc_t(g), s.block_dst.data() + h * dim,
+                   s.block_att.data() + h * dim, ged,
+                   Policy::kSavesSigns ? b.signs(saved) : nullptr);
         if (Policy::kEdgeInValues && ged) {
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) ged[d] += wc * dout[d];
         }
+      }
+      if ((e + 1 - rowptr[i]) % kBlockEdges == 0 || e + 1 == rowptr[i + 1]) {
+        add_block(s.block_dst, s.row_dst);
+        add_block(s.block_att, s.row_att);
       }
     }
     normalize_row(p, rowptr, i, b, s, att_part);
@@ -453,21 +523,26 @@ FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
         const int64_t next = t_col[q + kPrefetchAhead];
         p.prefetch_destination(next);
         prefetch_row(b.grad_out + next * heads * dim, heads * dim);
-        prefetch_row(b.edge_grads + int64_t(t_perm[q + kPrefetchAhead]) * heads * 2, heads * 2);
+        prefetch_row(reinterpret_cast<const unsigned char*>(
+                         b.record(t_perm[q + kPrefetchAhead], heads, 0)),
+                     heads * b.saved_bytes);
       }
       const int64_t i = t_col[q], e = t_perm[q];
       for (int64_t h = 0; h < heads; ++h) {
-        const double* saved = b.edge_grads + (e * heads + h) * 2;
-        const uint32_t* signs =
-            Policy::kSavesSigns ? b.signs + (e * heads + h) * b.sign_words : nullptr;
-        p.src_grad(i, h, signs, saved[0], s.row_key.data() + h * dim);
-        const acc_t wc = acc_t(saved[1]);
+        acc_t* saved = b.record(e, heads, h);
+        p.src_grad(i, h, Policy::kSavesSigns ? b.signs(saved) : nullptr, saved[0],
+                   s.block_key.data() + h * dim);
+        const acc_t wc = saved[1];
         if (wc != 0) {
           const acc_t* dout = b.grad_out + (i * heads + h) * dim;
-          double* FASTGNN_RESTRICT gv = s.row_value.data() + h * dim;
+          acc_t* FASTGNN_RESTRICT gv = s.block_value.data() + h * dim;
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
         }
+      }
+      if ((q + 1 - t_rowptr[j]) % kBlockEdges == 0 || q + 1 == t_rowptr[j + 1]) {
+        add_block(s.block_key, s.row_key);
+        add_block(s.block_value, s.row_value);
       }
     }
     if (b.grad_key == b.grad_value) {  // GATv2: one x_src gradient, rounded once
@@ -610,28 +685,21 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   auto delta = (gout.to(at::kDouble) * out.to(at::kDouble)).sum(-1).to(in.acc).contiguous();
   auto t_perm_c = t_perm.contiguous();
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
-  // What the destination pass leaves per (edge, head) for the source pass: dLogit and alpha c,
-  // and for policies that need it the signs of z, one bit per feature.
-  const int64_t sign_words = (in.dim + 31) / 32;
-  auto edge_grads =
-      at::empty({in.col.numel(), in.heads, 2}, at::TensorOptions().dtype(at::kDouble));
-  at::Tensor signs;
   dispatch(in, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
     const auto policy = make_policy(acc_t{}, index_t{});
     using Policy = std::decay_t<decltype(policy)>;
-    if (Policy::kSavesSigns)
-      signs = at::empty({in.col.numel(), in.heads, sign_words},
-                        at::TensorOptions().dtype(at::kInt));
+    const int64_t sign_words = Policy::kSavesSigns ? (in.dim + 31) / 32 : 0;
+    const int64_t record_bytes = saved_record_bytes<acc_t>(sign_words);
+    auto saved = at::empty({in.col.numel() * in.heads * record_bytes},
+                           at::TensorOptions().dtype(at::kByte));
     auto ptr = [](at::Tensor& t) { return t.defined() ? t.data_ptr<acc_t>() : nullptr; };
     double* att = grads.att_partial.defined() ? grads.att_partial.data_ptr<double>() : nullptr;
-    uint32_t* sign_ptr =
-        signs.defined() ? reinterpret_cast<uint32_t*>(signs.data_ptr<int32_t>()) : nullptr;
     const BackwardBuffers<acc_t> bufs{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
                                       delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
                                       ptr(grads.value), att, ptr(grads.edge),
-                                      edge_grads.data_ptr<double>(), sign_ptr, sign_words};
+                                      saved.data_ptr<uint8_t>(), record_bytes, sign_words};
     const index_t* rowptr = in.rowptr.data_ptr<index_t>();
     const index_t* col = in.col.data_ptr<index_t>();
     attention_backward<acc_t, index_t>(
