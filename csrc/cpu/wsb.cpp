@@ -14,7 +14,7 @@ namespace {
 template <typename scalar_t, typename acc_t>
 void multiply(const int* tile_ptr, const int* tile_cols, const scalar_t* tile_vals,
               const scalar_t* x, acc_t* out, int64_t windows, int64_t num_out, int64_t width) {
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 16)
   for (int64_t w = 0; w < windows; ++w) {
     for (int t = tile_ptr[w]; t < tile_ptr[w + 1]; ++t) {
       for (int r = 0; r < 16 && w * 16 + r < num_out; ++r) {

@@ -21,7 +21,7 @@ template <typename acc_t>
 void attend(const int* tile_ptr, const int* tile_cols, const acc_t* counts, const acc_t* q,
             const acc_t* k, const acc_t* v, acc_t scale, acc_t* out, acc_t* lse,
             int64_t windows, int64_t rows, int64_t heads, int64_t dim) {
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for num_threads(num_threads()) schedule(dynamic, 4)
   for (int64_t w = 0; w < windows; ++w) {
     for (int r = 0; r < 16 && w * 16 + r < rows; ++r) {
       const int64_t i = w * 16 + r;
