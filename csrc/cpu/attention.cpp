@@ -681,8 +681,7 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   if (!symmetric) check_csr(*t_rowptr, *t_col, op);
   auto gout = to_acc(grad_out, in.acc);
   auto lse_c = lse.to(in.acc).contiguous();
-  // <dOut_i, out_i> in double, rounded once: each edge's dLogit subtracts it from a close value.
-  auto delta = (gout.to(at::kDouble) * out.to(at::kDouble)).sum(-1).to(in.acc).contiguous();
+  const auto delta = attention_delta_cpu(gout, out);
   auto t_perm_c = t_perm.contiguous();
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
   dispatch(in, op, [&](auto a, auto i) {

@@ -332,13 +332,22 @@ std::tuple<at::Tensor, at::Tensor> destination_pass(const at::Tensor& rowptr,
   return {grad_dst.to(dtype), grad_edge.to(dtype)};
 }
 
-// <grad_out, out> per (destination, head), in the statistics dtype, with no [T, H, D] product.
+// <grad_out, out> per (destination, head) with no [T, H, D] temporary (see cpu_common.h).
 template <typename acc_t>
 void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t pairs,
                 int64_t dim) {
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t i = 0; i < pairs; ++i) delta[i] = dot(grad_out + i * dim, out + i * dim, dim);
+  for (int64_t i = 0; i < pairs; ++i) {
+    const acc_t* g = grad_out + i * dim;
+    const acc_t* o = out + i * dim;
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t d = 0; d < dim; ++d) sum += double(g[d]) * double(o[d]);
+    delta[i] = acc_t(sum);
+  }
 }
+
+}  // namespace
 
 at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out) {
   TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(),
@@ -352,6 +361,8 @@ at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out
   });
   return delta;
 }
+
+namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse,

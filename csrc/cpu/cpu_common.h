@@ -31,5 +31,11 @@ inline void check_csr(const at::Tensor& rowptr, const at::Tensor& col, const cha
   TORCH_CHECK(rowptr.numel() >= 1, op, ": rowptr needs at least one entry");
 }
 
+// <grad_out[i, h], out[i, h]> of two [T, H, D] tensors, as [T, H] in the statistics dtype
+// (float; double for double), summed in double and rounded once: the attention backwards
+// subtract it from close values. The CPU kernel of `attention_delta_backward`
+// (csrc/cpu/attention_gat.cpp), shared by every CPU attention backward.
+at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out);
+
 }  // namespace cpu
 }  // namespace fastgnn
