@@ -198,7 +198,7 @@ def _choose_wsb(g: Graph, flat: torch.Tensor, value, norm: str, reduce: str, tra
     def candidates():
         layout, vals = blocks()
         work, splits = layout.plan()
-        penalties["wsb"] = layout.build_seconds * 1e3 / wsb.EXPECTED_CALLS
+        penalties["wsb"] = layout.build_charge_ms()
         csr = lambda: _spmm(g.rowptr, g.col, value, flat, *transposed, g.num_dst_nodes, False,  # noqa: E731
                             g.key, algo)
         tiles = lambda: wsb.product(layout.tile_ptr, layout.tile_cols, vals, flat,  # noqa: E731

@@ -117,6 +117,11 @@ class WSB:
         SpMM's blocks, and shared with it."""
         return self.values(None, dtype, key=("none", "sum"))
 
+    def build_charge_ms(self) -> float:
+        """What the tuner adds to each WSB call's time when it races WSB against CSR: the
+        layout's build, spread over ``EXPECTED_CALLS`` calls."""
+        return self.build_seconds * 1e3 / EXPECTED_CALLS
+
     def plan(self):
         """``(work, splits)``, int32 on the layout's device: which warps of the CUDA kernel
         walk which tiles (the layout of csrc/cuda/wsb_kernels.h), derived once and cached."""
@@ -274,8 +279,13 @@ def tuning_op(edges_per_tile: float, family: str = "spmm_format") -> str:
     return f"{family}@{edges_per_tile:.1f}"
 
 
-def estimated_edges_per_tile(g, sample_windows: int = 256) -> float:
-    """Edges per tile over a sample of windows: the pre-filter's cheap look at density."""
+def estimated_edges_per_tile(g) -> float:
+    """Edges per tile over a sample of windows: the pre-filter's cheap look at density, taken
+    once per graph (it reads back from the device) and shared by every op's choice."""
+    return g.cached("wsb_edges_per_tile", lambda: _sampled_edges_per_tile(g, 256))
+
+
+def _sampled_edges_per_tile(g, sample_windows: int) -> float:
     windows = -(-g.num_dst_nodes // WINDOW)
     if windows == 0 or g.num_edges == 0:
         return 0.0

@@ -87,7 +87,7 @@ def _measured(g, q, k, v, scale: float, csr_forward) -> bool:
 
     def candidates():
         layout = g.wsb()
-        penalties["wsb"] = layout.build_seconds * 1e3 / wsb.EXPECTED_CALLS
+        penalties["wsb"] = layout.build_charge_ms()
         layout.counts(q.dtype)  # prepared here, not in a timed call
         layout.attention_plan()
         return {"csr": csr_forward,
