@@ -90,6 +90,39 @@ def test_feature_shapes(device, shape):
         _check(g, x, reduce)
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [7, 64])  # 64: the float32 16-byte-load light kernel
+def test_signed_zeros_subnormals_and_nans_of_either_sign(device, dtype, width):
+    """Values that a flush-to-zero comparison or a NaN's sign bit would misorder: -0 and +0
+    tie (the earliest edge wins and its own zero is the output), subnormals order apart from
+    zero and from each other, and NaN wins whatever its sign."""
+    tiny = torch.finfo(dtype).tiny  # the smallest normal number
+    bits = torch.tensor([-4194304], dtype=torch.int32)  # 0xFFC00000: a NaN with its sign set
+    negative_nan = float(bits.view(torch.float32))
+    values = torch.tensor([0.0, -0.0, tiny / 4, tiny / 2, -tiny / 4, -tiny / 2, 1.0, -1.0,
+                           negative_nan, float("nan")], dtype=dtype)
+    assert torch.isnan(values[8]) and torch.signbit(values[8])
+    gen = torch.Generator().manual_seed(width)
+    g, _ = random_graph(40, 600, seed=11, device=device)
+    for pool in (values[:8], values):  # without NaN first: NaN would win most rows
+        x = pool[torch.randint(0, pool.numel(), (g.num_src_nodes, width), generator=gen)]
+        x = x.to(device)
+        for reduce in REDUCES:
+            _check(g, x, reduce)
+            with fastgnn.backend("native"):
+                out = fastgnn.ops.aggregate(g, x, reduce)
+            _, arg = OP(g.rowptr, g.col, x, reduce == "max", None, None, 0, 0, None, None)
+            as_bits = torch.int64 if dtype == torch.float64 else torch.int32
+            picked = x.gather(0, arg.long().clamp(min=0))  # the winning source's own value
+            same_bits = out.view(as_bits) == picked.view(as_bits)
+            assert bool(same_bits[arg >= 0].all()), "output is not the winner's own value"
+            for name, plan in minmax._plans(g, x)[0].items():  # CUDA: heavy and split plans
+                plan_out, plan_arg = OP(g.rowptr, g.col, x, reduce == "max", *plan, None, None)
+                assert torch.equal(plan_arg, arg), name
+                assert torch.equal(plan_out.view(as_bits), out.view(as_bits)), name
+
+
 @pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])

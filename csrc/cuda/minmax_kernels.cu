@@ -2,15 +2,16 @@
 // each row's edges), a heavy path (edge chunks merged by 64-bit atomics on packed
 // (order key, source) words) and the two backwards (atomic scatter, deterministic pull).
 //
-// Every comparison goes through order_key(), an integer key whose unsigned order is the
-// float order with -0 == +0 and NaN beyond every number (lowest key for min, highest for
-// max): no float compares, so --use_fast_math's flush-to-zero cannot merge denormals with
-// zero. Ties keep the earliest edge (strict comparisons over ascending sources) and, across
-// chunks, the smaller source through the packed word's low half. With edge weights
+// Every comparison follows one order: the float order with -0 == +0 and NaN beyond every
+// number. The light kernel compares messages with PTX float comparisons that flush nothing (the
+// file is built with --use_fast_math, whose flush-to-zero would merge subnormals with zero);
+// packed words carry order_key(), an integer key of that order. Ties keep the earliest edge
+// (strict comparisons over ascending sources) and, across chunks, the smaller source through
+// the packed word's low half. With edge weights
 // (kWeighted) every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature
 // type, and the CSR position e takes the source's place everywhere (arg, packed words): ties
 // then go to the smallest position, the smallest source and then the earliest duplicate.
-// With kLastWins (light path only) an equal key replaces the held one: the row's latest equal
+// With kLastWins (light path only) an equal message replaces the held one: the row's latest equal
 // message wins (DGL's rule on a CSR whose rows hold their edges in edge-id order).
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
@@ -24,44 +25,67 @@ namespace {
 
 constexpr int kLightPerLane = 4;  // features per lane per pass of the light kernel
 
-template <typename acc_t> struct OrderBits;
-template <> struct OrderBits<float> {
-  using key_t = uint32_t;
-  static constexpr key_t kSign = 0x80000000u, kInf = 0x7f800000u;
-  __device__ static key_t bits(float v) { return __float_as_uint(v); }
-};
-template <> struct OrderBits<double> {
-  using key_t = unsigned long long;
-  static constexpr key_t kSign = 0x8000000000000000ull, kInf = 0x7ff0000000000000ull;
-  __device__ static key_t bits(double v) { return static_cast<key_t>(__double_as_longlong(v)); }
-};
-
-// Order-preserving key: negative numbers have their bits inverted, the others their sign bit
-// set, so unsigned comparison follows the numbers. Zeros share one key; NaN takes the key
-// that wins the reduction (0 for min, all ones for max), which no number reaches.
-template <bool kMax, typename acc_t>
-__device__ __forceinline__ typename OrderBits<acc_t>::key_t order_key(acc_t v) {
-  using B = OrderBits<acc_t>;
-  using key_t = typename B::key_t;
-  const key_t u = B::bits(v);
-  const key_t magnitude = u & ~B::kSign;
-  if (magnitude > B::kInf) return kMax ? ~key_t(0) : key_t(0);
-  if (magnitude == 0) return B::kSign;
-  return (u & B::kSign) ? ~u : (u | B::kSign);
+// v + 0 (max) or 0 - v (min) in IEEE arithmetic without flush-to-zero (this file is built
+// with --use_fast_math): -0 becomes +0 and subnormals stay apart from zero.
+template <bool kMax>
+__device__ __forceinline__ float key_operand(float v) {
+  float r;
+  if constexpr (kMax) asm("add.rn.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(v));
+  else asm("sub.rn.f32 %0, 0f00000000, %1;" : "=f"(r) : "f"(v));
+  return r;
 }
 
-// The key that every real value beats (no number or NaN maps to it).
-template <bool kMax, typename key_t>
-__device__ __forceinline__ key_t worst_key() { return kMax ? key_t(0) : ~key_t(0); }
+// All ones for NaN, else 0 (a PTX test, which no fast-math flag can fold away).
+__device__ __forceinline__ uint32_t nan_mask(float v) {
+  uint32_t m;
+  asm("{ .reg .pred p; testp.notanumber.f32 p, %1; selp.b32 %0, -1, 0, p; }" : "=r"(m) : "f"(v));
+  return m;
+}
 
-template <bool kMax, typename key_t>
-__device__ __forceinline__ bool better(key_t a, key_t b) { return kMax ? a > b : a < b; }
+// Order-preserving key of the packed words, branch-free (the heavy kernel takes one per
+// message): the bits of key_operand(v), negative ones inverted and the others with their sign
+// bit set, follow v's order unsigned (reversed for min, hence the final inversion). Zeros share
+// one key; NaN takes the key that wins the reduction (0 for min, all ones for max), which no
+// number reaches.
+template <bool kMax>
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t u = __float_as_uint(key_operand<kMax>(v));
+  const uint32_t ordered = (u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u)) | nan_mask(v);
+  return kMax ? ordered : ~ordered;
+}
 
-// Whether key a, met after the held key b, takes its place: strictly better, or with kLastWins
-// equal too (NaN keys are equal to each other, as the CPU's last NaN wins).
-template <bool kMax, bool kLastWins, typename key_t>
-__device__ __forceinline__ bool takes(key_t a, key_t b) {
-  return kLastWins ? (kMax ? a >= b : a <= b) : better<kMax>(a, b);
+// The light kernel compares the messages themselves, in PTX so that no fast-math flag flushes
+// subnormals to zero. first_wins: (high > low or unordered) and held is a number;
+// last_wins: (high >= low or unordered) and (held is a number or a is NaN).
+#define FASTGNN_MINMAX_COMPARE(TYPE, SUFFIX, REG)                                              \
+  __device__ __forceinline__ bool first_wins(TYPE high, TYPE low, TYPE held) {                \
+    uint32_t r;                                                                                \
+    asm("{ .reg .pred g, t; testp.number." SUFFIX " g, %3; setp.gtu.and." SUFFIX               \
+        " t, %1, %2, g; selp.u32 %0, 1, 0, t; }"                                              \
+        : "=r"(r) : REG(high), REG(low), REG(held));                                           \
+    return r;                                                                                  \
+  }                                                                                            \
+  __device__ __forceinline__ bool last_wins(TYPE high, TYPE low, TYPE held, TYPE a) {         \
+    uint32_t r;                                                                                \
+    asm("{ .reg .pred g, n, t; testp.number." SUFFIX " g, %3; testp.notanumber." SUFFIX        \
+        " n, %4; or.pred g, g, n; setp.geu.and." SUFFIX " t, %1, %2, g; selp.u32 %0, 1, 0, t; }" \
+        : "=r"(r) : REG(high), REG(low), REG(held), REG(a));                                  \
+    return r;                                                                                  \
+  }
+FASTGNN_MINMAX_COMPARE(float, "f32", "f")
+FASTGNN_MINMAX_COMPARE(double, "f64", "d")
+#undef FASTGNN_MINMAX_COMPARE
+
+// Whether message a, met after the held message b, takes its place, in order_key's order
+// (-0 == +0, NaN beyond every number): strictly better, or with kLastWins equal too (NaNs are
+// equal to each other, as the CPU's last NaN wins). Min compares with the operands swapped.
+template <bool kMax, bool kLastWins, typename acc_t>
+__device__ __forceinline__ bool takes(acc_t a, acc_t b) {
+  const acc_t high = kMax ? a : b, low = kMax ? b : a;
+  if constexpr (kLastWins)
+    return last_wins(high, low, b, a);
+  else
+    return first_wins(high, low, b);
 }
 
 // Packed word for the heavy merge: key in the high half, the source in the low half, stored
@@ -126,6 +150,13 @@ __device__ __forceinline__ int64_t lane_feature(int64_t base, int u, int64_t lan
   return kVector ? base + u : base + u * lanes;
 }
 
+// Whether the lane's feature u exists: always with kVector (base < width, a multiple of 4),
+// which keeps the check out of the edge loop.
+template <bool kVector>
+__device__ __forceinline__ bool in_row(int64_t base, int u, int64_t lanes, int64_t width) {
+  return kVector || lane_feature<kVector>(base, u, lanes) < width;
+}
+
 template <bool kVector, typename scalar_t>
 __device__ __forceinline__ void load_lane(const scalar_t* __restrict__ row, int64_t base,
                                           int64_t lanes, int64_t width,
@@ -176,7 +207,6 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     unsigned long long* __restrict__ packed, int64_t width,
                                     int lanes_log2) {
   using acc_t = typename Scalar<scalar_t>::acc;
-  using key_t = typename OrderBits<acc_t>::key_t;
   const int64_t lanes = int64_t(1) << lanes_log2;
   const int64_t group = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> lanes_log2;
   const int64_t lane = threadIdx.x & (lanes - 1);
@@ -197,29 +227,37 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
   }
   const int64_t first = kVector ? lane * kLightPerLane : lane;
   for (int64_t base = first; base < width; base += lanes * kLightPerLane) {
-    key_t key[kLightPerLane];
-    scalar_t value[kLightPerLane];
+    scalar_t value[kLightPerLane];  // the held message
     index_t source[kLightPerLane];  // weighted: the CSR position
     int64_t head[kLightPerLane];    // the weight column of each feature (weighted)
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
-      key[u] = worst_key<kMax, key_t>();
       value[u] = Scalar<scalar_t>::store(acc_t(0));
       source[u] = index_t(-1);
       head[u] = kWeighted ? min(lane_feature<kVector>(base, u, lanes), width - 1) / span : 0;
     }
-    auto consider = [&](int u, index_t e, index_t j, scalar_t v) {
+    // The row's first message is held as it is (first), so that every later one compares with
+    // a message rather than a sentinel that a message could equal.
+    auto consider = [&](int u, index_t e, index_t j, scalar_t v, bool first) {
       const scalar_t m = message<kWeighted>(v, weight, perm, e, heads, head[u]);
-      const key_t k = order_key<kMax>(Scalar<scalar_t>::load(m));
-      if (takes<kMax, kLastWins>(k, key[u])) {
-        key[u] = k;
+      if (first || takes<kMax, kLastWins>(Scalar<scalar_t>::load(m),
+                                          Scalar<scalar_t>::load(value[u]))) {
         value[u] = m;
         source[u] = kWeighted ? e : j;
       }
     };
+    auto single_edge = [&](index_t e, bool first) {
+      const index_t j = col[e];
+      scalar_t v[kLightPerLane];
+      load_lane<kVector>(x + int64_t(j) * width, base, lanes, width, v);
+#pragma unroll
+      for (int u = 0; u < kLightPerLane; ++u)
+        if (in_row<kVector>(base, u, lanes, width)) consider(u, e, j, v[u], first);
+    };
+    index_t e = begin;
+    if (e < end) single_edge(e++, true);
     // Edges in pairs: both rows' loads are issued before either is compared (more loads in
     // flight), and the comparisons still run in edge order.
-    index_t e = begin;
     for (; e + 1 < end; e += 2) {
       const index_t j0 = col[e], j1 = col[e + 1];
       scalar_t v0[kLightPerLane], v1[kLightPerLane];
@@ -227,20 +265,13 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
       load_lane<kVector>(x + int64_t(j1) * width, base, lanes, width, v1);
 #pragma unroll
       for (int u = 0; u < kLightPerLane; ++u) {
-        if (lane_feature<kVector>(base, u, lanes) < width) {
-          consider(u, e, j0, v0[u]);
-          consider(u, e + 1, j1, v1[u]);
+        if (in_row<kVector>(base, u, lanes, width)) {
+          consider(u, e, j0, v0[u], false);
+          consider(u, e + 1, j1, v1[u], false);
         }
       }
     }
-    if (e < end) {
-      const index_t j = col[e];
-      scalar_t v[kLightPerLane];
-      load_lane<kVector>(x + int64_t(j) * width, base, lanes, width, v);
-#pragma unroll
-      for (int u = 0; u < kLightPerLane; ++u)
-        if (lane_feature<kVector>(base, u, lanes) < width) consider(u, e, j, v[u]);
-    }
+    if (e < end) single_edge(e, false);
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
       const int64_t f = lane_feature<kVector>(base, u, lanes);
