@@ -11,11 +11,16 @@
 // type, and the CSR position e takes the source's place everywhere (arg, packed words): ties
 // then go to the smallest position, the smallest source and then the earliest duplicate.
 // With kLastWins (light path only) an equal key replaces the held one: the row's latest equal
-// message wins (DGL's rule on a CSR whose rows hold their edges in edge-id order).
+// message wins (DGL's rule on a CSR whose rows hold their edges in edge-id order). With
+// kIgnoreNaN (light path only; DGL's CUDA rule: its kernels start each entry from the
+// identity with no winner and compare with <, false for NaN) an entry starts from the key of
+// -inf (max; +inf for min) with no source and NaN messages are skipped, so rows no message won
+// keep the identity.
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 namespace fastgnn {
@@ -48,6 +53,12 @@ __device__ __forceinline__ typename OrderBits<acc_t>::key_t order_key(acc_t v) {
   if (magnitude > B::kInf) return kMax ? ~key_t(0) : key_t(0);
   if (magnitude == 0) return B::kSign;
   return (u & B::kSign) ? ~u : (u | B::kSign);
+}
+
+template <typename acc_t>
+__device__ __forceinline__ bool is_nan(acc_t v) {
+  using B = OrderBits<acc_t>;
+  return (B::bits(v) & ~B::kSign) > B::kInf;  // bits: --use_fast_math leaves them exact
 }
 
 // The key that every real value beats (no number or NaN maps to it).
@@ -164,7 +175,7 @@ __device__ __forceinline__ int64_t split_ordinal(const SplitWorkView& work, int6
 // launch with packed set does only the items of split rows, merging their winners into
 // packed[k, f] (k: the split row's ordinal) by 64-bit atomics; one without does the rest.
 template <typename scalar_t, typename index_t, bool kMax, bool kVector, bool kWeighted,
-          bool kLastWins>
+          bool kLastWins, bool kIgnoreNaN>
 __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
@@ -201,15 +212,20 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
     scalar_t value[kLightPerLane];
     index_t source[kLightPerLane];  // weighted: the CSR position
     int64_t head[kLightPerLane];    // the weight column of each feature (weighted)
+    // the value an entry no message wins keeps: 0, or the identity under kIgnoreNaN, whose key
+    // then starts the comparisons (an equal message wins it only with kLastWins)
+    constexpr acc_t kInf = std::numeric_limits<acc_t>::infinity();
+    const acc_t unwon = kIgnoreNaN ? (kMax ? -kInf : kInf) : acc_t(0);
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
-      key[u] = worst_key<kMax, key_t>();
-      value[u] = Scalar<scalar_t>::store(acc_t(0));
+      key[u] = kIgnoreNaN ? order_key<kMax>(unwon) : worst_key<kMax, key_t>();
+      value[u] = Scalar<scalar_t>::store(unwon);
       source[u] = index_t(-1);
       head[u] = kWeighted ? min(lane_feature<kVector>(base, u, lanes), width - 1) / span : 0;
     }
     auto consider = [&](int u, index_t e, index_t j, scalar_t v) {
       const scalar_t m = message<kWeighted>(v, weight, perm, e, heads, head[u]);
+      if (kIgnoreNaN && is_nan(Scalar<scalar_t>::load(m))) return;
       const key_t k = order_key<kMax>(Scalar<scalar_t>::load(m));
       if (takes<kMax, kLastWins>(k, key[u])) {
         key[u] = k;
@@ -565,7 +581,7 @@ namespace {
 void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   SplitWorkView work, const void* x, EdgeWeights weights, void* out, void* arg,
                   unsigned long long* packed, int64_t width, bool is_max, bool last_wins,
-                  int warps, cudaStream_t stream) {
+                  bool ignore_nan, int warps, cudaStream_t stream) {
   const int threads = warps * kWarp;
   const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
   const int64_t blocks = ceil_div(num_rows << lanes_log2, threads);
@@ -582,23 +598,28 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
         dispatch_weighted(weights, [&](auto w) {
           constexpr bool kWeighted = decltype(w)::value;
           dispatch_bool(last_wins, [&](auto t) {
-            constexpr bool kLastWins = decltype(t)::value;
-            auto launch = [&](auto kernel) {
-              kernel<<<unsigned(blocks), threads, 0, stream>>>(
-                  static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
-                  static_cast<const index_t*>(rows), num_rows, work,
-                  static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
-                  static_cast<const index_t*>(weights.perm), weights.heads, span,
-                  static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
-                  packed, width, lanes_log2);
-            };
-            if constexpr (std::is_same_v<scalar_t, float>) {
-              if (vector_rows) {
-                launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted, kLastWins>);
-                return;
+            dispatch_bool(ignore_nan, [&](auto n) {
+              constexpr bool kLastWins = decltype(t)::value;
+              constexpr bool kIgnoreNaN = decltype(n)::value;
+              auto launch = [&](auto kernel) {
+                kernel<<<unsigned(blocks), threads, 0, stream>>>(
+                    static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+                    static_cast<const index_t*>(rows), num_rows, work,
+                    static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
+                    static_cast<const index_t*>(weights.perm), weights.heads, span,
+                    static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
+                    packed, width, lanes_log2);
+              };
+              if constexpr (std::is_same_v<scalar_t, float>) {
+                if (vector_rows) {
+                  launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted, kLastWins,
+                                             kIgnoreNaN>);
+                  return;
+                }
               }
-            }
-            launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted, kLastWins>);
+              launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted, kLastWins,
+                                         kIgnoreNaN>);
+            });
           });
         });
       });
@@ -610,10 +631,10 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
 
 void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   const void* x, EdgeWeights weights, void* out, void* arg, int64_t width,
-                  bool is_max, bool last_wins, int warps, cudaStream_t stream) {
+                  bool is_max, bool last_wins, bool ignore_nan, int warps, cudaStream_t stream) {
   if (num_rows == 0 || width == 0) return;
   launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, weights, out, arg, nullptr, width,
-               is_max, last_wins, warps, stream);
+               is_max, last_wins, ignore_nan, warps, stream);
   check_launch("minmax_light");
 }
 
@@ -627,7 +648,7 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
     cudaMemsetAsync(packed, is_max ? 0x00 : 0xff,
                     work.split_rows * width * sizeof(unsigned long long), stream);
     launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, packed, width,
-                 is_max, false, warps, stream);
+                 is_max, false, false, warps, stream);
     dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
       dispatch_reduce(is_max, [&](auto m) {
@@ -640,7 +661,7 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
   }
   // packed may live in out's memory: the other rows are written only once it is read.
   launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, nullptr, width,
-               is_max, false, warps, stream);
+               is_max, false, false, warps, stream);
   check_launch("minmax_split");
   minmax_heavy_values(type, csr, work.split_row, work.split_rows, x, weights, arg, out, width,
                       stream);
