@@ -49,13 +49,16 @@ TORCH_LIBRARY(fastgnn, m) {
   // launch choice (warps per block in bits 0-7, edges per heavy block in bits 8-31; 0:
   // defaults; bits 32-47: the edges per work item of the load-balanced path, which then does
   // every row, its work list cached per graph_key, 0: built for the call). last_wins takes the
-  // light path only (no heavy_rows, no load-balanced config).
+  // light path only (no heavy_rows, no load-balanced config), as does ignore_nan (DGL's rule:
+  // each entry starts from the identity, -inf for max or +inf for min, with no winner, arg -1,
+  // and an ordered comparison takes a message, so NaN never wins; with last_wins an equal
+  // message wins too).
   // t_rowptr/t_col (the transposed CSR) are not read here: they are passed through so that
   // autograd keeps them for a deterministic GPU backward.
   m.def("minmax_aggregate(Tensor rowptr, Tensor col, Tensor x, bool is_max, Tensor? light_rows, "
         "Tensor? heavy_rows, int max_degree, int config, Tensor? t_rowptr, Tensor? t_col, "
         "int graph_key=0, Tensor? weight=None, Tensor? edge_perm=None, "
-        "bool last_wins=False) -> (Tensor, Tensor)");
+        "bool last_wins=False, bool ignore_nan=False) -> (Tensor, Tensor)");
   // grad_x[arg[i, f], f] += grad_out[i, f] (arg -1: nothing), grad_x with num_src rows. With
   // col, weight and edge_perm (the forward's), arg holds CSR positions p: grad_x[col[p], f] +=
   // grad_out[i, f] * weight[edge_perm[p], f / (F / H)]. With the transposed CSR the GPU pulls

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from fastgnn._minmax_unwon import route_unwon_to_first
 from fastgnn.cbsr import CBSR
 from fastgnn.cbsr import index_dtype as cbsr_index_dtype
 from fastgnn.graph import Graph
@@ -54,7 +55,7 @@ def spmm(g: Graph, x: torch.Tensor, norm: str = "none", edge_weight: Optional[to
 
 def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
               edge_weight: Optional[torch.Tensor] = None,
-              ties: str = "smallest-source") -> torch.Tensor:
+              ties: str = "smallest-source", nan: str = "propagate") -> torch.Tensor:
     """Sum, mean, min or max of in-neighbour features (times ``edge_weight``: ``[E]``, or
     ``[E, H]`` per head with ``x`` ``[N, H, ...]``, input edge order); isolated destinations
     get zeros.
@@ -62,7 +63,8 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
     Min/max are a gather at the winning message, so the whole gradient goes to that message's
     source and edge (ties: the smallest source, then the earliest duplicate edge; with
     ``ties="first-edge"``/``"last-edge"`` the smallest/largest input edge id), not split
-    among tied messages as scatter_reduce's is.
+    among tied messages as scatter_reduce's is. ``nan="ignore"``: DGL's rule (see
+    ``fastgnn.ops.aggregate``), entries no message won holding the identity.
     """
     if reduce in ("sum", "mean"):
         if edge_weight is None or edge_weight.dim() == 1:
@@ -70,10 +72,40 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
         heads = edge_weight.shape[1]
         return torch.stack([spmm(g, x[:, h], reduce=reduce, edge_weight=edge_weight[:, h])
                             for h in range(heads)], dim=1)
-    msg = _messages(g, x, edge_weight)
-    _, arg = _reduce_with_arg(g, msg.detach(), reduce, ties)
-    won = torch.gather(msg, 0, arg.clamp(min=0))
-    return torch.where(arg >= 0, won, torch.zeros_like(won))
+    with torch.no_grad():
+        _, arg = _reduce_with_arg(g, _messages(g, x, edge_weight), reduce, ties, nan)
+    won = _winning_messages(g, x, edge_weight, arg)
+    if nan == "propagate":
+        return torch.where(arg >= 0, won, torch.zeros_like(won))
+    out = torch.where(arg >= 0, won, torch.full_like(won, _identity(reduce)))
+    weight = None if edge_weight is None else edge_weight.reshape(g.num_edges, -1).to(x.dtype)
+    flat = route_unwon_to_first(out.reshape(out.shape[0], -1), arg.reshape(out.shape[0], -1) < 0,
+                                x.reshape(x.shape[0], -1), weight)
+    return flat.reshape(out.shape)
+
+
+def _identity(reduce: str) -> float:
+    return float("-inf") if reduce == "max" else float("inf")
+
+
+def _winning_messages(g: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor],
+                      arg: torch.Tensor) -> torch.Tensor:
+    """The message of the winning CSR position ``arg[i, ...]`` at each output entry (0 where
+    it is -1), computed from the winners alone, so that no gradient path runs through the
+    messages that lost (a NaN or infinite one times its zero gradient would make the weight's
+    gradient NaN)."""
+    src, _ = _csr_edges(g)
+    position = arg.clamp(min=0)
+    won = torch.gather(x, 0, src[position])
+    won = torch.where(arg >= 0, won, torch.zeros_like(won))
+    if edge_weight is None:
+        return won
+    w = _user_to_csr(g, edge_weight).to(x.dtype)
+    if x.dim() > 1:  # one weight per edge (and head) over the head's features
+        heads = edge_weight.shape[1] if edge_weight.dim() > 1 else 1
+        w = w.reshape((g.num_edges, heads) + (1,) * (x.dim() - 2))
+        w = w.expand((g.num_edges,) + tuple(x.shape[1:]))
+    return won * torch.gather(w, 0, position)
 
 
 def _messages(g: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor]) -> torch.Tensor:
@@ -92,39 +124,52 @@ def _messages(g: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor]) ->
 
 def aggregate_with_arg(g: Graph, x: torch.Tensor, reduce: str,
                        edge_weight: Optional[torch.Tensor] = None,
-                       ties: str = "smallest-source") -> Tuple[torch.Tensor, torch.Tensor]:
+                       ties: str = "smallest-source",
+                       nan: str = "propagate") -> Tuple[torch.Tensor, torch.Tensor]:
     """Min or max aggregation and, per output entry, the winning source index, or with
     ``edge_weight`` the winning edge's CSR position.
 
     Ties go to the smallest source index (then the earliest duplicate edge: the smallest CSR
     position; ``ties="first-edge"``/``"last-edge"``: the smallest/largest input edge id); NaN
     wins (and propagates) like ``torch.scatter_reduce(..., "amin"/"amax")``. Isolated
-    destinations: value 0, index -1.
+    destinations: value 0, index -1. ``nan="ignore"``: DGL's rule, -1 where no message won
+    and the identity as the value.
     """
-    out, arg = _reduce_with_arg(g, _messages(g, x, edge_weight), reduce, ties)
+    out, arg = _reduce_with_arg(g, _messages(g, x, edge_weight), reduce, ties, nan)
     if edge_weight is None:
         src, _ = _csr_edges(g)
         arg = torch.where(arg >= 0, src[arg.clamp(min=0)], arg)
     return out, arg
 
 
-def _reduce_with_arg(g: Graph, msg: torch.Tensor, reduce: str, ties: str = "smallest-source"
-                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+def _reduce_with_arg(g: Graph, msg: torch.Tensor, reduce: str, ties: str = "smallest-source",
+                     nan: str = "propagate") -> Tuple[torch.Tensor, torch.Tensor]:
     """Min/max of CSR-ordered messages ``msg`` per destination and the winning CSR position
     (among ties the smallest, or the one of the smallest or largest input edge id; -1 and
-    value 0 where there is none)."""
+    value 0 where there is none). ``nan="ignore"``: DGL's rule, NaN messages never win and
+    an entry starts from the identity, which an equal message wins only under "last-edge";
+    -1 and the identity where no message wins."""
     if reduce not in ("min", "max"):
         raise ValueError(f"reduce must be 'min' or 'max', got {reduce!r}")
     _, dst = _csr_edges(g)
     width = msg.shape[1:]
     index = dst.view(-1, *([1] * len(width))).expand_as(msg)
-    out = torch.zeros((g.num_dst_nodes,) + tuple(width), dtype=msg.dtype, device=msg.device)
-    out = out.scatter_reduce(0, index, msg, "amax" if reduce == "max" else "amin",
-                             include_self=False)
-    # Winner: smallest position whose value equals the result (NaN matches NaN). CSR rows hold
-    # their sources ascending, duplicates in input order: the smallest source, then the
-    # earliest duplicate.
-    won = (msg == out[dst]) | (msg.isnan() & out[dst].isnan())
+    kind = "amax" if reduce == "max" else "amin"
+    if nan == "ignore":
+        identity = _identity(reduce)
+        out = torch.full((g.num_dst_nodes,) + tuple(width), identity, dtype=msg.dtype,
+                         device=msg.device)
+        out = out.scatter_reduce(0, index, torch.where(msg.isnan(), identity, msg), kind)
+        won = msg == out[dst]  # false for NaN
+        if ties != "last-edge":  # a strict comparison: a message equal to the start never wins
+            won &= msg != identity
+    else:
+        out = torch.zeros((g.num_dst_nodes,) + tuple(width), dtype=msg.dtype, device=msg.device)
+        out = out.scatter_reduce(0, index, msg, kind, include_self=False)
+        # NaN matches NaN
+        won = (msg == out[dst]) | (msg.isnan() & out[dst].isnan())
+    # Winner: smallest position whose value equals the result. CSR rows hold their sources
+    # ascending, duplicates in input order: the smallest source, then the earliest duplicate.
     pos = torch.arange(msg.shape[0], device=msg.device)
     # the rank that picks among ties: the CSR position, or the input edge id (negated for the
     # largest), and back from the picked rank to its position

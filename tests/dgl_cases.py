@@ -55,6 +55,22 @@ def tied_leaves(*shapes, seed=0, low=-1, high=3, dtype=torch.float32):
             .requires_grad_() for shape in shapes]
 
 
+def special_leaves(*shapes, seed=0, dtype=torch.float32):
+    """Small integers, ties, NaN and +-inf (a sixth of the entries each): rows whose messages are
+    all NaN, all -inf or hold +inf, and NaN among ties; sums stay exact."""
+    pool = torch.tensor([float("nan"), float("-inf"), float("inf"), -1.0, 0.0, 1.0, 1.0, 2.0,
+                         float("nan"), float("-inf"), float("inf"), 0.0], dtype=dtype)
+    gen = torch.Generator().manual_seed(seed)
+    return [pool[torch.randint(0, len(pool), shape, generator=gen)].requires_grad_()
+            for shape in shapes]
+
+
+def assert_same(actual, expected):
+    """Bit for bit, NaN equal to NaN."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+
+
 def exact_grads(out: torch.Tensor, inputs, seed: int = 1):
     """Gradients of a fixed small-integer projection of ``out`` (infinite entries included)
     with respect to ``inputs``."""

@@ -2,13 +2,18 @@
 // the feature loop innermost, branch-free and contiguous so the compiler vectorises it. The
 // winning source is tracked alongside the running value; with edge weights (kWeighted) each
 // message is x[col[e], f] * weight[edge e, head of f] and the winning CSR position e is tracked.
-// Equal messages: the earliest edge of the row wins, or with kLastWins the latest.
+// Equal messages: the earliest edge of the row wins, or with kLastWins the latest. With
+// kIgnoreNaN (DGL's rule) a row starts from the identity (-inf for max, +inf for min) with no
+// winner (-1) and takes a message only when an ordered comparison says it is better (with
+// kLastWins: better or equal), so NaN messages never win and rows no message won keep the
+// identity.
 #include "cpu/cpu_common.h"
 #include "minmax_checks.h"
 
 #include <torch/library.h>
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,10 +28,13 @@ namespace {
 // strict comparison keeps the earliest edge (the smallest source) among ties; kLastWins keeps
 // the latest. NaN beats every number and, once held, is replaced by nothing (kLastWins: by a
 // later NaN only, as by a later equal number): !(v >= b) is true for v NaN, b == b is false
-// for b NaN; v >= b is false when either is NaN, v != v true for v NaN.
-template <bool kMax, bool kLastWins, typename acc_t>
+// for b NaN; v >= b is false when either is NaN, v != v true for v NaN. kIgnoreNaN: ordered
+// comparisons alone, false for NaN.
+template <bool kMax, bool kLastWins, bool kIgnoreNaN, typename acc_t>
 inline bool replaces(acc_t v, acc_t b) {
-  if constexpr (kLastWins)
+  if constexpr (kIgnoreNaN)
+    return kLastWins ? (kMax ? v >= b : v <= b) : (kMax ? v > b : v < b);
+  else if constexpr (kLastWins)
     return (kMax ? v >= b : v <= b) | (v != v);
   else
     return (kMax ? !(v <= b) : !(v >= b)) & (b == b);
@@ -72,7 +80,7 @@ constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its
 
 // float32 features with int32 sources, the common case: features [f0, f0 + W * kVecs) of one
 // row over edges [begin, end), the running values and sources held in vector registers.
-template <bool kMax, bool kWeighted, bool kLastWins, int W, int kVecs>
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, int kVecs>
 inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, int32_t begin,
                                                             int32_t end, const float* x,
                                                             HeadWeights<float, int32_t> hw,
@@ -95,7 +103,11 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
       typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);
       if constexpr (kWeighted) v = v * hw.at(e);
       typename L::i32 take;  // as replaces()
-      if constexpr (kLastWins)
+      if constexpr (kIgnoreNaN && kLastWins)
+        take = kMax ? v >= best[k] : v <= best[k];
+      else if constexpr (kIgnoreNaN)
+        take = kMax ? v > best[k] : v < best[k];
+      else if constexpr (kLastWins)
         take = (kMax ? v >= best[k] : v <= best[k]) | (v != v);
       else
         take = (kMax ? ~(v <= best[k]) : ~(v >= best[k])) & (best[k] == best[k]);
@@ -114,7 +126,7 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 // reduce_tile_f32 at 16 lanes for AVX-512, in intrinsics: GCC compiles the vector extensions'
 // 16-lane selects element by element (20x slower). Not always_inline: only the AVX-512 row
 // clone may inline it (a function of another target may not), the others never call it.
-template <bool kMax, bool kWeighted, bool kLastWins, int kVecs>
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int kVecs>
 FASTGNN_TARGET_AVX512 void reduce_tile_f32_avx512(
     const int32_t* col, int32_t begin, int32_t end, const float* x,
     HeadWeights<float, int32_t> hw, int64_t width, int64_t f0, float* b, int32_t* a) {
@@ -134,9 +146,13 @@ FASTGNN_TARGET_AVX512 void reduce_tile_f32_avx512(
       __m512 v = _mm512_loadu_ps(xj + 16 * k);
       if constexpr (kWeighted) v = _mm512_mul_ps(v, _mm512_set1_ps(hw.at(e)));
       // replaces(): !(v <= b) (min: !(v >= b)), true when either is NaN, and b not NaN;
-      // kLastWins: v >= b (min: v <= b), false when either is NaN, or v NaN
+      // kLastWins: v >= b (min: v <= b), false when either is NaN, or v NaN; kIgnoreNaN: the
+      // ordered comparison alone
       __mmask16 take;
-      if constexpr (kLastWins)
+      if constexpr (kIgnoreNaN)
+        take = _mm512_cmp_ps_mask(v, best[k], kLastWins ? (kMax ? _CMP_GE_OQ : _CMP_LE_OQ)
+                                                        : (kMax ? _CMP_GT_OQ : _CMP_LT_OQ));
+      else if constexpr (kLastWins)
         take = _mm512_cmp_ps_mask(v, best[k], kMax ? _CMP_GE_OQ : _CMP_LE_OQ) |
                _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       else
@@ -156,8 +172,8 @@ FASTGNN_TARGET_AVX512 void reduce_tile_f32_avx512(
 #endif  // FASTGNN_VECTOR_TILES
 
 // Any types: features [f0, f1) of one row over edges [begin, end).
-template <bool kMax, bool kWeighted, bool kLastWins, typename scalar_t, typename index_t,
-          typename acc_t>
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, typename scalar_t,
+          typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_features(const index_t* col, index_t begin,
                                                             index_t end, const scalar_t* x,
                                                             HeadWeights<scalar_t, index_t> hw,
@@ -169,7 +185,7 @@ inline __attribute__((always_inline)) void reduce_features(const index_t* col, i
     const scalar_t* xj = x + int64_t(j) * width;
     for (int64_t f = f0; f < f1; ++f) {
       const acc_t v = message<kWeighted, scalar_t, acc_t>(xj[f], hw, e);
-      const bool take = replaces<kMax, kLastWins>(v, b[f]);
+      const bool take = replaces<kMax, kLastWins, kIgnoreNaN>(v, b[f]);
       b[f] = take ? v : b[f];
       a[f] = take ? won : a[f];
     }
@@ -177,9 +193,10 @@ inline __attribute__((always_inline)) void reduce_features(const index_t* col, i
 }
 
 // Features [f0, f1) (one head's, with weights) of one row over edges [begin, end), b and a
-// already holding the first edge's messages: vector tiles, then the generic loop.
-template <bool kMax, bool kWeighted, bool kLastWins, int W, typename scalar_t, typename index_t,
-          typename acc_t>
+// already holding the running values (the first edge's messages, or the identity with no
+// winner): vector tiles, then the generic loop.
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, typename scalar_t,
+          typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_span(const index_t* col, index_t begin,
                                                         index_t end, const scalar_t* x,
                                                         HeadWeights<scalar_t, index_t> hw,
@@ -192,36 +209,64 @@ inline __attribute__((always_inline)) void reduce_span(const index_t* col, index
 #ifdef FASTGNN_AVX512_TILES
     if constexpr (W == 16) {
       for (; f0 + W * kVecs <= f1; f0 += W * kVecs)
-        reduce_tile_f32_avx512<kMax, kWeighted, kLastWins, kVecs>(col, begin, end, x, hw, width,
-                                                                   f0, b, a);
+        reduce_tile_f32_avx512<kMax, kWeighted, kLastWins, kIgnoreNaN, kVecs>(
+            col, begin, end, x, hw, width, f0, b, a);
       for (; f0 + W <= f1; f0 += W)
-        reduce_tile_f32_avx512<kMax, kWeighted, kLastWins, 1>(col, begin, end, x, hw, width, f0,
-                                                               b, a);
+        reduce_tile_f32_avx512<kMax, kWeighted, kLastWins, kIgnoreNaN, 1>(
+            col, begin, end, x, hw, width, f0, b, a);
     } else  // NOLINT(readability/braces)
 #endif
     {
       for (; f0 + W * kVecs <= f1; f0 += W * kVecs)
-        reduce_tile_f32<kMax, kWeighted, kLastWins, W, kVecs>(col, begin, end, x, hw, width, f0,
-                                                               b, a);
+        reduce_tile_f32<kMax, kWeighted, kLastWins, kIgnoreNaN, W, kVecs>(
+            col, begin, end, x, hw, width, f0, b, a);
       for (; f0 + W <= f1; f0 += W)
-        reduce_tile_f32<kMax, kWeighted, kLastWins, W, 1>(col, begin, end, x, hw, width, f0, b,
-                                                           a);
+        reduce_tile_f32<kMax, kWeighted, kLastWins, kIgnoreNaN, W, 1>(
+            col, begin, end, x, hw, width, f0, b, a);
     }
   }
 #endif
   if (f0 < f1)
-    reduce_features<kMax, kWeighted, kLastWins>(col, begin, end, x, hw, width, f0, f1, b, a);
+    reduce_features<kMax, kWeighted, kLastWins, kIgnoreNaN>(col, begin, end, x, hw, width, f0,
+                                                            f1, b, a);
+}
+
+// One destination row i under kIgnoreNaN: every entry starts from the identity with no winner
+// (-1), and all of the row's edges are compared against it.
+template <bool kMax, bool kWeighted, bool kLastWins, int W, typename scalar_t, typename index_t,
+          typename acc_t>
+inline __attribute__((always_inline)) void reduce_row_from_identity(
+    const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
+    int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
+    acc_t* b) {
+  index_t* a = arg + i * width;
+  const index_t begin = rowptr[i], end = rowptr[i + 1];
+  constexpr acc_t kInf = std::numeric_limits<acc_t>::infinity();
+  for (int64_t f = 0; f < width; ++f) b[f] = kMax ? -kInf : kInf;
+  for (int64_t f = 0; f < width; ++f) a[f] = index_t(-1);
+  const int64_t span = kWeighted ? width / heads : width;
+  for (int64_t h = 0; h < (kWeighted ? heads : 1); ++h)
+    reduce_span<kMax, kWeighted, kLastWins, true, W>(
+        col, begin, end, x, HeadWeights<scalar_t, index_t>{weight + h, heads, perm}, width,
+        h * span, (h + 1) * span, b, a);
+  scalar_t* o = out + i * width;
+  for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
 
 // One destination row i: out/arg row i; b is a per-thread buffer of width entries. W is the
 // vector width of the float32 fast path. With weights ([E, heads], CSR order) each head's
 // features are reduced with that head's weight column.
-template <bool kMax, bool kWeighted, bool kLastWins, int W, typename scalar_t, typename index_t,
-          typename acc_t>
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, typename scalar_t,
+          typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_row(
     const index_t* rowptr, const index_t* col, const scalar_t* x, const scalar_t* weight,
     int64_t heads, const index_t* perm, scalar_t* out, index_t* arg, int64_t i, int64_t width,
     acc_t* b) {
+  if constexpr (kIgnoreNaN) {
+    reduce_row_from_identity<kMax, kWeighted, kLastWins, W>(rowptr, col, x, weight, heads, perm,
+                                                            out, arg, i, width, b);
+    return;
+  }
   scalar_t* o = out + i * width;
   index_t* a = arg + i * width;
   const index_t begin = rowptr[i], end = rowptr[i + 1];
@@ -239,20 +284,21 @@ inline __attribute__((always_inline)) void reduce_row(
       for (int64_t f = h * span; f < (h + 1) * span; ++f)
         b[f] = message<kWeighted, scalar_t, acc_t>(x0[f], hw, begin);
       for (int64_t f = h * span; f < (h + 1) * span; ++f) a[f] = begin;
-      reduce_span<kMax, kWeighted, kLastWins, W>(col, begin + 1, end, x, hw, width, h * span,
-                                                 (h + 1) * span, b, a);
+      reduce_span<kMax, kWeighted, kLastWins, false, W>(col, begin + 1, end, x, hw, width,
+                                                        h * span, (h + 1) * span, b, a);
     }
   } else {
     for (int64_t f = 0; f < width; ++f) b[f] = acc_t(x0[f]);
     for (int64_t f = 0; f < width; ++f) a[f] = first;
-    reduce_span<kMax, kWeighted, kLastWins, W>(col, begin + 1, end, x,
-                                               HeadWeights<scalar_t, index_t>{nullptr, 0, nullptr},
-                                               width, 0, width, b, a);
+    reduce_span<kMax, kWeighted, kLastWins, false, W>(
+        col, begin + 1, end, x, HeadWeights<scalar_t, index_t>{nullptr, 0, nullptr}, width, 0,
+        width, b, a);
   }
   for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(b[f]);
 }
 
-template <typename scalar_t, typename index_t, bool kMax, bool kWeighted, bool kLastWins>
+template <typename scalar_t, typename index_t, bool kMax, bool kWeighted, bool kLastWins,
+          bool kIgnoreNaN>
 void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
                  const scalar_t* weight, int64_t heads, const index_t* perm, scalar_t* out,
                  index_t* arg, int64_t rows, int64_t width) {
@@ -263,9 +309,10 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i)
       // tiles of 16 lanes on AVX-512, 8 on AVX2, 4 on the baseline ISA
-      on_widest_isa<reduce_row<kMax, kWeighted, kLastWins, 16, scalar_t, index_t, acc_t>,
-                    reduce_row<kMax, kWeighted, kLastWins, 8, scalar_t, index_t, acc_t>,
-                    reduce_row<kMax, kWeighted, kLastWins, 4, scalar_t, index_t, acc_t>>(
+      on_widest_isa<
+          reduce_row<kMax, kWeighted, kLastWins, kIgnoreNaN, 16, scalar_t, index_t, acc_t>,
+          reduce_row<kMax, kWeighted, kLastWins, kIgnoreNaN, 8, scalar_t, index_t, acc_t>,
+          reduce_row<kMax, kWeighted, kLastWins, kIgnoreNaN, 4, scalar_t, index_t, acc_t>>(
           rowptr, col, x, weight, heads, perm, out, arg, i, width, best.data());
   }
 }
@@ -342,7 +389,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
     int64_t /*config*/, const c10::optional<at::Tensor>& /*t_rowptr*/,
     const c10::optional<at::Tensor>& /*t_col*/, int64_t /*graph_key*/,
     const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& edge_perm,
-    bool last_wins) {
+    bool last_wins, bool ignore_nan) {
   check_csr(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2, "minmax_aggregate: x must be 2-D [num_src, F], got ", x.dim(), " dims");
   const int64_t rows = rowptr.numel() - 1, width = x.size(1);
@@ -357,15 +404,21 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cpu(
     FASTGNN_DISPATCH_FLOAT(x.scalar_type(), "minmax_aggregate", [&] {
       const scalar_t* w = heads > 0 ? wc.data_ptr<scalar_t>() : nullptr;
       const index_t* perm = permuted ? edge_perm->data_ptr<index_t>() : nullptr;
-      auto run = [&](auto is_max_tag, auto weighted_tag, auto last_wins_tag) {
+      auto run = [&](auto is_max_tag, auto weighted_tag, auto last_wins_tag,
+                     auto ignore_nan_tag) {
         minmax_rows<scalar_t, index_t, decltype(is_max_tag)::value,
-                    decltype(weighted_tag)::value, decltype(last_wins_tag)::value>(
+                    decltype(weighted_tag)::value, decltype(last_wins_tag)::value,
+                    decltype(ignore_nan_tag)::value>(
             rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), xc.data_ptr<scalar_t>(), w,
             heads, perm, out.data_ptr<scalar_t>(), arg.data_ptr<index_t>(), rows, width);
       };
+      auto by_nan = [&](auto is_max_tag, auto weighted_tag, auto last_wins_tag) {
+        if (ignore_nan) run(is_max_tag, weighted_tag, last_wins_tag, std::true_type{});
+        else run(is_max_tag, weighted_tag, last_wins_tag, std::false_type{});
+      };
       auto by_ties = [&](auto is_max_tag, auto weighted_tag) {
-        if (last_wins) run(is_max_tag, weighted_tag, std::true_type{});
-        else run(is_max_tag, weighted_tag, std::false_type{});
+        if (last_wins) by_nan(is_max_tag, weighted_tag, std::true_type{});
+        else by_nan(is_max_tag, weighted_tag, std::false_type{});
       };
       auto by_weight = [&](auto is_max_tag) {
         if (w) by_ties(is_max_tag, std::true_type{}); else by_ties(is_max_tag, std::false_type{});

@@ -52,7 +52,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
     int64_t max_degree, int64_t config, const c10::optional<at::Tensor>& /*t_rowptr*/,
     const c10::optional<at::Tensor>& /*t_col*/, int64_t graph_key,
     const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& edge_perm,
-    bool last_wins) {
+    bool last_wins, bool ignore_nan) {
   const c10::cuda::CUDAGuard guard(x.device());
   const CsrView csr = csr_view(rowptr, col, "minmax_aggregate");
   TORCH_CHECK(x.dim() == 2 && x.is_cuda(),
@@ -61,9 +61,10 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
   const int64_t width = x.size(1);
   const int64_t heads = check_minmax_weight(weight, edge_perm, col, x, "minmax_aggregate");
   // the packed merges of the heavy and load-balanced paths keep the earliest of equal words
-  TORCH_CHECK(!last_wins || (launch.split_chunk == 0 && !heavy_rows.has_value()),
-              "minmax_aggregate: last_wins takes the light path only (no heavy_rows, no "
-              "load-balanced config)");
+  // and let NaN win
+  TORCH_CHECK(!(last_wins || ignore_nan) || (launch.split_chunk == 0 && !heavy_rows.has_value()),
+              "minmax_aggregate: last_wins and ignore_nan take the light path only (no "
+              "heavy_rows, no load-balanced config)");
   auto xc = x.contiguous();
   auto wc = heads > 0 ? weight->contiguous() : at::Tensor();
   const EdgeWeights weights{heads > 0 ? wc.data_ptr() : nullptr, heads,
@@ -102,7 +103,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_aggregate_cuda(
   if (light) check_rows(*light, col, "light_rows");
   minmax_light(type, csr, light ? light->data_ptr() : nullptr, light ? light->numel() : csr.rows,
                xc.data_ptr(), weights, out.data_ptr(), arg.data_ptr(), width, is_max, last_wins,
-               launch.warps, stream());
+               ignore_nan, launch.warps, stream());
   if (use_heavy)
     minmax_heavy_values(type, csr, heavy_rows->data_ptr(), heavy_rows->numel(), xc.data_ptr(),
                         weights, arg.data_ptr(), out.data_ptr(), width, stream());

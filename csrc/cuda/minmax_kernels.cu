@@ -11,12 +11,16 @@
 // (kWeighted) every message is x[col[e], f] * weight[perm[e], f / span] rounded to the feature
 // type, and the CSR position e takes the source's place everywhere (arg, packed words): ties
 // then go to the smallest position, the smallest source and then the earliest duplicate.
-// With kLastWins (light path only) an equal message replaces the held one: the row's latest equal
-// message wins (DGL's rule on a CSR whose rows hold their edges in edge-id order).
+// With kLastWins (light path only) an equal message replaces the held one: the row's latest
+// equal message wins (DGL's rule on a CSR whose rows hold their edges in edge-id order). With
+// kIgnoreNaN (light path only; DGL's CUDA rule: its kernels start each entry from the identity
+// with no winner and compare with <, false for NaN) an entry starts from -inf (max; +inf for
+// min) with no source and NaN messages are skipped, so rows no message won keep the identity.
 #include "cuda/common.cuh"
 #include "cuda/minmax_kernels.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 namespace fastgnn {
@@ -35,11 +39,16 @@ __device__ __forceinline__ float key_operand(float v) {
   return r;
 }
 
-// All ones for NaN, else 0 (a PTX test, which no fast-math flag can fold away).
-__device__ __forceinline__ uint32_t nan_mask(float v) {
-  uint32_t m;
-  asm("{ .reg .pred p; testp.notanumber.f32 p, %1; selp.b32 %0, -1, 0, p; }" : "=r"(m) : "f"(v));
-  return m;
+// Whether v is NaN (a PTX test, which no fast-math flag can fold away).
+__device__ __forceinline__ bool is_nan(float v) {
+  uint32_t r;
+  asm("{ .reg .pred p; testp.notanumber.f32 p, %1; selp.u32 %0, 1, 0, p; }" : "=r"(r) : "f"(v));
+  return r;
+}
+__device__ __forceinline__ bool is_nan(double v) {
+  uint32_t r;
+  asm("{ .reg .pred p; testp.notanumber.f64 p, %1; selp.u32 %0, 1, 0, p; }" : "=r"(r) : "d"(v));
+  return r;
 }
 
 // Order-preserving key of the packed words, branch-free (the heavy kernel takes one per
@@ -50,7 +59,8 @@ __device__ __forceinline__ uint32_t nan_mask(float v) {
 template <bool kMax>
 __device__ __forceinline__ uint32_t order_key(float v) {
   const uint32_t u = __float_as_uint(key_operand<kMax>(v));
-  const uint32_t ordered = (u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u)) | nan_mask(v);
+  const uint32_t nan = is_nan(v) ? ~0u : 0u;
+  const uint32_t ordered = (u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u)) | nan;
   return kMax ? ordered : ~ordered;
 }
 
@@ -195,7 +205,7 @@ __device__ __forceinline__ int64_t split_ordinal(const SplitWorkView& work, int6
 // launch with packed set does only the items of split rows, merging their winners into
 // packed[k, f] (k: the split row's ordinal) by 64-bit atomics; one without does the rest.
 template <typename scalar_t, typename index_t, bool kMax, bool kVector, bool kWeighted,
-          bool kLastWins>
+          bool kLastWins, bool kIgnoreNaN>
 __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
                                     const index_t* __restrict__ col,
                                     const index_t* __restrict__ rows, int64_t num_rows,
@@ -230,16 +240,22 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
     scalar_t value[kLightPerLane];  // the held message
     index_t source[kLightPerLane];  // weighted: the CSR position
     int64_t head[kLightPerLane];    // the weight column of each feature (weighted)
+    // the value an entry no message wins keeps: 0, or the identity under kIgnoreNaN, which then
+    // starts the comparisons (an equal message wins it only with kLastWins)
+    constexpr acc_t kInf = std::numeric_limits<acc_t>::infinity();
+    const acc_t unwon = kIgnoreNaN ? (kMax ? -kInf : kInf) : acc_t(0);
 #pragma unroll
     for (int u = 0; u < kLightPerLane; ++u) {
-      value[u] = Scalar<scalar_t>::store(acc_t(0));
+      value[u] = Scalar<scalar_t>::store(unwon);
       source[u] = index_t(-1);
       head[u] = kWeighted ? min(lane_feature<kVector>(base, u, lanes), width - 1) / span : 0;
     }
     // The row's first message is held as it is (first), so that every later one compares with
-    // a message rather than a sentinel that a message could equal.
+    // a message rather than a sentinel that a message could equal; under kIgnoreNaN the
+    // identity is that sentinel, as in DGL.
     auto consider = [&](int u, index_t e, index_t j, scalar_t v, bool first) {
       const scalar_t m = message<kWeighted>(v, weight, perm, e, heads, head[u]);
+      if (kIgnoreNaN && is_nan(Scalar<scalar_t>::load(m))) return;
       if (first || takes<kMax, kLastWins>(Scalar<scalar_t>::load(m),
                                           Scalar<scalar_t>::load(value[u]))) {
         value[u] = m;
@@ -255,7 +271,7 @@ __global__ void minmax_light_kernel(const index_t* __restrict__ rowptr,
         if (in_row<kVector>(base, u, lanes, width)) consider(u, e, j, v[u], first);
     };
     index_t e = begin;
-    if (e < end) single_edge(e++, true);
+    if (!kIgnoreNaN && e < end) single_edge(e++, true);
     // Edges in pairs: both rows' loads are issued before either is compared (more loads in
     // flight), and the comparisons still run in edge order.
     for (; e + 1 < end; e += 2) {
@@ -596,7 +612,7 @@ namespace {
 void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   SplitWorkView work, const void* x, EdgeWeights weights, void* out, void* arg,
                   unsigned long long* packed, int64_t width, bool is_max, bool last_wins,
-                  int warps, cudaStream_t stream) {
+                  bool ignore_nan, int warps, cudaStream_t stream) {
   const int threads = warps * kWarp;
   const int lanes_log2 = log2_lanes(ceil_div(width, kLightPerLane), kWarp);
   const int64_t blocks = ceil_div(num_rows << lanes_log2, threads);
@@ -613,23 +629,28 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
         dispatch_weighted(weights, [&](auto w) {
           constexpr bool kWeighted = decltype(w)::value;
           dispatch_bool(last_wins, [&](auto t) {
-            constexpr bool kLastWins = decltype(t)::value;
-            auto launch = [&](auto kernel) {
-              kernel<<<unsigned(blocks), threads, 0, stream>>>(
-                  static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
-                  static_cast<const index_t*>(rows), num_rows, work,
-                  static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
-                  static_cast<const index_t*>(weights.perm), weights.heads, span,
-                  static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
-                  packed, width, lanes_log2);
-            };
-            if constexpr (std::is_same_v<scalar_t, float>) {
-              if (vector_rows) {
-                launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted, kLastWins>);
-                return;
+            dispatch_bool(ignore_nan, [&](auto n) {
+              constexpr bool kLastWins = decltype(t)::value;
+              constexpr bool kIgnoreNaN = decltype(n)::value;
+              auto launch = [&](auto kernel) {
+                kernel<<<unsigned(blocks), threads, 0, stream>>>(
+                    static_cast<const index_t*>(csr.rowptr), static_cast<const index_t*>(csr.col),
+                    static_cast<const index_t*>(rows), num_rows, work,
+                    static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weights.values),
+                    static_cast<const index_t*>(weights.perm), weights.heads, span,
+                    static_cast<scalar_t*>(out), static_cast<index_t*>(arg),
+                    packed, width, lanes_log2);
+              };
+              if constexpr (std::is_same_v<scalar_t, float>) {
+                if (vector_rows) {
+                  launch(minmax_light_kernel<scalar_t, index_t, kMax, true, kWeighted, kLastWins,
+                                             kIgnoreNaN>);
+                  return;
+                }
               }
-            }
-            launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted, kLastWins>);
+              launch(minmax_light_kernel<scalar_t, index_t, kMax, false, kWeighted, kLastWins,
+                                         kIgnoreNaN>);
+            });
           });
         });
       });
@@ -641,10 +662,10 @@ void launch_light(FloatType type, CsrView csr, const void* rows, int64_t num_row
 
 void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   const void* x, EdgeWeights weights, void* out, void* arg, int64_t width,
-                  bool is_max, bool last_wins, int warps, cudaStream_t stream) {
+                  bool is_max, bool last_wins, bool ignore_nan, int warps, cudaStream_t stream) {
   if (num_rows == 0 || width == 0) return;
   launch_light(type, csr, rows, num_rows, SplitWorkView{}, x, weights, out, arg, nullptr, width,
-               is_max, last_wins, warps, stream);
+               is_max, last_wins, ignore_nan, warps, stream);
   check_launch("minmax_light");
 }
 
@@ -658,7 +679,7 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
     cudaMemsetAsync(packed, is_max ? 0x00 : 0xff,
                     work.split_rows * width * sizeof(unsigned long long), stream);
     launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, packed, width,
-                 is_max, false, warps, stream);
+                 is_max, false, false, warps, stream);
     dispatch_index(csr.index64, [&](auto i) {
       using index_t = decltype(i);
       dispatch_reduce(is_max, [&](auto m) {
@@ -671,7 +692,7 @@ void minmax_split(FloatType type, CsrView csr, SplitWorkView work, const void* x
   }
   // packed may live in out's memory: the other rows are written only once it is read.
   launch_light(type, csr, nullptr, work.items, work, x, weights, out, arg, nullptr, width,
-               is_max, false, warps, stream);
+               is_max, false, false, warps, stream);
   check_launch("minmax_split");
   minmax_heavy_values(type, csr, work.split_row, work.split_rows, x, weights, arg, out, width,
                       stream);

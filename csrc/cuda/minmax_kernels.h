@@ -23,10 +23,11 @@ struct EdgeWeights {
 
 // Light path: a group of lanes per destination, lanes over features, a sequential scan of the
 // row's edges. rows lists the destinations to do (null: all csr.rows of them). Equal messages:
-// the row's earliest edge wins, with last_wins its latest.
+// the row's earliest edge wins, with last_wins its latest. ignore_nan: DGL's rule (every entry
+// starts from the identity with no winner, NaN messages never win).
 void minmax_light(FloatType type, CsrView csr, const void* rows, int64_t num_rows,
                   const void* x, EdgeWeights weights, void* out, void* arg, int64_t width,
-                  bool is_max, bool last_wins, int warps, cudaStream_t stream);
+                  bool is_max, bool last_wins, bool ignore_nan, int warps, cudaStream_t stream);
 
 // Load-balanced path for every row, float32/16/bf16 with fewer than 2^31 sources: one group
 // of lanes per work item (see SplitWorkView), as the light path does per row. The items of

@@ -12,8 +12,9 @@ Fused on fastgnn kernels (no edge-sized feature tensor):
   - ``edge_softmax`` over every edge (``eids=ALL``), ``norm_by`` dst or src:
     ``fastgnn.ops.edge_softmax``, whose output feeds ``u_mul_e_sum`` as per-head weights.
 Max/min keep the tied message DGL keeps (the first or last by edge id, as DGL's kernel for that
-call does: see ``fastgnn.dgl._ties``), and, as DGL does, send the gradient of their ``-inf``/
-``+inf`` entries (destinations without in-edges) to node 0 and edge 0.
+call does: see ``fastgnn.dgl._ties``), skip NaN messages, and, as DGL does, send the gradient of
+the ``-inf``/``+inf`` entries no message won (no in-edges, only NaN messages) to node 0 and
+edge 0 (``fastgnn.dgl._extremes``).
 Everything else (other operators and reducers, edge softmax over a subset of the edges,
 broadcasting that widens the features, heterographs with several edge types, the segment and
 gather ops) runs DGL's own op, with a one-time :class:`fastgnn.FallbackWarning` naming it:
@@ -32,6 +33,7 @@ import torch
 from dgl.base import ALL, is_all
 
 from fastgnn import _adapter, _native, backends, ops
+from fastgnn.dgl._extremes import dgl_extremes
 from fastgnn.dgl._graphs import Unsupported, fastgnn_graph, to_edge_order
 from fastgnn.dgl._ties import dgl_ties, padded_shapes
 from fastgnn.graph import Graph
@@ -72,48 +74,6 @@ def _per_head(x_feat: tuple, e_feat: tuple) -> Optional[int]:
     return None
 
 
-class _EmptyExtremes(torch.autograd.Function):
-    """The rows ``isolated`` of ``out`` set to ``fill`` (None: kept), their gradient sent where
-    DGL sends it: DGL's recorded winners start at node 0 and edge 0 and stay there for a
-    destination without in-edges, so node 0 gets that gradient (times edge 0's data ``e0``) and
-    edge 0 gets it times node 0's features ``x0``."""
-
-    @staticmethod
-    def forward(ctx, out, isolated, fill, x0, e0):
-        ctx.save_for_backward(isolated, x0, e0)
-        return out if fill is None else out.index_fill(0, isolated, fill)
-
-    @staticmethod
-    def backward(ctx, grad):
-        isolated, x0, e0 = ctx.saved_tensors
-        unsent = grad.index_select(0, isolated).sum(0)
-        grad_x0 = unsent if e0 is None else (unsent * e0).sum_to_size(x0.shape)
-        grad_e0 = None if e0 is None else (unsent * x0).sum_to_size(e0.shape)
-        return grad.index_fill(0, isolated, 0), None, None, grad_x0, grad_e0
-
-
-def _empty_extremes(graph: Graph, out: torch.Tensor, reduce_op: str, x: torch.Tensor,
-                    edge_data: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """dgl.ops' max (min) gives destinations without in-edges -inf (+inf), where
-    fastgnn.ops.aggregate (like DGL's update_all) gives 0; on a graph with no edges at all DGL
-    skips its kernel and keeps the zeros (its backward then fails for edge data). The gradient
-    of those entries goes where DGL sends it (see _EmptyExtremes)."""
-    if graph.num_edges == 0:
-        if edge_data is not None or x.shape[0] == 0 or out.shape[0] == 0:
-            return out
-        everything = graph.cached("all_dst", lambda: torch.arange(graph.num_dst_nodes,
-                                                                  device=graph.device))
-        return _EmptyExtremes.apply(out, everything, None, x[0], None)
-    isolated = graph.cached("isolated_dst", lambda: (graph.in_degree == 0).nonzero().view(-1))
-    if isolated.numel() == 0:
-        return out
-    fill = float("-inf") if reduce_op == "max" else float("inf")
-    if x.shape[0] == 0:  # no node 0 for DGL to send the gradient to (its backward fails)
-        return out.index_fill(0, isolated, fill)
-    return _EmptyExtremes.apply(out, isolated, fill, x[0],
-                                None if edge_data is None else edge_data[0])
-
-
 # ---- gspmm -------------------------------------------------------------------------------------
 def _spmm_fused(g, op: str, reduce_op: str, lhs, rhs) -> torch.Tensor:
     graph = fastgnn_graph(g)
@@ -122,8 +82,7 @@ def _spmm_fused(g, op: str, reduce_op: str, lhs, rhs) -> torch.Tensor:
         x = _node_data("lhs_data", lhs, graph.num_src_nodes, graph)
         if not extreme:
             return ops.aggregate(graph, x, reduce_op)
-        out = ops.aggregate(graph, x, reduce_op, ties=dgl_ties(x))
-        return _empty_extremes(graph, out, reduce_op, x)
+        return dgl_extremes(graph, x, reduce_op, dgl_ties(x))
     if op != "mul":
         raise Unsupported(f"op={op!r} with reduce_op={reduce_op!r}")
     x = _node_data("lhs_data", lhs, graph.num_src_nodes, graph)
@@ -138,8 +97,7 @@ def _spmm_fused(g, op: str, reduce_op: str, lhs, rhs) -> torch.Tensor:
     weights = rhs.reshape(graph.num_edges) if heads == 1 else rhs.reshape(graph.num_edges, heads)
     if not extreme:
         return ops.aggregate(graph, x, reduce_op, edge_weight=weights)
-    out = ops.aggregate(graph, x, reduce_op, edge_weight=weights, ties=dgl_ties(x, rhs))
-    return _empty_extremes(graph, out, reduce_op, x, rhs.reshape((graph.num_edges,) + e_feat))
+    return dgl_extremes(graph, x, reduce_op, dgl_ties(x, rhs), edge_weight=weights)
 
 
 def _gspmm(name: str, g, op: str, reduce_op: str, lhs_data, rhs_data):

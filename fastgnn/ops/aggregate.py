@@ -16,7 +16,7 @@ REDUCES = ("sum", "mean", "min", "max")
 
 def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
               edge_weight: Optional[torch.Tensor] = None,
-              ties: str = "smallest-source") -> torch.Tensor:
+              ties: str = "smallest-source", nan: str = "propagate") -> torch.Tensor:
     """``out[i] = reduce_j w_ji * x[j]`` over the in-neighbours j of each destination i.
 
     ``x``: ``[num_src_nodes, *]``. ``edge_weight`` (optional, input edge order, gets a
@@ -30,10 +30,17 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
     ``"last-edge"`` gives equal messages to the smallest or largest input edge id instead
     (DGL's rules; see ``fastgnn.dgl``). The whole gradient of an output entry goes to its
     winning message: its source (times the edge's weight) and its edge.
+    ``nan="ignore"`` reduces as DGL 2.1 does: every entry starts from the identity (-inf for
+    max, +inf for min) and a message replaces the held value when it is greater (less), or with
+    ``ties="last-edge"`` greater or equal; comparisons with NaN are false. So NaN messages never
+    win, and entries that no message wins (no in-edges, only NaN messages, ...) keep the
+    identity, their gradient going to node 0 (times edge 0's weight) and edge 0 (times node 0's
+    features), where DGL's goes.
     """
     check_graph(g)
     _validate.choice("reduce", reduce, REDUCES)
     _validate.choice("ties", ties, minmax.TIES)
+    _validate.choice("nan", nan, minmax.NANS)
     if reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1):
         return spmm(g, x, edge_weight=edge_weight, reduce=reduce)
     _validate.node_features("x", x, g.num_src_nodes, g.device, "num_src_nodes")
@@ -45,9 +52,9 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
     reordering.warn_if_requested(g, f"with reduce={reduce!r} (ties go to the smallest caller id)",
                                  "aggregate")
     impl = backends.select(minmax.OP, x.device)
-    if edge_weight is None and ties == "smallest-source":
+    if edge_weight is None and ties == "smallest-source" and nan == "propagate":
         return impl.fn(g, x, reduce)
-    return impl.fn(g, x, reduce, edge_weight=edge_weight, ties=ties)
+    return impl.fn(g, x, reduce, edge_weight=edge_weight, ties=ties, nan=nan)
 
 
 def _check_weight(g: Graph, x: torch.Tensor, edge_weight: torch.Tensor) -> None:

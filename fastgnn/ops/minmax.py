@@ -27,6 +27,12 @@ edges), the last one with a switch that lets an equal message replace the held o
 path only). The backward ops read the CSR the forward was given, so every backward (atomic,
 deterministic pull, weight gradient) sends the gradient where the forward chose.
 
+``nan="ignore"`` is DGL's reduction (the kernels' ``ignore_nan`` switch; GPU: light path
+only): each entry starts from the identity (-inf for max, +inf for min) with no winner and an
+ordered comparison (strict; with ``"last-edge"`` greater or equal) takes a message, so NaN
+messages never win and entries no message won keep the identity; their gradient goes where
+DGL's goes (``fastgnn._minmax_unwon``).
+
 With edge weights (``[E, H]`` in input edge order, one per edge and head, broadcast over each
 head's features; the kernels read them through the graph's CSR-to-input edge map, so no
 edge-sized copy is made either way) every path multiplies the messages and records the winning
@@ -44,11 +50,13 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from fastgnn import _library, _native, backends, tuning
+from fastgnn._minmax_unwon import route_unwon_to_first
 from fastgnn.graph import Graph
 from fastgnn.ops._common import edge_perm_index, wants_grad
 
 OP = "aggregate_minmax"
 TIES = ("smallest-source", "first-edge", "last-edge")
+NANS = ("propagate", "ignore")
 _INT32_MAX = 2**31 - 1
 _QUANTILES = (0.99, 0.999)
 _WARPS = (1, 4, 16)
@@ -113,12 +121,12 @@ def _build_plans(g: Graph, heavy_allowed: bool) -> Tuple[Dict[str, Plan], str]:
 
 
 def _choose_plan(g: Graph, x: torch.Tensor, is_max: bool, weighted: bool = False,
-                 ties: str = "smallest-source") -> Plan:
+                 ties: str = "smallest-source", nan: str = "propagate") -> Plan:
     """The launch plan; a weighted call takes the plan timed for unweighted calls of the same
     width (one more load per message), the light path alone past 2^31 - 1 edges and under
-    DGL's tie rules (the packed merges order unweighted ties by source)."""
+    DGL's rules (the packed merges order unweighted ties by source and let NaN win)."""
     if x.device.type != "cuda" or (weighted and g.num_edges > _INT32_MAX) or \
-            ties != "smallest-source":
+            ties != "smallest-source" or nan != "propagate":
         return _ALL_LIGHT
     plans, default = _plans(g, x)
 
@@ -155,18 +163,20 @@ def csr_in_edge_order(g: Graph) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
 
 
 def arguments(g: Graph, flat: torch.Tensor, reduce: str, grad: bool,
-              weight: Optional[torch.Tensor] = None, ties: str = "smallest-source") -> tuple:
+              weight: Optional[torch.Tensor] = None, ties: str = "smallest-source",
+              nan: str = "propagate") -> tuple:
     """The native op's arguments for a contiguous 2-D ``flat`` (``grad``: a backward follows),
-    optional ``weight`` (``[E, H]``, input edge order, flat's dtype: see :func:`weight_matrix`)
-    and the tie rule (one of :data:`TIES`)."""
+    optional ``weight`` (``[E, H]``, input edge order, flat's dtype: see :func:`weight_matrix`),
+    the tie rule (one of :data:`TIES`) and the NaN rule (one of :data:`NANS`)."""
     is_max = reduce == "max"
     transposed = g.transpose()[:2] if grad and backward_pulls(flat.device) else (None, None)
-    plan = _choose_plan(g, flat, is_max, weight is not None, ties)
+    plan = _choose_plan(g, flat, is_max, weight is not None, ties, nan)
     col, edge_perm = (g.col, edge_perm_index(g)) if ties == "smallest-source" else \
         csr_in_edge_order(g)
     args = (g.rowptr, col, flat, is_max, *plan, *transposed, g.key)
-    if ties == "last-edge":
-        return args + (weight, edge_perm if weight is not None else None, True)
+    if ties == "last-edge" or nan == "ignore":
+        return args + (weight, edge_perm if weight is not None else None, ties == "last-edge",
+                       nan == "ignore")
     return args if weight is None else args + (weight, edge_perm)
 
 
@@ -179,13 +189,16 @@ def weight_matrix(g: Graph, edge_weight: torch.Tensor, dtype: torch.dtype) -> to
 
 def native_aggregate(g: Graph, x: torch.Tensor, reduce: str,
                      edge_weight: Optional[torch.Tensor] = None,
-                     ties: str = "smallest-source") -> torch.Tensor:
+                     ties: str = "smallest-source", nan: str = "propagate") -> torch.Tensor:
     """``fastgnn.ops.aggregate`` for min/max on the native kernels (inputs already checked;
     ``edge_weight``: ``[E]`` or ``[E, H]`` with ``x`` of ``[N, H, ...]``)."""
     width = math.prod(x.shape[1:])
     flat = x.reshape(x.shape[0], width).contiguous()
     weight = None if edge_weight is None else weight_matrix(g, edge_weight, x.dtype)
-    out, _ = _minmax(*arguments(g, flat, reduce, wants_grad(x, weight), weight, ties))
+    grad = wants_grad(x, weight)
+    out, arg = _minmax(*arguments(g, flat, reduce, grad, weight, ties, nan))
+    if nan == "ignore" and grad:
+        out = route_unwon_to_first(out, arg < 0, flat, weight)
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
@@ -227,7 +240,7 @@ def _backward(ctx, grad_out, _grad_arg):
 
 
 def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col,
-          graph_key=0, weight=None, edge_perm=None, last_wins=False):
+          graph_key=0, weight=None, edge_perm=None, last_wins=False, ignore_nan=False):
     shape = (rowptr.shape[0] - 1, x.shape[1])
     return x.new_empty(shape), x.new_empty(shape, dtype=col.dtype)
 

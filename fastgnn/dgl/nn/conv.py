@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from dgl.utils import check_eq_shape
 
 from fastgnn import ops
+from fastgnn.dgl._extremes import dgl_extremes
 from fastgnn.dgl._graphs import Unsupported, endpoints, fastgnn_graph
 from fastgnn.dgl._ties import dgl_ties
 from fastgnn.dgl.nn._base import (FastLayer, StockRaises, check_features, graph_of,
@@ -65,8 +66,8 @@ class SAGEConv(FastLayer, dgl_nn.SAGEConv):
         narrowing = self._in_src_feats > self._out_feats  # fc_neigh before the aggregation
         if kind == "pool":
             h_pool = F.relu(self.fc_pool(feat_src))
-            h_neigh = self.fc_neigh(ops.aggregate(g, h_pool, "max", edge_weight=edge_weight,
-                                                  ties=dgl_ties(h_pool, user_weight)))
+            h_neigh = self.fc_neigh(dgl_extremes(g, h_pool, "max", dgl_ties(h_pool, user_weight),
+                                                 edge_weight=edge_weight, update_all=True))
         elif kind == "mean":
             h_src = self.fc_neigh(feat_src) if narrowing else feat_src
             h_neigh = ops.spmm(g, h_src, edge_weight=edge_weight, reduce="mean")
@@ -103,9 +104,13 @@ class GINConv(FastLayer, dgl_nn.GINConv):
         feat_src, feat_dst = split_features(feat, graph)
         check_features(g, feat_src, feat_dst)
         reduce = self._aggregator_type
-        ties = dgl_ties(feat_src, edge_weight) if reduce == "max" else "smallest-source"
+        user_weight = edge_weight  # as DGL broadcasts it (its pick among ties depends on it)
         edge_weight = scalar_edge_weight(g, edge_weight, feat_src)
-        neigh = ops.aggregate(g, feat_src, reduce, edge_weight=edge_weight, ties=ties)
+        if reduce == "max":
+            neigh = dgl_extremes(g, feat_src, reduce, dgl_ties(feat_src, user_weight),
+                                 edge_weight=edge_weight, update_all=True)
+        else:
+            neigh = ops.aggregate(g, feat_src, reduce, edge_weight=edge_weight)
         out = (1 + self.eps) * feat_dst + neigh
         if self.apply_func is not None:
             out = self.apply_func(out)

@@ -1,0 +1,43 @@
+"""DGL 2.1's max/min of messages: as ``dgl.ops`` gives it, and as ``update_all`` (and so the
+layers) gives it.
+
+Its kernels (CPU generic, CPU libxsmm, CUDA) start every entry from -inf (max; +inf for min)
+with node 0 and edge 0 as its winners and take a message only when a float comparison says so,
+which is false for NaN: ``fastgnn.ops.aggregate(..., nan="ignore")``. ``update_all`` then
+replaces every infinite result with 0 (``F.replace_inf_with_zero``, a masked fill: no gradient
+there): destinations without in-edges, entries whose messages are all NaN, and genuine +-inf
+maxima alike. On a graph without edges DGL runs no kernel and keeps the zeros it allocated,
+whose gradient still goes to node 0 through the zero-filled winners.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from fastgnn import ops
+from fastgnn.graph import Graph
+
+
+class _ZerosPassingGrad(torch.autograd.Function):
+    """Zeros shaped as ``out``, whose gradient goes to ``out`` unchanged."""
+
+    @staticmethod
+    def forward(ctx, out):
+        return torch.zeros_like(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def dgl_extremes(graph: Graph, x: torch.Tensor, reduce: str, ties: str,
+                 edge_weight: Optional[torch.Tensor] = None,
+                 update_all: bool = False) -> torch.Tensor:
+    """Max or min (``reduce``) of ``x`` (times ``edge_weight``) over each destination's
+    in-edges, with DGL's tie rule ``ties`` (``fastgnn.dgl._ties``): as ``dgl.ops`` gives it
+    (+-inf where no message won), or with ``update_all`` as ``update_all`` gives it."""
+    out = ops.aggregate(graph, x, reduce, edge_weight=edge_weight, ties=ties, nan="ignore")
+    if graph.num_edges == 0:
+        return _ZerosPassingGrad.apply(out)
+    return out.masked_fill(out.isinf(), 0) if update_all else out

@@ -1,0 +1,248 @@
+"""DGL's min/max reduction (``aggregate(..., nan="ignore")``): NaN messages never win, entries
+start from the identity (-inf for max, +inf for min) that a message must beat (or equal, under
+"last-edge"), and the gradient of entries no message won goes to node 0 and edge 0. Checked
+bit for bit, forward and both gradients, against a direct statement of DGL 2.1's kernel and
+backward (not DGL itself: that is tests/test_dgl_ops.py and test_dgl_layers.py), with NaN in
+some or all of a row's messages, +-inf messages, ties, isolated destinations, per-edge and
+per-head weights, on every backward path. The default (PyG's rule, NaN propagates) is
+unchanged."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastgnn
+from fastgnn import _native
+from fastgnn.ops import minmax
+from conftest import devices, hub_graph, minmax_opcheck_plans, random_graph
+
+pytestmark = pytest.mark.skipif(not _native.has_op("minmax_aggregate"),
+                                reason="native extension not built")
+
+OP = torch.ops.fastgnn.minmax_aggregate
+INF, NAN = float("inf"), float("nan")
+# values whose products and sums stay exact, with every special value
+SPECIALS = torch.tensor([NAN, -INF, INF, -2.0, -1.0, 0.0, 0.0, 1.0, 1.0, 2.0])
+
+
+def _dgl_rule(edge_index, num_dst, x, w, reduce, ties, grad):
+    """DGL 2.1's max/min kernel and backward, stated directly: every entry starts at the
+    identity with node 0 and edge 0 as its winners; the in-edges are scanned in edge-id order
+    and a message m takes over when ``best < m`` (``best <= m`` under "last-edge"; min mirrors
+    it), a float comparison, false for NaN. The backward scatter-adds the gradient at the
+    recorded winners. ``w``: None, [E] or [E, H] (x [N, H * D]). Returns out and the gradients
+    of x and w."""
+    src, dst = edge_index.tolist()
+    num_edges, width = len(src), x.shape[1]
+    heads = 1 if w is None or w.dim() == 1 else w.shape[1]
+    weight = torch.ones(num_edges, 1, dtype=x.dtype) if w is None else w.reshape(num_edges, heads)
+    per_feature = weight.repeat_interleave(width // heads, dim=1)  # [E, F]
+    last, is_max = ties == "last-edge", reduce == "max"
+    best = torch.full((num_dst, width), -INF if is_max else INF, dtype=x.dtype)
+    arg_u = torch.zeros((num_dst, width), dtype=torch.int64)
+    arg_e = torch.zeros((num_dst, width), dtype=torch.int64)
+    for e in range(num_edges):
+        m, b = x[src[e]] * per_feature[e], best[dst[e]]
+        if is_max:
+            take = b <= m if last else b < m
+        else:
+            take = b >= m if last else b > m
+        best[dst[e]] = torch.where(take, m, b)
+        arg_u[dst[e]] = torch.where(take, src[e], arg_u[dst[e]])
+        arg_e[dst[e]] = torch.where(take, e, arg_e[dst[e]])
+    feats = torch.arange(width).expand(num_dst, width)
+    grad_x = torch.zeros_like(x).index_put_((arg_u, feats), grad * per_feature[arg_e, feats],
+                                            accumulate=True)
+    grad_wf = torch.zeros(num_edges, width, dtype=x.dtype).index_put_(
+        (arg_e, feats), grad * x[arg_u, feats], accumulate=True)
+    grad_w = None if w is None else grad_wf.view(num_edges, heads, -1).sum(2).reshape(w.shape)
+    return best, grad_x, grad_w
+
+
+def _specials(shape, seed, finite_first_row=True):
+    """Values drawn from SPECIALS; node 0 finite (it receives the gradient of the entries no
+    message won, which then stays finite)."""
+    gen = torch.Generator().manual_seed(seed)
+    values = SPECIALS[torch.randint(0, len(SPECIALS), shape, generator=gen)]
+    if finite_first_row:
+        values[0] = torch.randint(-2, 3, shape[1:], generator=gen).float()
+    return values
+
+
+def _run(g, x, w, reduce, ties, grad, nan="ignore"):
+    xg = x.clone().requires_grad_()
+    wg = None if w is None else w.clone().requires_grad_()
+    out = fastgnn.ops.aggregate(g, xg, reduce, edge_weight=wg, ties=ties, nan=nan)
+    out.backward(grad.reshape(out.shape))
+    return out, xg.grad, None if w is None else wg.grad
+
+
+def _assert_same(got, want, what):
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=what)
+
+
+def _check(g, edge_index, x, w, reduce, ties, backends=("native", "reference")):
+    """Each backend's values and gradients against _dgl_rule's, bit for bit."""
+    gen = torch.Generator().manual_seed(5)
+    width = x[0].numel()
+    grad = torch.randint(-3, 4, (g.num_dst_nodes, width), generator=gen).to(x.dtype)
+    want = _dgl_rule(edge_index.cpu(), g.num_dst_nodes, x.reshape(x.shape[0], -1).cpu(),
+                     None if w is None else w.cpu(), reduce, ties, grad)
+    for backend in backends:
+        with fastgnn.backend(backend):
+            got = _run(g, x, w, reduce, ties, grad.to(x.device))
+        _assert_same(got[0].reshape(g.num_dst_nodes, -1).cpu(), want[0], f"{backend} out")
+        _assert_same(got[1].reshape(want[1].shape).cpu(), want[1], f"{backend} grad x")
+        if w is not None:
+            _assert_same(got[2].cpu(), want[2], f"{backend} grad w")
+
+
+def _special_rows_graph():
+    """Destination 1: NaN messages only; 2: -inf only; 3: +inf only; 4: NaN, -inf, +inf and
+    finite ties mixed; 5: no in-edges. Edge ids out of CSR order."""
+    src = torch.tensor([6, 7, 8, 9, 10, 11, 6, 8, 9, 12, 12, 0, 7])
+    dst = torch.tensor([1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 4, 4, 4])
+    x = torch.zeros(13, 3)
+    x[0] = torch.tensor([1.0, -1.0, 2.0])
+    x[[6, 7]] = NAN
+    x[[8, 9]] = torch.tensor([-INF, INF, -INF])
+    x[10] = torch.tensor([INF, -INF, INF])
+    x[11] = torch.tensor([INF, NAN, -INF])
+    x[12] = torch.tensor([1.0, 1.0, NAN])
+    order = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(3))
+    edge_index = torch.stack([src[order], dst[order]])
+    return fastgnn.Graph.from_edge_index(edge_index, num_nodes=13), edge_index, x
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("ties", minmax.TIES[1:])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_special_rows(device, reduce, ties, weighted, dtype):
+    g, edge_index, x = _special_rows_graph()
+    w = torch.tensor([1.0, 2.0, 3.0] * 4 + [1.0]) if weighted else None
+    _check(g.to(device), edge_index, x.to(dtype).to(device),
+           None if w is None else w.to(dtype).to(device), reduce, ties)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("ties", minmax.TIES[1:])
+@pytest.mark.parametrize("weights", [None, "edge", "head"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width", [1, 6, 64])  # 64: whole vector tiles on the CPU
+def test_random_special_values(device, reduce, ties, weights, dtype, index_dtype, width):
+    """Duplicate edges, self-loops, isolated nodes, a bipartite-sized hub; per-head weights
+    with two heads."""
+    _, edge_index = random_graph(60, 400, seed=41)
+    g = fastgnn.Graph.from_edge_index(edge_index, num_nodes=60, index_dtype=index_dtype)
+    heads = 2 if weights == "head" and width % 2 == 0 else 1
+    if weights == "head" and heads == 1:
+        pytest.skip("one head")
+    x = _specials((60, width), seed=42).to(dtype)
+    w = None
+    if weights is not None:
+        gen = torch.Generator().manual_seed(43)
+        w = torch.randint(1, 3, (g.num_edges, heads) if weights == "head" else (g.num_edges,),
+                          generator=gen).to(dtype)
+        x = x.view(60, heads, width // heads) if weights == "head" else x
+    _check(g.to(device), edge_index, x.to(device), None if w is None else w.to(device), reduce,
+           ties)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_smallest_source_ties_take_the_first_in_csr_order(device):
+    """nan="ignore" with the default ties: DGL's rule on the graph's own CSR (sources
+    ascending), the native and reference backends alike."""
+    g, _ = random_graph(60, 400, seed=44)
+    g = g.to(device)
+    csr_edges = torch.stack([g.col.long(), g.row.long()]).cpu()
+    x = _specials((60, 8), seed=45).to(device)
+    gen = torch.Generator().manual_seed(46)
+    grad = torch.randint(-3, 4, (60, 8), generator=gen).float()
+    want = _dgl_rule(csr_edges, 60, x.cpu(), None, "max", "first-edge", grad)
+    for backend in ("native", "reference"):
+        with fastgnn.backend(backend):
+            got = _run(g, x, None, "max", "smallest-source", grad.to(device))
+        for a, b in zip(got[:2], want[:2]):
+            _assert_same(a.cpu(), b, backend)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_no_edges_and_no_grad(device):
+    """A graph without edges gives the identity; without autograd nothing is routed."""
+    g = fastgnn.Graph.from_edge_index(torch.zeros(2, 0, dtype=torch.int64), num_nodes=4).to(device)
+    x = torch.randn(4, 3, device=device, requires_grad=True)
+    out = fastgnn.ops.aggregate(g, x, "min", nan="ignore")
+    assert torch.equal(out, torch.full((4, 3), INF, device=device))
+    out.sum().backward()
+    assert torch.equal(x.grad[0], torch.full((3,), 4.0, device=device))
+    assert not x.grad[1:].any()
+    with torch.no_grad():
+        assert torch.equal(fastgnn.ops.aggregate(g, x, "max", nan="ignore"), -out.detach())
+
+
+def test_default_still_propagates_nan():
+    """PyG's rule: NaN wins, isolated destinations get 0."""
+    g, edge_index, x = _special_rows_graph()
+    out = fastgnn.ops.aggregate(g, x, "max")
+    assert out[1].isnan().all() and torch.equal(out[5], torch.zeros(3))
+    assert torch.equal(out[2], torch.tensor([-INF, INF, -INF]))
+
+
+def test_bad_nan_names_the_argument():
+    g, _ = random_graph(20, 60, seed=47)
+    with pytest.raises(ValueError, match="nan"):
+        fastgnn.ops.aggregate(g, torch.randn(20, 4), "max", nan="skip")
+
+
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck needs torch >= 2.4")
+    g, _ = random_graph(30, 200, seed=48, device=device)
+    # NaN (never a winner) but no infinities: opcheck compares gradients without equal_nan
+    x = _specials((30, 6), seed=49).nan_to_num(nan=NAN, posinf=3.0, neginf=-3.0)
+    x = x.to(device).requires_grad_()
+    w = torch.ones(g.num_edges, 2, device=device).requires_grad_()
+    col, perm = minmax.csr_in_edge_order(g)
+    for weight in (None, w):
+        for last_wins in (False, True):
+            torch.library.opcheck(OP, (g.rowptr, col, x, True, None, None, 0, 0, None, None, 0,
+                                       weight, perm if weight is not None else None, last_wins,
+                                       True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ties", minmax.TIES[1:])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_gpu_hub_matches_the_rule_on_every_backward(ties, weighted, dtype, deterministic):
+    """The light kernel on a hub (the rule forces the light path), the atomic and the
+    deterministic pull backward, float32 rows of a multiple of 4 (vector loads) and float64."""
+    g = hub_graph("cpu", hub_degree=3_000, num_nodes=1_000, extra=3_000)
+    by_edge = torch.argsort(g.edge_perm)
+    edge_index = torch.stack([g.col[by_edge].long(), g.row[by_edge].long()])
+    x = _specials((g.num_src_nodes, 8), seed=50).to(dtype)
+    gen = torch.Generator().manual_seed(51)
+    w = torch.randint(1, 3, (g.num_edges,), generator=gen).to(dtype) if weighted else None
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        _check(g.to("cuda"), edge_index, x.cuda(), None if w is None else w.cuda(), "max", ties,
+               backends=("native",))
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.gpu
+def test_gpu_ignore_nan_refuses_the_packed_paths():
+    g = hub_graph("cuda")
+    x = torch.randn(g.num_src_nodes, 8, device="cuda")
+    plans = minmax_opcheck_plans(g, "cuda")[1:]  # heavy rows, work items
+    assert len(plans) == 2
+    for plan in plans:
+        with pytest.raises(RuntimeError, match="light path"):
+            OP(g.rowptr, g.col, x, True, *plan, None, None, g.key, None, None, False, True)
