@@ -301,8 +301,9 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
 
 
 def _wsb_graph_attention(g: Graph, q, k, v, scale: float, grad: bool) -> Optional[torch.Tensor]:
-    """The forward on the WSB layout (the backward on CSR) when the graph's attention format
-    policy picks it (``fastgnn.ops.wsb_attention``), else None."""
+    """The forward on the WSB layout (the backward's destination pass too, its source pass on
+    CSR) when the graph's attention format policy picks it (``fastgnn.ops.wsb_attention``),
+    else None."""
     args = (q, k, v, None, scale, 0.0, 0, None, 0)
 
     def csr_forward():  # what the tuner times WSB against: this call's CSR forward
@@ -312,8 +313,8 @@ def _wsb_graph_attention(g: Graph, q, k, v, scale: float, grad: bool) -> Optiona
     if not wsb_attention.chosen(g, q, k, v, scale, csr_forward):
         return None
     graph = structure_args(g, grad)
-    # The CSR backward runs under the plan tuned for the CSR pair, as it would after a CSR
-    # forward.
+    # The CSR source pass (and the CSR backward where the layout cannot serve) runs under the
+    # plan tuned for the CSR pair, as it would after a CSR forward.
     launch = _launch("graph_attention", g, graph, args) if grad else (None, None, 1)
     return wsb_attention.forward(g, q, k, v, scale, graph, launch)
 

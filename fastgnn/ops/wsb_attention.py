@@ -1,6 +1,9 @@
 """Graph Transformer attention on the WSB layout (``fastgnn.ops.wsb``): the forward on Tensor
-Cores, the backward the CSR one (``graph_attention_backward`` over the cached transpose), fed
-the WSB forward's ``out`` and ``lse``, which follow the CSR forward's conventions.
+Cores; the backward's destination pass too (q's gradient and each edge's dLogit and softmax
+weight, ``wsb_graph_attention_backward``), then the CSR backward's source pass over the cached
+transpose for k's and v's. The WSB forward's ``out`` and ``lse`` follow the CSR forward's
+conventions, so where the layout cannot serve the backward (a CSR not in slot order) the CSR
+backward (``graph_attention_backward``) runs instead.
 
 ``fastgnn.ops.graph_attention`` takes it where it applies (CUDA, float16/bfloat16 features,
 head dims 32/64/128, int32 ids, no edge_term, no attention dropout) and the graph's policy says
@@ -51,12 +54,14 @@ def applies(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, edge_term,
 def forward(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, graph: tuple,
             launch: tuple) -> torch.Tensor:
     """The attention output on the WSB layout of ``g`` (built and cached on first use), with
-    autograd through the CSR backward: ``graph`` is ``attention.structure_args`` of the call
-    and ``launch`` the backward's launch plan ``(light_rows, heavy_rows, heavy_warps)``."""
+    autograd through the WSB backward: ``graph`` is ``attention.structure_args`` of the call
+    and ``launch`` the CSR source pass's launch plan ``(light_rows, heavy_rows,
+    heavy_warps)``."""
     layout = g.wsb()
     work, splits = layout.attention_plan()
+    edge_starts = layout.attention_edge_starts() if graph[5] is not None else None
     return forward_op(layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype), work, splits,
-                      q, k, v, scale, *graph, *launch)[0]
+                      edge_starts, q, k, v, scale, *graph, *launch)[0]
 
 
 def chosen(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -98,35 +103,49 @@ def _measured(g, q, k, v, scale: float, csr_forward) -> bool:
                              "csr", penalties) == "wsb"
 
 
-# ---- the op's fake kernel and autograd ----------------------------------------------------------
-# Inputs: tile_ptr, tile_cols, tile_counts, work, splits, q, k, v, scale, then the CSR route of
-# the backward: rowptr, col, edge_perm, t_rowptr, t_col, t_perm, light_rows, heavy_rows,
-# heavy_warps (graph_attention_backward's launch plan).
-def _fake(tile_ptr, tile_cols, tile_counts, work, splits, q, k, v, scale, rowptr, col,
-          edge_perm, t_rowptr, t_col, t_perm, light_rows, heavy_rows, heavy_warps):
+# ---- the ops' fake kernels and autograd ---------------------------------------------------------
+# Inputs: tile_ptr, tile_cols, tile_counts, work, splits, edge_starts (None: the CSR backward),
+# q, k, v, scale, then the CSR route of the backward: rowptr, col, edge_perm, t_rowptr, t_col,
+# t_perm, light_rows, heavy_rows, heavy_warps (the source pass's launch plan).
+def _fake(tile_ptr, tile_cols, tile_counts, work, splits, edge_starts, q, k, v, scale, rowptr,
+          col, edge_perm, t_rowptr, t_col, t_perm, light_rows, heavy_rows, heavy_warps):
     return forward_fake(q, k)
+
+
+def _backward_fake(grad_out, out, lse, tile_ptr, tile_cols, tile_counts, work, splits,
+                   edge_starts, rowptr, col, t_rowptr, t_col, t_perm, q, k, v, scale, light_rows,
+                   heavy_rows, heavy_warps):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup(ctx, inputs, output):
     out, lse = output
-    q, k, v, scale = inputs[5:9]
-    ctx.save_for_backward(q, k, v, *inputs[9:17], out, lse)
-    ctx.scale, ctx.heavy_warps = scale, inputs[17]
+    q, k, v, scale = inputs[6:10]
+    ctx.save_for_backward(*inputs[:6], q, k, v, *inputs[10:18], out, lse)
+    ctx.scale, ctx.heavy_warps = scale, inputs[18]
 
 
 def _backward(ctx, grad_out, _grad_lse):
-    (q, k, v, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, light, heavy, out,
-     lse) = ctx.saved_tensors
+    (tile_ptr, tile_cols, tile_counts, work, splits, edge_starts, q, k, v, rowptr, col,
+     edge_perm, t_rowptr, t_col, t_perm, light, heavy, out, lse) = ctx.saved_tensors
     if t_perm is None:
         raise RuntimeError("fastgnn attention: the forward ran without gradient tracking of its "
                            "inputs, so the transposed graph was not prepared")
-    grads = torch.ops.fastgnn.graph_attention_backward(
-        grad_out.contiguous(), out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, q, k,
-        v, None, ctx.scale, 0.0, 0, None, 0, light, heavy, ctx.heavy_warps)
-    return (None,) * 5 + tuple(grads[:3]) + (None,) * 10
+    grad_out = grad_out.contiguous()
+    if edge_starts is not None:
+        grads = torch.ops.fastgnn.wsb_graph_attention_backward(
+            grad_out, out, lse, tile_ptr, tile_cols, tile_counts, work, splits, edge_starts,
+            rowptr, col, t_rowptr, t_col, t_perm, q, k, v, ctx.scale, light, heavy,
+            ctx.heavy_warps)
+    else:
+        grads = torch.ops.fastgnn.graph_attention_backward(
+            grad_out, out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm, q, k, v, None,
+            ctx.scale, 0.0, 0, None, 0, light, heavy, ctx.heavy_warps)
+    return (None,) * 6 + tuple(grads[:3]) + (None,) * 10
 
 
 forward_op = None
 if _native.has_op("wsb_graph_attention_forward"):
     _library.register_fake("wsb_graph_attention_forward", _fake)
+    _library.register_fake("wsb_graph_attention_backward", _backward_fake)
     forward_op = _library.register_autograd("wsb_graph_attention_forward", _backward, _setup)
