@@ -410,17 +410,18 @@ def test_tensor_core_attention_matches_cpu_and_reference(name, heads, dim, dtype
 @pytest.mark.parametrize("name", list(BACKWARD_GRAPHS))
 @pytest.mark.parametrize("heads,dim", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_tensor_core_backward_matches_csr_cpu_and_reference(name, heads, dim, dtype,
-                                                            tiles_per_piece):
+def test_tensor_core_backward_matches_csr_and_reference(name, heads, dim, dtype,
+                                                        tiles_per_piece):
     cpu = _fresh(BACKWARD_GRAPHS[name])
     g = cpu.to("cuda")
     q, k, v = _features(g, heads, dim, dtype, device="cuda")
     dout = _features(g, heads, dim, dtype, device="cuda", seed=1)[0]
+    # Held to the float64 reference as the CPU twin is (test_cpu_backward_matches_csr_and_
+    # reference), not to the twin itself: the forward's out (its weights rounded to q's dtype
+    # before P V) enters dLogit through delta, and on rows of two or three edges that
+    # cancellation put the two 3.5% apart in bfloat16 (H200, ff6bed4) while each stayed
+    # within the CSR backward's error.
     grads = _check_gradients(g, q, k, v, dout, _reference_gradients(cpu, q, k, v, dout))
-    cpu_grads = _gradients(cpu, q.cpu(), k.cpu(), v.cpu(), dout.cpu(), True)
-    bound = 4e-3 if dtype == torch.float16 else 3e-2  # the forward's, as above
-    for grad, cpu_grad in zip(grads, cpu_grads):
-        assert _relative_error(grad, cpu_grad) <= bound
     again = _gradients(g, q, k, v, dout, True)
     assert all(torch.equal(a, b) for a, b in zip(grads, again))  # no atomics
 
