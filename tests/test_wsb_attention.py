@@ -325,6 +325,33 @@ def test_backward_opcheck():
                           tuple(_backward_args(GRAPHS["bipartite"])))
 
 
+@pytest.fixture
+def fresh_tuning(tmp_path, monkeypatch):
+    """The tuner with no choice made yet, in memory or on disk."""
+    monkeypatch.setenv("FASTGNN_CACHE_DIR", str(tmp_path))
+    tuning.clear()
+    yield
+    tuning.clear()
+
+
+def test_auto_times_the_pair_when_a_backward_runs(fresh_tuning, monkeypatch):
+    """With a backward to run, "auto" races CSR's forward and backward against WSB's (the ops
+    themselves; the CPU runs them too) and keeps that choice apart from the forward's."""
+    g = _fresh(GRAPHS["banded"])
+    q, k, v = _features(g, 2, 32, torch.float32)
+    backward_runs = []
+    wsb_backward = wsb_attention._backward_ops
+    monkeypatch.setattr(wsb_attention, "_backward_ops",
+                        lambda *args: backward_runs.append(1) or wsb_backward(*args))
+    for grad in (True, False):  # the op's route on CUDA, run here on the CPU's kernels
+        backward_runs.clear()
+        out = attention._wsb_graph_attention(g, q, k, v, 0.2, grad)
+        assert bool(backward_runs) == grad
+        assert out is None or out.shape == q.shape  # None: CSR won
+    families = sorted(key.split("@")[0] for key in tuning.choices(g))
+    assert families == ["graph_attention_format_d32", "graph_attention_format_fwd_bwd_d32"]
+
+
 def test_counts_are_the_unnormalised_spmm_blocks():
     layout = GRAPHS["duplicates"].wsb()
     counts = layout.counts(torch.float16)
