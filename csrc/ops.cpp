@@ -195,13 +195,26 @@ TORCH_LIBRARY(fastgnn, m) {
   // bfloat16, head dims 32, 64 and 128, 16-byte aligned q, k, v, on Tensor Cores with float
   // accumulation; CPU: scalar loops (any float dtype), for tests. work and splits are the
   // layout's attention plan (WSB.attention_plan(), csrc/cuda/wsb_kernels.h), read by the CUDA
-  // kernel only. The rest are not read: they are graph_attention_backward's CSR route and
-  // launch plan, so that autograd hands them to the CSR backward.
+  // kernel only. The rest are not read: edge_starts (None: the backward runs on CSR) and
+  // graph_attention_backward's CSR route and launch plan, so that autograd hands them to the
+  // backward.
   m.def("wsb_graph_attention_forward(Tensor tile_ptr, Tensor tile_cols, Tensor tile_counts, "
-        "Tensor work, Tensor splits, Tensor q, Tensor k, Tensor v, float scale, "
-        "Tensor rowptr, Tensor col, Tensor? edge_perm, Tensor? t_rowptr, Tensor? t_col, "
-        "Tensor? t_perm, Tensor? light_rows, Tensor? heavy_rows, int heavy_warps) "
-        "-> (Tensor out, Tensor lse)");
+        "Tensor work, Tensor splits, Tensor? edge_starts, Tensor q, Tensor k, Tensor v, "
+        "float scale, Tensor rowptr, Tensor col, Tensor? edge_perm, Tensor? t_rowptr, "
+        "Tensor? t_col, Tensor? t_perm, Tensor? light_rows, Tensor? heavy_rows, "
+        "int heavy_warps) -> (Tensor out, Tensor lse)");
+  // Its gradients: graph_attention_backward's (without edge_term or dropout) with the
+  // destination pass on the layout (q's gradient and each edge's dLogit and softmax weight;
+  // CUDA: on Tensor Cores with float accumulation, CPU: scalar loops, for tests), then the CSR
+  // source pass over the transpose (t_rowptr, t_col, t_perm; on a symmetric graph t_perm only,
+  // the CSR and its light_rows/heavy_rows buckets) for k's and v's. edge_starts [pieces * 16]
+  // (int32): per piece of `work` and row of its window, the CSR position of the row's first
+  // edge in the piece (WSB.attention_edge_starts()); tile_ptr is checked, not read.
+  m.def("wsb_graph_attention_backward(Tensor grad_out, Tensor out, Tensor lse, "
+        "Tensor tile_ptr, Tensor tile_cols, Tensor tile_counts, Tensor work, Tensor splits, "
+        "Tensor edge_starts, Tensor rowptr, Tensor col, Tensor? t_rowptr, Tensor? t_col, "
+        "Tensor t_perm, Tensor q, Tensor k, Tensor v, float scale, Tensor? light_rows, "
+        "Tensor? heavy_rows, int heavy_warps) -> (Tensor grad_q, Tensor grad_k, Tensor grad_v)");
   // ---- MaxK family ---------------------------------------------------------------------------
   // CBSR (compressed balanced sparse rows) holds the k kept entries of each row of an [N, F]
   // matrix: values [N, k] (x's dtype) and column indices [N, k] in ascending column order,

@@ -2,7 +2,9 @@
 order: the layout's density and build time, ms of each format (medians of back-to-back
 batches, ``fastgnn.bench.measure``), and what the tuner picks in ``auto`` mode. SpMM rows
 (GCN, norm both): the forward. Graph Transformer rows (``fastgnn.ops.graph_attention``, heads x
-head dim): the forward, and forward plus backward (the backward is CSR's on both paths).
+head dim): the forward, and forward plus backward (the WSB path's backward: its destination
+pass on the layout, the source pass CSR's); ``auto`` picks for inference and, timed on the
+pair, for training.
 
     python3 scripts/bench_wsb.py [--graphs tolokers,flickr] [--orders stored,rcm] [--widths 256]
         [--ops spmm,attention] [--attention-shapes 4x128,8x128]
@@ -86,10 +88,14 @@ def _attention_rows(g, name, order, layout, dtypes, shapes, device):
                                                     for fmt in ("csr", "wsb"))
             with torch.no_grad():
                 fastgnn.ops.graph_attention(g, q, k, v)  # auto: the tuner's pick
-            pick = _pick(g, f"graph_attention_format_d{dim}", heads * dim, dtype_name)
+            # and its pick with a backward to run (timed on the pair)
+            fastgnn.ops.graph_attention(g, *(t.detach().requires_grad_() for t in (q, k, v)))
+            pick, pair_pick = (_pick(g, f"graph_attention_format{kind}_d{dim}", heads * dim,
+                                     dtype_name) for kind in ("", "_fwd_bwd"))
             print(f"| {name} | {order} | {layout.density:.3f} | {dtype_name} | {heads}x{dim} | "
                   f"{csr:.3f} | {tiles:.3f} | {csr / tiles:.2f}x | {csr_pair:.3f} | "
-                  f"{tiles_pair:.3f} | {csr_pair / tiles_pair:.2f}x | {pick} |", flush=True)
+                  f"{tiles_pair:.3f} | {csr_pair / tiles_pair:.2f}x | {pick} | {pair_pick} |",
+                  flush=True)
 
 
 def main() -> int:
@@ -133,8 +139,8 @@ def main() -> int:
     if "attention" in ops:
         print("\nGraph Transformer attention ms: forward, and forward + backward\n")
         print("| graph | order | density | dtype | heads x dim | CSR fwd | WSB fwd | speedup | "
-              "CSR fwd+bwd | WSB fwd+bwd | speedup | auto picks |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "CSR fwd+bwd | WSB fwd+bwd | speedup | auto picks | auto picks (fwd+bwd) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name, order, g in graphs_by_order:
             _attention_rows(g, name, order, g.wsb(), dtypes, shapes, device)
     return 0

@@ -10,6 +10,7 @@
 // kernels see float or double only; half/bfloat16 cost one node-sized (and, for edge_term,
 // one edge-sized) conversion.
 #include "attention_seed.h"
+#include "cpu/attention_backward.h"
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
@@ -556,14 +557,15 @@ FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
   }
 }
 
-// The backward: the destination pass over the CSR, then the source pass over its transpose.
-// Each row is written by one thread, so the result is the same for any thread count.
+// The backward: the destination pass over the CSR (unless another one ran), then the source
+// pass over its transpose. Each row is written by one thread, so the result is the same for
+// any thread count.
 template <typename acc_t, typename index_t, typename Policy>
 void attention_backward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
                         const index_t* t_rowptr, const index_t* t_col, const index_t* t_perm,
                         int64_t sources, int64_t chunk_rows, const DropoutSpec& drop,
-                        const BackwardBuffers<acc_t>& b) {
-  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+                        const BackwardBuffers<acc_t>& b, bool destination_pass) {
+  const int64_t chunks = destination_pass ? (rows + chunk_rows - 1) / chunk_rows : 0;
   const int64_t source_chunks = (sources + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel num_threads(num_threads())
   {
@@ -666,12 +668,13 @@ struct Grads {
   at::Tensor dst, key, value, att_partial, edge;
 };
 
+// destination: the Graph Transformer's destination pass to run instead of the CSR one, or null.
 template <typename MakePolicy>
 void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor& out,
                   const at::Tensor& lse, const c10::optional<at::Tensor>& t_rowptr,
                   const c10::optional<at::Tensor>& t_col, const at::Tensor& t_perm,
                   int64_t num_src, const DropoutSpec& drop, Grads& grads, const char* op,
-                  MakePolicy&& make_policy) {
+                  MakePolicy&& make_policy, const DestinationPass* destination = nullptr) {
   TORCH_CHECK(t_rowptr.has_value() == t_col.has_value(), op,
               ": give both t_rowptr and t_col, or neither (symmetric graph)");
   TORCH_CHECK(t_perm.numel() == in.col.numel() && t_perm.scalar_type() == in.col.scalar_type(),
@@ -699,12 +702,22 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
                                       delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
                                       ptr(grads.value), att, ptr(grads.edge),
                                       saved.data_ptr<uint8_t>(), record_bytes, sign_words};
+    if (destination) {  // a Graph Transformer record is its two acc_t: [E, H, 2]
+      TORCH_CHECK(sign_words == 0, op, ": this destination pass saves no signs");
+      DestinationBuffers buffers;  // the features: the caller's to add
+      buffers.grad_out = gout;
+      buffers.lse = lse_c;
+      buffers.delta = delta;
+      buffers.grad_q = grads.dst;
+      buffers.scores = saved.view(in.acc).view({in.col.numel(), in.heads, 2});
+      (*destination)(buffers);
+    }
     const index_t* rowptr = in.rowptr.data_ptr<index_t>();
     const index_t* col = in.col.data_ptr<index_t>();
     attention_backward<acc_t, index_t>(
         policy, rowptr, col, in.rows, symmetric ? rowptr : t_rowptr->data_ptr<index_t>(),
         symmetric ? col : t_col->data_ptr<index_t>(), t_perm_c.data_ptr<index_t>(), num_src,
-        chunk_rows, drop, bufs);
+        chunk_rows, drop, bufs, destination == nullptr);
   });
 }
 
@@ -833,6 +846,47 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
           grads.value.to(v.scalar_type()),
           grads.edge.to(edge_term.has_value() ? edge_term->scalar_type() : v.scalar_type())};
 }
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_from(
+    const DestinationPass& destination, const at::Tensor& grad_out, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& rowptr, const at::Tensor& col,
+    const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
+    const at::Tensor& t_perm, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    double scale, const char* op) {
+  const Inputs in = prepare(rowptr, col, c10::nullopt, q, k, c10::nullopt, op);
+  TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(), op,
+              ": v must match k");
+  auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
+  auto opts = at::TensorOptions().dtype(in.acc);
+  Grads grads;
+  grads.dst = at::zeros(qc.sizes(), opts);
+  grads.key = at::zeros(kc.sizes(), opts);
+  grads.value = at::zeros(vc.sizes(), opts);
+  const DestinationPass with_features = [&](const DestinationBuffers& buffers) {
+    DestinationBuffers full = buffers;
+    full.q = qc;
+    full.k = kc;
+    full.v = vc;
+    destination(full);
+  };
+  const DropoutSpec none = make_dropout(0.0, 0, nullptr, 0, in.heads);
+  run_backward(
+      in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), none, grads, op,
+      [&](auto acc, auto idx) {
+        using acc_t = decltype(acc);
+        using index_t = decltype(idx);
+        return DotProduct<acc_t, index_t>{qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(),
+                                          vc.data_ptr<acc_t>(), edge_view<acc_t, index_t>(in),
+                                          acc_t(scale), in.heads, in.dim};
+      },
+      &with_features);
+  return {grads.dst.to(q.scalar_type()), grads.key.to(k.scalar_type()),
+          grads.value.to(v.scalar_type())};
+}
+
+namespace {
 
 at::Tensor attention_dropout_mask_cpu(const at::Tensor& col, int64_t heads, double dropout,
                                       int64_t seed, int64_t offset) {

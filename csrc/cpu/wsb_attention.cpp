@@ -61,7 +61,8 @@ void attend(const int* tile_ptr, const int* tile_cols, const acc_t* counts, cons
 
 std::tuple<at::Tensor, at::Tensor> wsb_graph_attention_cpu(
     const at::Tensor& tile_ptr, const at::Tensor& tile_cols, const at::Tensor& tile_counts,
-    const at::Tensor& /*work*/, const at::Tensor& /*splits*/, const at::Tensor& q,
+    const at::Tensor& /*work*/, const at::Tensor& /*splits*/,
+    const c10::optional<at::Tensor>& /*edge_starts: the backward's*/, const at::Tensor& q,
     const at::Tensor& k, const at::Tensor& v, double scale,
     // the CSR backward's inputs, kept by autograd and not read here
     const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,

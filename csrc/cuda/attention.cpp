@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention_seed.h"
+#include "cuda/attention_glue.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/glue.h"
 
@@ -101,11 +102,12 @@ std::tuple<at::Tensor, at::Tensor> forward(Prepared& r) {
   return {out, lse};
 }
 
-// Runs the backward passes; returns (grad_a, grad_b, grad_c or att gradient, grad_edge).
+// Runs the backward passes (the destination pass given, or the CSR one); returns (grad_a,
+// grad_b, grad_c or att gradient, grad_edge).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
     Prepared& r, const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse,
     const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
-    const at::Tensor& t_perm, const char* op) {
+    const at::Tensor& t_perm, const char* op, const DestinationPass& destination = nullptr) {
   TORCH_CHECK(t_rowptr.has_value() == t_col.has_value(), op,
               ": give both t_rowptr and t_col, or neither (symmetric graph)");
   TORCH_CHECK(t_perm.is_cuda() &&
@@ -148,10 +150,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
   }
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || r.b.size(0) == r.p.csr.rows, op, ": a symmetric graph is square");
-  int64_t offset = 0;
-  for (const RowSet& rows : r.dst_sets) {
-    attention_backward_dst(r.p, rows, offset, stream());
-    offset += attention_partial_rows(rows);
+  if (destination) {
+    destination(r.p);
+  } else {
+    int64_t offset = 0;
+    for (const RowSet& rows : r.dst_sets) {
+      attention_backward_dst(r.p, rows, offset, stream());
+      offset += attention_partial_rows(rows);
+    }
   }
   if (symmetric) {  // the CSR is its own transpose: sources have the destinations' buckets
     for (const RowSet& rows : r.dst_sets) attention_backward_src(r.p, rows, stream());
@@ -235,6 +241,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
 }
 
 }  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_from(
+    const DestinationPass& destination, const at::Tensor& grad_out, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& rowptr, const at::Tensor& col,
+    const c10::optional<at::Tensor>& t_rowptr, const c10::optional<at::Tensor>& t_col,
+    const at::Tensor& t_perm, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    double scale, const c10::optional<at::Tensor>& light_rows,
+    const c10::optional<at::Tensor>& heavy_rows, int64_t heavy_warps, const char* op) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  Prepared r = prepare(AttentionKind::kDotProduct, rowptr, col, c10::nullopt, q, k, v,
+                       c10::nullopt, scale, 0.0, 0, c10::nullopt, 0, light_rows, heavy_rows,
+                       heavy_warps, op);
+  auto grads = backward(r, grad_out, out, lse, t_rowptr, t_col, t_perm, op, destination);
+  return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
+}
 
 TORCH_LIBRARY_IMPL(fastgnn, CUDA, m) {
   m.impl("gatv2_forward", &gatv2_forward_cuda);

@@ -75,5 +75,27 @@ void wsb_graph_attention(FloatType type, const WsbAttentionView& wsb, const void
                          const void* k, const void* v, double scale, int64_t dim, void* out,
                          float* lse, float* partials, float* stats, cudaStream_t stream);
 
+// The backward's destination pass over the same plan: grad_q and every edge's (dLogit, softmax
+// weight) in `scores`, the CSR backward's [heads, edges, 2] scratch (csrc/cuda/
+// attention_kernels.h), so that its source pass gives the k and v gradients. edge_starts
+// [pieces * 16] holds, per piece of work and row of its window, the CSR position of the row's
+// first edge in the piece (WSB.attention_edge_starts() in fastgnn/ops/wsb.py).
+struct WsbAttentionBackward {
+  const void* grad_out;    // [rows, heads, dim], the features' half type
+  const void* out;         // the forward's
+  const float* lse;        // the forward's [rows, heads], natural log
+  const int* edge_starts;
+  int64_t edges;
+  void* grad_q;            // [rows, heads, dim]
+  float* scores;           // [heads, edges, 2]
+  float* partials;         // split_pieces * 16 * heads * dim floats
+};
+
+// grad_q and scores of softmax(scale q k^T) v's backward, on Tensor Cores with float
+// accumulation (dLogit kept in float through the dQ product), no atomics.
+void wsb_graph_attention_backward(FloatType type, const WsbAttentionView& wsb,
+                                  const WsbAttentionBackward& bwd, const void* q, const void* k,
+                                  const void* v, double scale, int64_t dim, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace fastgnn

@@ -301,20 +301,23 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
 
 
 def _wsb_graph_attention(g: Graph, q, k, v, scale: float, grad: bool) -> Optional[torch.Tensor]:
-    """The forward on the WSB layout (the backward on CSR) when the graph's attention format
-    policy picks it (``fastgnn.ops.wsb_attention``), else None."""
+    """The forward on the WSB layout (the backward's destination pass too, its source pass on
+    CSR) when the graph's attention format policy picks it (``fastgnn.ops.wsb_attention``),
+    else None."""
     args = (q, k, v, None, scale, 0.0, 0, None, 0)
-
-    def csr_forward():  # what the tuner times WSB against: this call's CSR forward
-        graph = structure_args(g, False)
-        return _NATIVE["graph_attention"][0](*graph, *args, *_launch("graph_attention", g,
-                                                                     graph, args))
-    if not wsb_attention.chosen(g, q, k, v, scale, csr_forward):
-        return None
     graph = structure_args(g, grad)
-    # The CSR backward runs under the plan tuned for the CSR pair, as it would after a CSR
-    # forward.
+    # The CSR source pass (and the CSR backward where the layout cannot serve) runs under the
+    # plan tuned for the CSR pair, as it would after a CSR forward.
     launch = _launch("graph_attention", g, graph, args) if grad else (None, None, 1)
+
+    def csr_pass():  # what the tuner times WSB against: this call's CSR forward (and backward)
+        forward, backward = _NATIVE["graph_attention"]
+        csr_launch = _launch("graph_attention", g, graph, args)
+        out, lse = forward(*graph, *args, *csr_launch)
+        if grad:
+            backward(torch.ones_like(out), out, lse, *graph, *args, *csr_launch)
+    if not wsb_attention.chosen(g, q, k, v, scale, graph, launch, csr_pass):
+        return None
     return wsb_attention.forward(g, q, k, v, scale, graph, launch)
 
 

@@ -12,8 +12,9 @@ on it and freed with it; ``Graph.wsb(path=...)`` also keeps it on disk, keyed by
 of the structure, so the build is paid once per dataset. Values are laid out per (norm, dtype)
 and cached as well.
 
-Only the forward runs on WSB: gradients take the CSR route (the cached transpose), which on
-directed graphs beats scattering into many windows' columns.
+SpMM gradients take the CSR route (the cached transpose), which on directed graphs beats
+scattering into many windows' columns. The Graph Transformer attention runs its forward and
+its backward's destination pass on the layout (``fastgnn.ops.wsb_attention``).
 """
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class WSB:
         self._values = {}
         self._plan = None
         self._attention_plan = None
+        self._attention_edge_starts = None
 
     @property
     def num_windows(self) -> int:
@@ -135,6 +137,18 @@ class WSB:
         if self._attention_plan is None:
             self._attention_plan = attention_plan(self.tile_ptr)
         return self._attention_plan
+
+    def attention_edge_starts(self) -> Optional[torch.Tensor]:
+        """int32 ``[pieces * 16]`` on the layout's device, derived once and cached: per piece of
+        the attention plan and row of its window, the CSR position of the row's first edge in
+        the piece. The backward's destination pass walks a row's slots with a cursor from
+        there, its CSR edges being in slot order (ascending source, duplicates adjacent, as
+        ``Graph`` builds them). None where they are not (a CSR given in another order): the
+        backward then runs on CSR."""
+        if self._attention_edge_starts is None:  # a tuple: None is a result to keep too
+            self._attention_edge_starts = (attention_edge_starts(self,
+                                                                 self.attention_plan()[0]),)
+        return self._attention_edge_starts[0]
 
     def save(self, path: str) -> None:
         torch.save({"version": FORMAT_VERSION, "fingerprint": self.fingerprint,
@@ -245,6 +259,28 @@ def attention_plan(tile_ptr: torch.Tensor):
     order = torch.sort(size, descending=True, stable=True).indices
     work = torch.stack([begin, begin + size, window, row], 1)[order]
     return work.to(torch.int32).contiguous(), splits
+
+
+def attention_edge_starts(layout: WSB, work: torch.Tensor) -> Optional[torch.Tensor]:
+    """See WSB.attention_edge_starts (``work``: its attention plan)."""
+    device = layout.edge_slot.device
+    slot = layout.edge_slot
+    tile = slot // (WINDOW * TILE)
+    window = torch.searchsorted(layout.tile_ptr.to(torch.int64), tile, right=True) - 1
+    row = window * WINDOW + (slot // TILE) % WINDOW
+    # A column slot's place in the layout: its tile, then its slot. The CSR is in slot order
+    # when (row, place) never decreases along it.
+    places = layout.num_tiles * TILE + 1
+    rows = layout.num_windows * WINDOW
+    if rows * places >= 2**62:  # the keys would overflow: not worth a slower path
+        return None
+    key = row * places + tile * TILE + slot % TILE
+    if key.numel() > 1 and bool((key[1:] < key[:-1]).any()):
+        return None
+    piece = work.to(torch.int64)
+    piece_rows = piece[:, 2:3] * WINDOW + torch.arange(WINDOW, device=device)
+    first = piece_rows * places + piece[:, 0:1] * TILE  # the piece's first place in each row
+    return torch.searchsorted(key, first.flatten()).to(torch.int32)
 
 
 def _saved(path: str, device) -> Optional[dict]:
