@@ -14,7 +14,7 @@ import torch
 import fastgnn
 from fastgnn import _native
 from fastgnn.ops import minmax
-from conftest import devices, hub_graph, minmax_opcheck_plans, random_graph
+from conftest import devices, hub_graph, random_graph
 
 pytestmark = pytest.mark.skipif(not _native.has_op("minmax_aggregate"),
                                 reason="native extension not built")
@@ -236,13 +236,3 @@ def test_gpu_hub_matches_the_rule_on_every_backward(ties, weighted, dtype, deter
     finally:
         torch.use_deterministic_algorithms(False)
 
-
-@pytest.mark.gpu
-def test_gpu_ignore_nan_refuses_the_packed_paths():
-    g = hub_graph("cuda")
-    x = torch.randn(g.num_src_nodes, 8, device="cuda")
-    plans = minmax_opcheck_plans(g, "cuda")[1:]  # heavy rows, work items
-    assert len(plans) == 2
-    for plan in plans:
-        with pytest.raises(RuntimeError, match="light path"):
-            OP(g.rowptr, g.col, x, True, *plan, None, None, g.key, None, None, False, True)

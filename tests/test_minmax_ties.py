@@ -218,11 +218,13 @@ def test_bad_ties_name_the_argument():
 
 
 @pytest.mark.gpu
-def test_gpu_edge_ties_refuse_the_packed_paths():
+@pytest.mark.parametrize("switches", [(True,), (False, True)], ids=["last_wins", "ignore_nan"])
+def test_gpu_dgl_rules_refuse_the_packed_paths(switches):
+    """DGL's last-edge tie rule and its NaN rule run on the light path only."""
     g = hub_graph("cuda")
     x = torch.randn(g.num_src_nodes, 8, device="cuda")
     plans = minmax_opcheck_plans(g, "cuda")[1:]  # heavy rows, work items
     assert len(plans) == 2
     for plan in plans:
         with pytest.raises(RuntimeError, match="light path"):
-            OP(g.rowptr, g.col, x, True, *plan, None, None, g.key, None, None, True)
+            OP(g.rowptr, g.col, x, True, *plan, None, None, g.key, None, None, *switches)

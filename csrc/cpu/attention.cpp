@@ -668,6 +668,15 @@ struct Grads {
   at::Tensor dst, key, value, att_partial, edge;
 };
 
+// The Graph Transformer's gradient buffers of q, k and v, zeroed, in their (float) dtype.
+Grads dot_product_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  Grads grads;
+  grads.dst = at::zeros_like(q);
+  grads.key = at::zeros_like(k);
+  grads.value = at::zeros_like(v);
+  return grads;
+}
+
 // destination: the Graph Transformer's destination pass to run instead of the CSR one, or null.
 template <typename MakePolicy>
 void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor& out,
@@ -827,11 +836,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              q.device(), "graph_attention_backward");
   auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
-  auto opts = at::TensorOptions().dtype(in.acc);
-  Grads grads;
-  grads.dst = at::zeros(qc.sizes(), opts);
-  grads.key = at::zeros(kc.sizes(), opts);
-  grads.value = at::zeros(vc.sizes(), opts);
+  Grads grads = dot_product_grads(qc, kc, vc);
   grads.edge = edge_grad_buffer(in);
   run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), drop, grads,
                "graph_attention_backward", [&](auto acc, auto idx) {
@@ -859,11 +864,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_from(
   TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(), op,
               ": v must match k");
   auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
-  auto opts = at::TensorOptions().dtype(in.acc);
-  Grads grads;
-  grads.dst = at::zeros(qc.sizes(), opts);
-  grads.key = at::zeros(kc.sizes(), opts);
-  grads.value = at::zeros(vc.sizes(), opts);
+  Grads grads = dot_product_grads(qc, kc, vc);
   const DestinationPass with_features = [&](const DestinationBuffers& buffers) {
     DestinationBuffers full = buffers;
     full.q = qc;
