@@ -202,43 +202,7 @@ def native_aggregate(g: Graph, x: torch.Tensor, reduce: str,
     return out.reshape((g.num_dst_nodes,) + tuple(x.shape[1:]))
 
 
-# ---- autograd and fake kernels -----------------------------------------------------------------
-def _setup(ctx, inputs, output):
-    rowptr, col, x, is_max, light, heavy, max_degree, config, t_rowptr, t_col = inputs[:10]
-    weight = inputs[11] if len(inputs) > 11 else None
-    edge_perm = inputs[12] if len(inputs) > 12 else None
-    ctx.num_src = x.shape[0]
-    ctx.num_inputs = len(inputs)  # the registered formula may see graph_key and weight filled in
-    ctx.weighted = weight is not None
-    if weight is None:
-        ctx.save_for_backward(output[1], t_rowptr, t_col)
-        return
-    # x only when the weights want a gradient
-    wants_w = ctx.needs_input_grad[11]
-    ctx.save_for_backward(output[1], t_rowptr, t_col, rowptr, col, weight, edge_perm,
-                          x if wants_w else None)
-
-
-def _backward(ctx, grad_out, _grad_arg):
-    grad_x = grad_w = None
-    if not ctx.weighted:
-        arg, t_rowptr, t_col = ctx.saved_tensors
-        if ctx.needs_input_grad[2]:
-            grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out.contiguous(),
-                                                                 ctx.num_src, t_rowptr, t_col)
-        return (None, None, grad_x) + (None,) * (ctx.num_inputs - 3)
-    arg, t_rowptr, t_col, rowptr, col, weight, edge_perm, x = ctx.saved_tensors
-    grad_out = grad_out.contiguous()
-    if ctx.needs_input_grad[2]:
-        grad_x = torch.ops.fastgnn.minmax_aggregate_backward(arg, grad_out, ctx.num_src,
-                                                             t_rowptr, t_col, col, weight,
-                                                             edge_perm)
-    if ctx.needs_input_grad[11]:
-        grad_w = torch.ops.fastgnn.minmax_weight_backward(rowptr, col, arg, grad_out, x,
-                                                          weight.shape[1], edge_perm)
-    return (None, None, grad_x) + (None,) * 8 + (grad_w,) + (None,) * (ctx.num_inputs - 12)
-
-
+# ---- fake kernels (the op's autograd is in C++: csrc/minmax_autograd.cpp) ---------------------
 def _fake(rowptr, col, x, is_max, light_rows, heavy_rows, max_degree, config, t_rowptr, t_col,
           graph_key=0, weight=None, edge_perm=None, last_wins=False, ignore_nan=False):
     shape = (rowptr.shape[0] - 1, x.shape[1])
@@ -258,5 +222,5 @@ if _native.has_op("minmax_aggregate"):
     _library.register_fake("minmax_aggregate", _fake)
     _library.register_fake("minmax_aggregate_backward", _backward_fake)
     _library.register_fake("minmax_weight_backward", _weight_backward_fake)
-    _minmax = _library.register_autograd("minmax_aggregate", _backward, _setup)
+    _minmax = _library.op("minmax_aggregate")
     backends.register(OP, "native", _native.devices(), native_aggregate, priority=10)
