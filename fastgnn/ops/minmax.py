@@ -173,11 +173,8 @@ def arguments(g: Graph, flat: torch.Tensor, reduce: str, grad: bool,
     plan = _choose_plan(g, flat, is_max, weight is not None, ties, nan)
     col, edge_perm = (g.col, edge_perm_index(g)) if ties == "smallest-source" else \
         csr_in_edge_order(g)
-    args = (g.rowptr, col, flat, is_max, *plan, *transposed, g.key)
-    if ties == "last-edge" or nan == "ignore":
-        return args + (weight, edge_perm if weight is not None else None, ties == "last-edge",
-                       nan == "ignore")
-    return args if weight is None else args + (weight, edge_perm)
+    return (g.rowptr, col, flat, is_max, *plan, *transposed, g.key, weight,
+            edge_perm if weight is not None else None, ties == "last-edge", nan == "ignore")
 
 
 def weight_matrix(g: Graph, edge_weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
