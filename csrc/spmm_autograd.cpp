@@ -1,4 +1,5 @@
-// Autograd of the SpMM family, in C++ (the other families register theirs from Python).
+// Autograd of the SpMM family, in C++ (as min/max's, the attention ops' and edge_softmax's:
+// csrc/*_autograd.cpp; the other families register theirs from Python).
 //
 // Why C++ here: spmm is the op of GCN/SAGE layers at small feature widths, where a call is
 // bound by host time, not by the GPU. A Python autograd.Function costs about 5 us per call on

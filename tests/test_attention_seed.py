@@ -53,10 +53,7 @@ def attend(kind, g, feats, impl=fastgnn.ops, **mask):
 def native_with_seed_tensor(kind, g, feats, seed_tensor):
     """The native op with autograd, its dropout seed read from ``seed_tensor``."""
     op, coef = OPS[kind]
-    autograd = {"gatv2": attention_ops._gatv2, "transformer": attention_ops._graph_attention,
-                "gat": attention_ops._gat}[kind]
-    return attention_ops.native_forward(op, g, feats, coef, P, True, autograd,
-                                        seed_tensor=seed_tensor)[0]
+    return attention_ops.native_forward(op, g, feats, coef, P, True, seed_tensor=seed_tensor)[0]
 
 
 def output_grad(g, device):

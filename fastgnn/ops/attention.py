@@ -248,18 +248,17 @@ def launch_plan(op_name: str, g: Graph, graph: tuple, args: tuple) -> str:
 
 
 def native_forward(op_name: str, g: Graph, features: tuple, coef: float, dropout: float,
-                   grad: bool, forward=None, seed_tensor: Optional[torch.Tensor] = None):
+                   grad: bool, seed_tensor: Optional[torch.Tensor] = None):
     """``(out, lse)`` of op ``op_name``'s native forward on ``features`` (the three features
     and the edge term, in the op's order) under the tuned launch plan; ``grad``: a backward
-    will run. ``forward``: the callable to run it with (default: the op itself, no autograd).
-    ``seed_tensor``: the dropout seed, drawn by the caller (see :func:`draw_seed_tensor`);
-    None: drawn here."""
+    will run. ``seed_tensor``: the dropout seed, drawn by the caller (see
+    :func:`draw_seed_tensor`); None: drawn here."""
     seed, seed_tensor, offset = (_draw_seed(dropout, features[1].device) if seed_tensor is None
                                  else (0, seed_tensor, 0))
     graph = structure_args(g, grad)
     args = features + (coef, dropout, seed, seed_tensor, offset)
     launch = _launch(op_name, g, graph, args)
-    return (forward or _NATIVE[op_name][0])(*graph, *args, *launch)
+    return _NATIVE[op_name][0](*graph, *args, *launch)
 
 
 def native_backward(op_name: str, g: Graph, grad_out, out, lse, features: tuple, coef: float,
@@ -277,14 +276,14 @@ def _native_gatv2(g: Graph, x_dst, x_src, att, negative_slope: float, dropout: f
                   edge_term) -> torch.Tensor:
     features = (x_dst, x_src, att, edge_term)
     return native_forward("gatv2_attention", g, features, negative_slope, dropout,
-                          wants_grad(*features), _gatv2)[0]
+                          wants_grad(*features))[0]
 
 
 def _native_gat(g: Graph, x_src, alpha_src, alpha_dst, negative_slope: float, dropout: float,
                 alpha_edge) -> torch.Tensor:
     features = (alpha_dst, x_src, alpha_src, alpha_edge)
     return native_forward("gat_attention", g, features, negative_slope, dropout,
-                          wants_grad(*features), _gat)[0]
+                          wants_grad(*features))[0]
 
 
 def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: float,
@@ -296,8 +295,7 @@ def _native_graph_attention(g: Graph, q, k, v, scale: Optional[float], dropout: 
         out = _wsb_graph_attention(g, q, k, v, scale, grad)
         if out is not None:
             return out
-    return native_forward("graph_attention", g, features, scale, dropout, grad,
-                          _graph_attention)[0]
+    return native_forward("graph_attention", g, features, scale, dropout, grad)[0]
 
 
 def _wsb_graph_attention(g: Graph, q, k, v, scale: float, grad: bool) -> Optional[torch.Tensor]:
@@ -334,36 +332,10 @@ def dropout_mask(g: Graph, heads: int, dropout: float, seed: int, offset: int = 
     return mask
 
 
-# ---- autograd and fake kernels of the native ops ----------------------------------------------
+# ---- fake kernels of the native ops (their autograd is in C++: csrc/attention_autograd.cpp) ------
 # Forward inputs: rowptr, col, edge_perm, t_rowptr, t_col, t_perm, (3 features), edge_term,
 # slope|scale, dropout, seed, seed_tensor, offset, light_rows, heavy_rows, heavy_warps. GAT's
 # features are (alpha_dst, x_src, alpha_src) and its edge term alpha_edge: the same layout.
-def _setup(ctx, inputs, output):
-    out, lse = output
-    *graph_and_features, coef, dropout, seed, seed_tensor, offset, light, heavy, heavy_warps = \
-        inputs
-    # seed_tensor is saved: the backward regenerates the forward's mask from the same seed
-    ctx.save_for_backward(*graph_and_features, seed_tensor, light, heavy, out, lse)
-    ctx.coef, ctx.dropout, ctx.seed, ctx.offset = coef, dropout, seed, offset
-    ctx.heavy_warps = heavy_warps
-
-
-def _make_backward(backward_op: str):
-    def backward(ctx, grad_out, _grad_lse):
-        (rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, seed_tensor, light,
-         heavy, out, lse) = ctx.saved_tensors
-        if t_perm is None:
-            raise RuntimeError("fastgnn attention: the forward ran without gradient tracking "
-                               "of its inputs, so the transposed graph was not prepared")
-        grads = _library.op(backward_op)(
-            grad_out.contiguous(), out, lse, rowptr, col, edge_perm, t_rowptr, t_col, t_perm,
-            a, b, c, edge_term, ctx.coef, ctx.dropout, ctx.seed, seed_tensor, ctx.offset, light,
-            heavy, ctx.heavy_warps)
-        grad_edge = grads[3] if edge_term is not None else None
-        return (None,) * 6 + (grads[0], grads[1], grads[2], grad_edge) + (None,) * 8
-    return backward
-
-
 def _forward_fake(rowptr, col, edge_perm, t_rowptr, t_col, t_perm, a, b, c, edge_term, coef,
                   dropout, seed, seed_tensor, offset, light, heavy, heavy_warps):
     return forward_fake(a, b)
@@ -385,7 +357,7 @@ def _forward_and_backward(prefix: str):
     return _library.op(f"{prefix}_forward").default, _library.op(f"{prefix}_backward").default
 
 
-_NATIVE = {}  # op name: its native (forward, backward), called without autograd
+_NATIVE = {}  # op name: its native (forward, backward)
 if _native.has_op("gatv2_forward"):
     _NATIVE["gatv2_attention"] = _forward_and_backward("gatv2")
     _NATIVE["graph_attention"] = _forward_and_backward("graph_attention")
@@ -393,9 +365,6 @@ if _native.has_op("gatv2_forward"):
         _library.register_fake(f"{_name}_forward", _forward_fake)
         _library.register_fake(f"{_name}_backward", _backward_fake)
     _library.register_fake("attention_dropout_mask", _mask_fake)
-    _gatv2 = _library.register_autograd("gatv2_forward", _make_backward("gatv2_backward"), _setup)
-    _graph_attention = _library.register_autograd(
-        "graph_attention_forward", _make_backward("graph_attention_backward"), _setup)
     backends.register("gatv2_attention", "native", _native.devices(), _native_gatv2, priority=10)
     backends.register("graph_attention", "native", _native.devices(), _native_graph_attention,
                       priority=10)
@@ -422,7 +391,6 @@ if _native.has_op("gat_forward"):
     _library.register_fake("gat_destination_backward", _gat_destination_fake)
     _library.register_fake("attention_delta_backward", lambda grad_out, out: out.new_empty(
         out.shape[:2], dtype=acc_dtype(out.dtype)))
-    _gat = _library.register_autograd("gat_forward", _make_backward("gat_backward"), _setup)
     backends.register("gat_attention", "native", _native.devices(), _native_gat, priority=10)
 
 backends.register("gatv2_attention", "reference", ("cpu", "cuda"), reference.gatv2_attention,

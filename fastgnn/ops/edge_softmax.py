@@ -64,21 +64,7 @@ def native_edge_softmax(g: Graph, logits: torch.Tensor, norm_by: str) -> torch.T
     return _edge_softmax(*_rows(g, norm_by), flat, *_buckets(g, norm_by)).reshape(logits.shape)
 
 
-# ---- autograd and fake kernels -----------------------------------------------------------------
-def _setup(ctx, inputs, output):
-    rowptr, perm, _, light, heavy = inputs
-    ctx.save_for_backward(rowptr, perm, light, heavy, output)
-
-
-def _backward(ctx, grad_out):
-    rowptr, perm, light, heavy, out = ctx.saved_tensors
-    grad = None
-    if ctx.needs_input_grad[2]:
-        grad = _library.op("edge_softmax_backward")(rowptr, perm, out, grad_out.contiguous(),
-                                                    light, heavy)
-    return None, None, grad, None, None
-
-
+# ---- fake kernels (the op's autograd is in C++: csrc/edge_softmax_autograd.cpp) ------------------
 def _fake(rowptr, edge_perm, logits, light_rows, heavy_rows):
     return logits.new_empty(logits.shape)
 
@@ -91,5 +77,5 @@ backends.register(OP, "reference", ("cpu", "cuda"), reference.edge_softmax, prio
 if _native.has_op(OP):
     _library.register_fake(OP, _fake)
     _library.register_fake("edge_softmax_backward", _backward_fake)
-    _edge_softmax = _library.register_autograd(OP, _backward, _setup)
+    _edge_softmax = _library.op(OP).default
     backends.register(OP, "native", _native.devices(), native_edge_softmax, priority=10)

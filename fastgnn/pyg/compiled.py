@@ -343,8 +343,8 @@ class _Attention(torch.autograd.Function):
 
 def _below_autograd(impl):
     """Kernel ``impl`` with autograd dispatch off for the native ops it calls: they then skip
-    their autograd kernels (torch.library's Python wrapper for min/max and attention), as under
-    a Python autograd kernel's redispatch. The ops' own formulas are the autograd."""
+    their autograd kernels, as under a Python autograd kernel's redispatch. The ops' own
+    formulas are the autograd."""
     def kernel(*args):
         with torch._C._AutoDispatchBelowAutograd():
             return impl(*args)
