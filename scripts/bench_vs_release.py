@@ -73,7 +73,7 @@ def attention_ops(turbo, tuned: dict, g, tg, kind: str, heads: int, dim: int, de
     flat = q.detach().view(t, heads * dim)  # the release's tuner reads the width off x
     ours = lambda: fastgnn.ops.graph_attention(g, q, k, v)  # noqa: E731
     # The release names the source side Q and the destination side K: same scores.
-    theirs = lambda: turbo.graph_attention_aggr(  # noqa: E731
+    theirs = lambda: turbo.graph_transformer_aggr(  # noqa: E731
         tg, flat, k, q, v, dim ** -0.5, **tuned)
     return ours, theirs, [q, k, v]
 
