@@ -117,6 +117,7 @@ class _GatLayer(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # its gradient ops are (backward_ops_autograd.cpp)
     def backward(ctx, grad_out):
         x, weight, atts, alpha_src, alpha_dst, alpha_edge, out, lse, seed_tensor = \
             ctx.saved_tensors
