@@ -5,6 +5,7 @@ is built; per-call checks look only at shapes, dtypes and devices.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterable, Optional, Tuple
 
 import torch
@@ -38,12 +39,39 @@ def float_tensor(name: str, value) -> None:
 
 
 def count(name: str, value) -> int:
+    # a one-element tensor counts only with an integer dtype: int(tensor(5.7)) would be 5
     if isinstance(value, bool) or not isinstance(value, int) and not (
-            isinstance(value, torch.Tensor) and value.numel() == 1):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            isinstance(value, torch.Tensor) and value.numel() == 1
+            and value.dtype in _INDEX_DTYPES):
+        kind = (f"Tensor of dtype {value.dtype}" if isinstance(value, torch.Tensor)
+                else type(value).__name__)
+        raise TypeError(f"{name} must be an int, got {kind}")
     value = int(value)
     if value < 0:
         raise ValueError(f"{name} must be non-negative, got {value}")
+    return value
+
+
+def _device_memory_bytes(device: torch.device) -> int:
+    """Total memory of ``device`` (host RAM for the CPU); no device synchronisation."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - no sysconf
+        return 2**63 - 1
+
+
+def node_count(name: str, value, device: torch.device) -> int:
+    """A node count whose per-node index arrays (CSR row pointers, degrees: 8 bytes a node)
+    fit the device's memory: a ValueError naming the argument rather than an allocator
+    error, or a silent overflow, for declared sizes such as 2**40."""
+    value = count(name, value)
+    needed = (value + 1) * 8
+    total = _device_memory_bytes(torch.device(device))
+    if needed > total:
+        raise ValueError(f"{name}={value} is too large: its per-node index arrays alone take "
+                         f"{needed} bytes, more than the {total} bytes of {device} memory")
     return value
 
 
@@ -71,8 +99,8 @@ def node_counts(edge_index_: torch.Tensor, num_nodes: Optional[int], num_src_nod
     if (num_src_nodes is None) != (num_dst_nodes is None):
         raise ValueError("num_src_nodes and num_dst_nodes must be given together")
     if num_src_nodes is not None:
-        num_src = count("num_src_nodes", num_src_nodes)
-        num_dst = count("num_dst_nodes", num_dst_nodes)
+        num_src = node_count("num_src_nodes", num_src_nodes, edge_index_.device)
+        num_dst = node_count("num_dst_nodes", num_dst_nodes, edge_index_.device)
         _index_range("edge_index[0] (sources)", edge_index_[0], num_src, "num_src_nodes")
         _index_range("edge_index[1] (destinations)", edge_index_[1], num_dst, "num_dst_nodes")
         return num_src, num_dst
@@ -80,8 +108,9 @@ def node_counts(edge_index_: torch.Tensor, num_nodes: Optional[int], num_src_nod
         if edge_index_.numel() and int(edge_index_.min()) < 0:
             raise ValueError(f"edge_index has a negative index ({int(edge_index_.min())})")
         n = int(edge_index_.max()) + 1 if edge_index_.numel() else 0
+        n = node_count("num_nodes (edge_index's largest index + 1)", n, edge_index_.device)
         return n, n
-    n = count("num_nodes", num_nodes)
+    n = node_count("num_nodes", num_nodes, edge_index_.device)
     _index_range("edge_index", edge_index_, n, "num_nodes")
     return n, n
 
@@ -101,7 +130,8 @@ def csr(indptr: torch.Tensor, indices: torch.Tensor, num_src_nodes: Optional[int
     if indptr.numel() > 1 and bool((indptr[1:] < indptr[:-1]).any()):
         raise ValueError("indptr must be non-decreasing")
     if num_src_nodes is not None:
-        _index_range("indices", indices, count("num_src_nodes", num_src_nodes), "num_src_nodes")
+        _index_range("indices", indices, node_count("num_src_nodes", num_src_nodes, indices.device),
+                     "num_src_nodes")
     elif indices.numel() and int(indices.min()) < 0:
         raise ValueError(f"indices has a negative index ({int(indices.min())})")
 

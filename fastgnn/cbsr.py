@@ -15,6 +15,7 @@ import torch
 
 _UINT8_MAX_FEATURES = 256
 _INT16_MAX_FEATURES = 32768
+_INT32_MAX = 2**31 - 1
 
 
 def index_dtype(num_features: int) -> torch.dtype:
@@ -26,17 +27,30 @@ def index_dtype(num_features: int) -> torch.dtype:
     return torch.int32
 
 
+def _check_columns(indices: torch.Tensor, num_features: int) -> None:
+    """Columns in [0, num_features), strictly ascending along each row (CPU: no sync)."""
+    lo, hi = int(indices.min()), int(indices.max())
+    if lo < 0 or hi >= num_features:
+        raise ValueError(f"indices has column {lo if lo < 0 else hi}, out of range for "
+                         f"num_features={num_features}")
+    wide = indices.to(torch.int64)
+    if bool((wide[:, 1:] <= wide[:, :-1]).any()):
+        raise ValueError("indices must be strictly ascending along each row (distinct columns)")
+
+
 class CBSR:
     """``k`` kept entries per row of an ``[N, num_features]`` matrix (see the module doc).
 
     Built by :func:`fastgnn.ops.maxk`; construct one directly only from values and indices
-    that satisfy the format (columns distinct, ascending and below ``num_features``: they are
-    not checked, which would cost a device synchronisation).
+    that satisfy the format (columns ascending and below ``num_features``). On the CPU the
+    constructor checks that (a ValueError: the kernels would read and write out of bounds);
+    on a GPU it does not, which would cost a device synchronisation.
     """
 
     __slots__ = ("values", "indices", "num_features")
 
-    def __init__(self, values: torch.Tensor, indices: torch.Tensor, num_features: int):
+    def __init__(self, values: torch.Tensor, indices: torch.Tensor, num_features: int, *,
+                 _trusted: bool = False):
         if not isinstance(values, torch.Tensor) or not values.is_floating_point():
             raise TypeError("values must be a floating-point torch.Tensor")
         if not isinstance(indices, torch.Tensor):
@@ -46,6 +60,9 @@ class CBSR:
         if values.dim() != 2 or indices.shape != values.shape:
             raise ValueError(f"values and indices must both be [N, k], got {list(values.shape)} "
                              f"and {list(indices.shape)}")
+        if num_features > _INT32_MAX:
+            raise ValueError(f"num_features must be at most {_INT32_MAX} (int32 column "
+                             f"indices), got {num_features}")
         if not 1 <= values.shape[1] <= num_features:
             raise ValueError(f"k ({values.shape[1]}) must be in [1, num_features="
                              f"{num_features}]")
@@ -54,6 +71,8 @@ class CBSR:
                             f"{index_dtype(num_features)}, got {indices.dtype}")
         if indices.device != values.device:
             raise ValueError(f"indices are on {indices.device} but values on {values.device}")
+        if not _trusted and indices.device.type == "cpu" and indices.numel():
+            _check_columns(indices, num_features)
         self.values = values
         self.indices = indices
         self.num_features = num_features

@@ -18,6 +18,7 @@ import torch
 from fastgnn import _validate
 
 _INT32_MAX = 2**31 - 1
+_KEY_MAX = 2**63 - 1  # the largest (destination, source) sort key from_edge_index may form
 _keys = itertools.count(1)
 _release_hooks: list = []  # called with a graph key when that graph is collected
 _release_lock = threading.Lock()
@@ -59,6 +60,31 @@ def derived_tensors():
     return torch.inference_mode(False)
 
 
+def _checked_arrays(rowptr, col, num_src_nodes, edge_perm):
+    """The arrays a caller hands ``Graph(...)`` directly, checked as the kernels need them:
+    a valid CSR, one index dtype, contiguous, and ``edge_perm`` a permutation of the edges."""
+    if num_src_nodes is None:
+        raise TypeError("num_src_nodes must be an int, got NoneType")
+    _validate.csr(rowptr, col, num_src_nodes)
+    if rowptr.dtype != col.dtype:
+        raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must have one index "
+                        "dtype")
+    if edge_perm is not None:
+        _validate.integer_tensor("edge_perm", edge_perm)
+        if edge_perm.dim() != 1 or edge_perm.numel() != col.numel():
+            raise ValueError(f"edge_perm must have shape [{col.numel()}] (one entry per edge), "
+                             f"got {list(edge_perm.shape)}")
+        if edge_perm.device != col.device:
+            raise ValueError(f"edge_perm is on {edge_perm.device} but col is on {col.device}")
+        seen = torch.zeros(col.numel(), dtype=torch.int64, device=col.device)
+        _validate._index_range("edge_perm", edge_perm, col.numel(), "num_edges")
+        if not bool(seen.index_add_(0, edge_perm.to(torch.int64),
+                                    torch.ones_like(seen)).eq(1).all()):
+            raise ValueError("edge_perm must be a permutation of the edge positions")
+        edge_perm = edge_perm.to(torch.int64).contiguous()
+    return rowptr.contiguous(), col.contiguous(), edge_perm
+
+
 class Graph:
     """An immutable graph on ``num_src_nodes`` sources and ``num_dst_nodes`` destinations.
 
@@ -73,7 +99,7 @@ class Graph:
                  edge_perm: Optional[torch.Tensor] = None, *, cache_transpose: bool = True,
                  _trusted: bool = False):
         if not _trusted:
-            _validate.csr(rowptr, col, num_src_nodes)
+            rowptr, col, edge_perm = _checked_arrays(rowptr, col, num_src_nodes, edge_perm)
         self._rowptr = rowptr
         self._col = col
         self._num_src = int(num_src_nodes)
@@ -114,10 +140,21 @@ class Graph:
             raise ValueError("index_dtype=torch.int32 cannot index this many nodes or edges")
         # One sort on the (destination, source) key gives a canonical CSR: neighbours in
         # ascending source order, which the deterministic tie rules of min/max rely on.
-        key = dst.to(torch.int64) * max(num_src, 1) + src.to(torch.int64)
-        sorted_key, perm = torch.sort(key, stable=True)
-        col = (sorted_key % max(num_src, 1)).to(index_dtype)
-        rowptr = _row_pointers(sorted_key, num_dst, max(num_src, 1))
+        stride = max(num_src, 1)
+        if num_dst * stride <= _KEY_MAX:
+            key = dst.to(torch.int64) * stride + src.to(torch.int64)
+            sorted_key, perm = torch.sort(key, stable=True)
+            col = (sorted_key % stride).to(index_dtype)
+            rowptr = _row_pointers(sorted_key, num_dst, stride)
+        else:
+            # the key would overflow int64 (and sort wrongly): the same order from two stable
+            # sorts, by source and then by destination
+            by_src = torch.sort(src.to(torch.int64), stable=True).indices
+            dst64 = dst.to(torch.int64)
+            perm = by_src[torch.sort(dst64[by_src], stable=True).indices]
+            col = src[perm].to(index_dtype)
+            rowptr = torch.searchsorted(dst64[perm], torch.arange(
+                num_dst + 1, dtype=torch.int64, device=dst.device))
         identity = torch.arange(num_edges, device=src.device)
         edge_perm = None if torch.equal(perm, identity) else perm
         return cls(rowptr.to(index_dtype), col, num_src, edge_perm,

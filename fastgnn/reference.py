@@ -306,7 +306,8 @@ def maxk_cbsr(x: torch.Tensor, k: int) -> CBSR:
     # A stable descending sort keeps equal keys in column order: ties go to smaller columns.
     kept = torch.sort(_order_key(x), dim=1, descending=True, stable=True).indices[:, :k]
     columns = kept.sort(dim=1).values
-    return CBSR(x.gather(1, columns), columns.to(cbsr_index_dtype(x.shape[1])), x.shape[1])
+    return CBSR(x.gather(1, columns), columns.to(cbsr_index_dtype(x.shape[1])), x.shape[1],
+                _trusted=True)
 
 
 def maxk(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -143,6 +143,9 @@ def node_order(edge_index: torch.Tensor, num_nodes: int, method: str = "rcm", *,
                num_parts: Optional[int] = None) -> NodeOrder:
     """The :class:`NodeOrder` of ``method`` for a graph on ``num_nodes`` nodes."""
     _validate.edge_index(edge_index)
+    # num_nodes bounds the ids (the degree order's bincount would silently widen the order
+    # to the largest id) and must be allocatable (one host sync: a one-time reordering)
+    num_nodes = _validate.node_counts(edge_index, num_nodes, None, None)[0]
     _validate.choice("method", method, METHODS)
     if num_parts is not None and (isinstance(num_parts, bool) or not isinstance(num_parts, int)
                                   or num_parts < 1):
@@ -256,7 +259,7 @@ def _to_internal(order: NodeOrder, value):
         return order.permute(value)
     if isinstance(value, CBSR) and value.values.shape[0] == len(order):
         return CBSR(order.permute(value.values), order.permute(value.indices),
-                    value.num_features)
+                    value.num_features, _trusted=True)
     return value
 
 

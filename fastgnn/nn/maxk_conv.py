@@ -52,7 +52,8 @@ class _MaxKLayer(FastLayer):
         """MaxK of x, then dropout on the kept entries (training only)."""
         h = ops.maxk(x, self.k)
         if self.dropout and self.training:
-            h = CBSR(F.dropout(h.values, self.dropout), h.indices, h.num_features)
+            h = CBSR(F.dropout(h.values, self.dropout), h.indices, h.num_features,
+                     _trusted=True)
         return h
 
     def _dense_maxk(self, x):

@@ -41,6 +41,8 @@ def aggregate(g: Graph, x: torch.Tensor, reduce: str = "sum",
     _validate.choice("reduce", reduce, REDUCES)
     _validate.choice("ties", ties, minmax.TIES)
     _validate.choice("nan", nan, minmax.NANS)
+    if edge_weight is not None:
+        _validate.tensor("edge_weight", edge_weight)
     if reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1):
         return spmm(g, x, edge_weight=edge_weight, reduce=reduce)
     _validate.node_features("x", x, g.num_src_nodes, g.device, "num_src_nodes")

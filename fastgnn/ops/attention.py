@@ -70,6 +70,7 @@ def gatv2_attention(g: Graph, x_dst: torch.Tensor, x_src: torch.Tensor, att: tor
     _check_edge_term(edge_term, g, heads, dim)
     _check_same_dtype("x_src", x_src, x_dst=x_dst, att=att, edge_term=edge_term)
     check_dropout(dropout)
+    _check_negative_slope(negative_slope)
     impl = backends.select("gatv2_attention", x_src.device)
     return impl.fn(g, x_dst, x_src, att, negative_slope=float(negative_slope),
                    dropout=float(dropout), edge_term=edge_term)
@@ -81,6 +82,11 @@ def _check_same_dtype(reference_name: str, reference_value: torch.Tensor, **othe
         if value is not None and value.dtype != reference_value.dtype:
             raise TypeError(f"{name} has dtype {value.dtype} but {reference_name} has "
                             f"{reference_value.dtype}; cast them to one dtype")
+
+
+def _check_negative_slope(negative_slope) -> None:
+    if not isinstance(negative_slope, (int, float)) or isinstance(negative_slope, bool):
+        raise TypeError(f"negative_slope must be a float, got {type(negative_slope).__name__}")
 
 
 def _check_node_scores(name: str, value, rows: int, heads: int, g: Graph, rows_name: str) -> None:
@@ -116,8 +122,7 @@ def gat_attention(g: Graph, x_src: torch.Tensor, alpha_src: torch.Tensor,
     _check_same_dtype("x_src", x_src, alpha_src=alpha_src, alpha_dst=alpha_dst,
                       alpha_edge=alpha_edge)
     check_dropout(dropout)
-    if not isinstance(negative_slope, (int, float)) or isinstance(negative_slope, bool):
-        raise TypeError(f"negative_slope must be a float, got {type(negative_slope).__name__}")
+    _check_negative_slope(negative_slope)
     impl = backends.select("gat_attention", x_src.device)
     return impl.fn(g, x_src, alpha_src, alpha_dst, negative_slope=float(negative_slope),
                    dropout=float(dropout), alpha_edge=alpha_edge)
@@ -141,8 +146,10 @@ def graph_attention(g: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _check_edge_term(edge_term, g, heads, dim)
     _check_same_dtype("k", k, q=q, v=v, edge_term=edge_term)
     check_dropout(dropout)
-    if scale is not None and not isinstance(scale, (int, float)):
+    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if scale is None and dim == 0:
+        scale = 1.0  # no features: every logit is 0 whatever the scale (1/sqrt(0) is not one)
     impl = backends.select("graph_attention", q.device)
     return impl.fn(g, q, k, v, scale=scale, dropout=float(dropout), edge_term=edge_term)
 

@@ -98,7 +98,7 @@ def _native_maxk(x: torch.Tensor, k: int) -> CBSR:
     if x.is_cuda and (x.dtype == torch.float64 or x.shape[1] > _CUDA_SELECT_MAX_WIDTH):
         return reference.maxk_cbsr(x, k)  # outside the register-resident kernel's range
     values, indices = _maxk(x, k)
-    return CBSR(values, indices, x.shape[1])
+    return CBSR(values, indices, x.shape[1], _trusted=True)
 
 
 def _row_buffer_fits(h: CBSR) -> bool:

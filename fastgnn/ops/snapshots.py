@@ -9,6 +9,8 @@ same op on the transposed structure with the two scales swapped.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fastgnn import _library, _native, _validate, backends, reference
@@ -43,7 +45,7 @@ def spmm_snapshots(sg: SnapshotGraph, xs: torch.Tensor, norm: str = "none") -> t
 
 
 def _native_spmm_snapshots(sg: SnapshotGraph, xs: torch.Tensor, norm: str) -> torch.Tensor:
-    flat = xs.reshape(xs.shape[0], xs.shape[1], -1)
+    flat = xs.reshape(xs.shape[0], xs.shape[1], math.prod(xs.shape[2:]))  # -1 fails at N = 0
     src_scale, dst_scale = sg.norm_scales(norm, acc_dtype(xs.dtype))
     transposed = sg.transposed() if wants_grad(xs) else (None,) * 4
     out = _spmm_snapshots(*sg.structure(), flat, src_scale, dst_scale, sg.num_nodes,

@@ -165,9 +165,9 @@ class NeighborLoader:
         for name, value in (("features", features), ("labels", labels)):
             if value is not None:
                 _validate.tensor(name, value)
-                if value.size(0) != graph.num_src_nodes:
+                if value.dim() == 0 or value.size(0) != graph.num_src_nodes:
                     raise ValueError(f"{name} must have one row per node "
-                                     f"({graph.num_src_nodes}), got {value.size(0)}")
+                                     f"({graph.num_src_nodes}), got shape {list(value.shape)}")
         if edge_features is not None:
             _validate.tensor("edge_features", edge_features)
             if edge_features.dim() == 0 or edge_features.size(0) != graph.num_edges:

@@ -393,6 +393,9 @@ def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes:
     return _sampled(torch.cat(parts), col, num_nodes, kind)
 
 
+_INT64_MAX = 2**63 - 1  # the native ops take fanouts as int64
+
+
 def _check_fanouts(fanouts) -> List[int]:
     if isinstance(fanouts, (int, torch.Tensor)) or not hasattr(fanouts, "__iter__"):
         raise TypeError(f"fanouts must be a sequence of ints, got {type(fanouts).__name__}")
@@ -400,6 +403,7 @@ def _check_fanouts(fanouts) -> List[int]:
     if not fanouts:
         raise ValueError("fanouts must name at least one layer")
     for f in fanouts:
-        if isinstance(f, bool) or not isinstance(f, int) or f < -1:
-            raise ValueError(f"fanouts must be ints >= -1 (-1: all neighbours), got {fanouts}")
+        if isinstance(f, bool) or not isinstance(f, int) or not -1 <= f <= _INT64_MAX:
+            raise ValueError(f"fanouts must be ints in [-1, 2**63 - 1] (-1: all neighbours), "
+                             f"got {fanouts}")
     return fanouts
