@@ -12,12 +12,13 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "autograd_common.h"
+
 namespace fastgnn {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptTensor = c10::optional<at::Tensor>;
 
 using ForwardOp = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor& rowptr, const at::Tensor& col, const OptTensor& edge_perm,
@@ -33,8 +34,6 @@ using BackwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, const OptTensor& edge_term,
     double coef, double dropout, int64_t seed, const OptTensor& seed_tensor, int64_t offset,
     const OptTensor& light_rows, const OptTensor& heavy_rows, int64_t heavy_warps);
-
-OptTensor optional(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
 
 struct Gatv2 {
   static constexpr const char* kForward = "fastgnn::gatv2_forward";

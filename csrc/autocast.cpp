@@ -64,9 +64,10 @@ void autocast_features(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys
 
 // The ops whose features follow autocast: every forward that takes float features. Their
 // backwards are left out: autograd hands them gradients in the dtype of the forward's output.
-constexpr std::array<const char*, 6> kAutocastOps = {
+// maxk_spgemm is left out too: its CBSR values come from maxk, already in the autocast dtype.
+constexpr std::array<const char*, 7> kAutocastOps = {
     "spmm", "minmax_aggregate", "gatv2_forward", "graph_attention_forward", "gat_forward",
-    "edge_softmax"};
+    "edge_softmax", "maxk"};
 
 template <c10::DeviceType kDevice>
 void register_autocast(torch::Library& m) {

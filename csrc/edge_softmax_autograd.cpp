@@ -8,12 +8,13 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "autograd_common.h"
+
 namespace fastgnn {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptTensor = c10::optional<at::Tensor>;
 
 at::Tensor edge_softmax_call(const at::Tensor& rowptr, const OptTensor& edge_perm,
                              const at::Tensor& logits, const OptTensor& light_rows,
@@ -32,8 +33,6 @@ at::Tensor backward_call(const at::Tensor& rowptr, const OptTensor& edge_perm,
                              .typed<decltype(backward_call)>();
   return op.call(rowptr, edge_perm, out, grad_out, light_rows, heavy_rows);
 }
-
-OptTensor optional(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
 
 class EdgeSoftmax : public torch::autograd::Function<EdgeSoftmax> {
  public:

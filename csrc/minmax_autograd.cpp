@@ -10,12 +10,13 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "autograd_common.h"
+
 namespace fastgnn {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptTensor = c10::optional<at::Tensor>;
 
 std::tuple<at::Tensor, at::Tensor> minmax_call(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, bool is_max,
@@ -46,8 +47,6 @@ at::Tensor weight_backward_call(const at::Tensor& rowptr, const at::Tensor& col,
                              .typed<decltype(weight_backward_call)>();
   return op.call(rowptr, col, arg, grad_out, x, heads, edge_perm);
 }
-
-OptTensor optional(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
 
 class MinmaxAggregate : public torch::autograd::Function<MinmaxAggregate> {
  public:

@@ -225,8 +225,9 @@ TORCH_LIBRARY(fastgnn, m) {
   // out [num_dst, num_features] = A h, h the CBSR matrix of num_src rows, A[i, col[e]] =
   // value[e] (1 when absent; float32, float64 for float64 values, CSR order). The forward
   // ignores t_rowptr/t_col/t_perm/t_value (the cached transpose, t_value the edge values in
-  // its order): autograd keeps them for the backward. config (CUDA): bits 0-19 the edges per
-  // work item (0: default); higher bits are the caller's.
+  // its order): autograd keeps them for the backward. config: bits 0-19 the edges per work
+  // item (CUDA; 0: default), bits 32-63 the backward's maxk_sspmm config (read by the op's
+  // autograd, csrc/maxk_autograd.cpp).
   m.def("maxk_spgemm(Tensor rowptr, Tensor col, Tensor? value, Tensor values, Tensor indices, "
         "int num_features, Tensor? t_rowptr, Tensor? t_col, Tensor? t_perm, Tensor? t_value, "
         "int graph_key, int config) -> Tensor");

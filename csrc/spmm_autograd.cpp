@@ -1,4 +1,4 @@
-// Autograd of the SpMM family, in C++ (as min/max's, the attention ops' and edge_softmax's:
+// Autograd of the SpMM family, in C++ (as min/max's, the attention ops', edge_softmax's and MaxK's:
 // csrc/*_autograd.cpp; the other families register theirs from Python).
 //
 // Why C++ here: spmm is the op of GCN/SAGE layers at small feature widths, where a call is
@@ -14,12 +14,13 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "autograd_common.h"
+
 namespace fastgnn {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptTensor = c10::optional<at::Tensor>;
 
 constexpr int64_t kBackwardShift = 8;  // algo bits 8-15: the backward's kernel
 
@@ -41,8 +42,6 @@ at::Tensor sddmm_call(const at::Tensor& rowptr, const at::Tensor& col, const at:
                              .typed<decltype(sddmm_call)>();
   return op.call(rowptr, col, a, b);
 }
-
-OptTensor optional(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
 
 class Spmm : public torch::autograd::Function<Spmm> {
  public:

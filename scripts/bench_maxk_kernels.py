@@ -62,11 +62,11 @@ def rows_for(name: str, width: int, ks, device: torch.device, repeats: int):
                                               None, None, None, None, g.key, config),
                        device, repeats)
         backward = {}
-        for name_, push in (("pull", 0), ("push", 1)):
+        for name_, push in (("pull", False), ("push", True)):
             backward[name_] = _time(lambda: op.maxk_sspmm(
                 g.rowptr, g.col, None, t_rowptr, t_col, None, dy, h.indices, g.key,
-                push | chunk << maxk_ops._SSPMM_CHUNK_SHIFT), device, repeats)
-        chosen = "push" if config & maxk_ops._PUSH_BIT else "pull"
+                maxk_ops._sspmm_config(push, chunk)), device, repeats)
+        chosen = "push" if config >> maxk_ops._BACKWARD_SHIFT & maxk_ops._SSPMM_PUSH else "pull"
         topk = _time(lambda: op.maxk(x, k), device, repeats)
         yield dict(graph=name, k=k, spmm_fwd=spmm_fwd, spmm_bwd=spmm_bwd, spgemm=spgemm,
                    sspmm=backward[chosen], chosen=chosen, pull=backward["pull"],

@@ -47,6 +47,8 @@ def _calls(g, device, seed=0):
                 lambda x, a, b: reference.gat_attention(g, x, a, b), (q, alpha_src, alpha_dst)),
         "edge-softmax": (lambda z: fastgnn.ops.edge_softmax(g, z),
                          lambda z: reference.edge_softmax(g, z), (logits,)),
+        "maxk": (lambda x: fastgnn.ops.maxk_spmm(g, fastgnn.ops.maxk(x, 4), norm="both"),
+                 lambda x: reference.maxk_spmm(g, reference.maxk_cbsr(x, 4), norm="both"), (x,)),
     }
 
 
@@ -68,7 +70,7 @@ def _close(actual, expected, dtype, half_reference=None):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat",
-                                  "edge-softmax"])
+                                  "edge-softmax", "maxk"])
 def test_ops_run_in_the_autocast_dtype(device, dtype, name, request):
     if name == "gatv2" and dtype == torch.bfloat16:
         request.node.add_marker(pytest.mark.xfail(reason=(
@@ -108,7 +110,7 @@ def _cast_events(run, device):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat",
-                                  "edge-softmax"])
+                                  "edge-softmax", "maxk"])
 def test_no_casts_around_ops_fed_in_the_autocast_dtype(device, name, request):
     """Features arriving in bfloat16 (as a linear layer's output under autocast does) reach
     the kernels as they are: no cast or copy op is dispatched around the call."""
@@ -133,6 +135,7 @@ def test_float64_is_left_alone(device):
         assert fastgnn.ops.aggregate(g, x, "min").dtype == torch.float64
         logits = torch.randn(g.num_edges, 2, dtype=torch.float64, device=device)
         assert fastgnn.ops.edge_softmax(g, logits).dtype == torch.float64
+        assert fastgnn.ops.maxk(x, 2).values.dtype == torch.float64
 
 
 @pytest.mark.parametrize("device", devices())

@@ -167,6 +167,25 @@ def test_maxk_spmm_edge_values_and_gradcheck(num_dst):
                                reference.spmm(g, h.to_dense(), edge_values=weight))
 
 
+def test_double_backward_through_edge_weights():
+    """Second-order gradients flow through the features, not the edge weights: asking for the
+    edge weights' raises NotImplementedError; the features' alone are computed."""
+    g, ei = random_graph(8, 20, seed=17)
+    x = torch.randn(8, 4, dtype=torch.float64, requires_grad=True)
+    weight = torch.rand(ei.shape[1], dtype=torch.float64, requires_grad=True)
+    v = torch.randn(8, 4, dtype=torch.float64, requires_grad=True)
+
+    def grad_x(aggregate, select):
+        out = aggregate(g, select(x, 2), edge_weight=weight)
+        return torch.autograd.grad(out, x, v, create_graph=True)[0]
+    with pytest.raises(NotImplementedError, match="double backward through edge weights"):
+        torch.autograd.grad(grad_x(maxk_spmm, maxk).sum(), weight)
+    got, = torch.autograd.grad(grad_x(maxk_spmm, maxk).square().sum(), v)
+    want, = torch.autograd.grad(
+        grad_x(reference.maxk_spmm, reference.maxk_cbsr).square().sum(), v)
+    torch.testing.assert_close(got, want)
+
+
 def test_maxk_spmm_without_cached_transpose():
     _, ei = random_graph(40, 300, seed=4)
     g = fastgnn.Graph.from_edge_index(ei, num_nodes=40, cache_transpose=False)
@@ -193,6 +212,28 @@ def test_opcheck():
     grad = torch.randn(12, 20)
     torch.library.opcheck(torch.ops.fastgnn.maxk_sspmm, (g.rowptr, g.col, None, t_rowptr, t_col,
                                                          t_value, grad, h.indices, g.key, 0))
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "register_autograd"), reason="needs torch >= 2.4")
+def test_torch_compile():
+    """Compiled (the C++ autograd kernels traced with the fake kernels): the same output and
+    gradients. Not fullgraph: the CPU config reads torch.get_num_threads(), a graph break."""
+    g, _ = random_graph(40, 200, seed=7)
+    x = torch.randn(40, 16, requires_grad=True)
+    weight = torch.rand(g.num_edges, requires_grad=True)
+    maxk_spmm(g, maxk(x, 4), norm="both").sum().backward()  # builds the graph's caches eagerly
+
+    @torch.compile(backend="aot_eager")
+    def layer(x, weight):
+        return torch.relu(maxk_spmm(g, maxk(x, 4), norm="both", edge_weight=weight))
+
+    out = layer(x, weight)
+    ref = torch.relu(reference.maxk_spmm(g, reference.maxk_cbsr(x, 4), norm="both",
+                                         edge_weight=weight))
+    torch.testing.assert_close(out, ref)
+    for got, want in zip(torch.autograd.grad(out.sum(), (x, weight)),
+                         torch.autograd.grad(ref.sum(), (x, weight))):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("name", ["tolokers"])

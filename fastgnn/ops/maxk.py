@@ -38,8 +38,21 @@ _CUDA_ROW_BUFFER_BYTES = 48 * 1024
 _CHUNKS = (64, 256, 1024)  # edges per work item the tuner tries
 _DEFAULT_CHUNK = 256
 _CHUNK_MASK = (1 << 20) - 1  # maxk_spgemm config: bits 0-19 the edges per work item
-_PUSH_BIT = 1 << 21  # maxk_spgemm config: its backward pushes (maxk_sspmm config bit 0)
+# maxk_spgemm config bits 32-63: its backward's maxk_sspmm config (read by the C++ autograd
+# formula: kBackwardShift in csrc/maxk_autograd.cpp)
+_BACKWARD_SHIFT = 32
+_SSPMM_PUSH = 1  # maxk_sspmm config: bit 0 push, bits 8-27 the edges per work item
 _SSPMM_CHUNK_SHIFT = 8
+
+
+def _sspmm_config(push: bool, chunk: int) -> int:
+    return (_SSPMM_PUSH if push else 0) | chunk << _SSPMM_CHUNK_SHIFT
+
+
+def _spgemm_config(chunk: int, push: bool) -> int:
+    """The SpGEMM's config: ``chunk`` edges per work item, and its backward's SSpMM config
+    (pushed or pulled over the same work items)."""
+    return chunk | _sspmm_config(push, chunk) << _BACKWARD_SHIFT
 
 
 def _check_k(k, width: int) -> None:
@@ -108,7 +121,8 @@ def _row_buffer_fits(h: CBSR) -> bool:
 def _cuda_config(g: Graph, h: CBSR, value: Optional[torch.Tensor], transposed, grad: bool) -> int:
     """The SpGEMM's config int (edges per item, the backward's push)."""
     if torch.are_deterministic_algorithms_enabled():
-        return _DEFAULT_CHUNK  # the SpGEMM is deterministic; the SSpMM pulls
+        # the SpGEMM is deterministic; the SSpMM pulls
+        return _spgemm_config(_DEFAULT_CHUNK, push=False)
     values, indices, width = h.values.detach(), h.indices, h.num_features
     value = None if value is None else value.detach()
     op = torch.ops.fastgnn
@@ -128,13 +142,13 @@ def _cuda_config(g: Graph, h: CBSR, value: Optional[torch.Tensor], transposed, g
     stand_in = values.new_ones((g.num_dst_nodes, width))  # a stand-in gradient
 
     def backward_candidates():
-        return {name: (lambda bits=bits: op.maxk_sspmm(
+        return {name: (lambda push=push: op.maxk_sspmm(
             g.rowptr, g.col, value, t_rowptr, t_col, t_value, stand_in, indices, g.key,
-            bits | chunk << _SSPMM_CHUNK_SHIFT)) for name, bits in (("pull", 0), ("push", 1))}
+            _sspmm_config(push, chunk))) for name, push in (("pull", False), ("push", True))}
     with torch.no_grad():
         push = tuning.choose(f"maxk_sspmm_k{h.k}", g, width, h.dtype, h.device,
                              backward_candidates, "push") == "push"
-    return chunk | (_PUSH_BIT if push else 0)
+    return _spgemm_config(chunk, push)
 
 
 # CPU: the pushed SSpMM keeps a [num_src, k] buffer per thread; beyond this it pulls.
@@ -142,11 +156,11 @@ _CPU_PUSH_BUFFER_BYTES = 128 * 1024 * 1024
 
 
 def _cpu_config(h: CBSR) -> int:
-    """The backward's push bit when the per-thread buffers fit (the push reads ~k entries per
+    """The backward pushes when the per-thread buffers fit (the push reads ~k entries per
     edge, the pull most cache lines of each gradient row)."""
     itemsize = torch.finfo(acc_dtype(h.dtype)).bits // 8
     buffers = torch.get_num_threads() * h.values.shape[0] * h.k * itemsize
-    return _PUSH_BIT if buffers <= _CPU_PUSH_BUFFER_BYTES else 0
+    return _spgemm_config(0, push=buffers <= _CPU_PUSH_BUFFER_BYTES)
 
 
 def _native_maxk_spmm(g: Graph, h: CBSR, norm: str, edge_weight, reduce: str,
@@ -179,85 +193,15 @@ def _warn_wide(width: int) -> None:
                       "shared-memory row buffer; aggregating the dense view with spmm instead")
 
 
-# ---- autograd and fake kernels -----------------------------------------------------------------
-def _maxk_setup(ctx, inputs, output):
-    x, _ = inputs
-    ctx.save_for_backward(output[1])
-    ctx.shape = x.shape
-
-
-def _maxk_backward(ctx, grad_values, _grad_indices):
-    (indices,) = ctx.saved_tensors
-    grad_x = grad_values.new_zeros(ctx.shape).scatter_(1, indices.to(torch.int64), grad_values)
-    return grad_x, None
-
-
+# ---- fake kernels (the ops' autograd is in C++: csrc/maxk_autograd.cpp) -------------------------
 def _maxk_fake(x, k):
     shape = (x.shape[0], k)
     return x.new_empty(shape), x.new_empty(shape, dtype=index_dtype(x.shape[1]))
 
 
-def _spgemm_setup(ctx, inputs, output):
-    (rowptr, col, value, values, indices, _, t_rowptr, t_col, t_perm, t_value, key,
-     config) = inputs
-    ctx.save_for_backward(rowptr, col, value, values, indices, t_rowptr, t_col, t_perm, t_value)
-    ctx.key, ctx.config = key, config
-
-
-def _edge_value_grad(rowptr, col, values, indices, grad_out) -> torch.Tensor:
-    """``dw_e = sum_m values[j, m] grad_out[i, indices[j, m]]`` for CSR edges j -> i."""
-    degree = (rowptr[1:] - rowptr[:-1]).to(torch.int64)
-    row = torch.repeat_interleave(torch.arange(degree.numel(), device=col.device), degree,
-                                  output_size=col.numel())
-    src = col.to(torch.int64)
-    flat = row.unsqueeze(1) * grad_out.shape[1] + indices.index_select(0, src).to(torch.int64)
-    acc = acc_dtype(values.dtype)
-    picked = grad_out.reshape(-1)[flat].to(acc)
-    return (picked * values.index_select(0, src).to(acc)).sum(1)
-
-
-def _spgemm_backward(ctx, grad_out):
-    rowptr, col, value, values, indices, t_rowptr, t_col, t_perm, t_value = ctx.saved_tensors
-    grad_out = grad_out.contiguous()
-    grad_value = grad_values = None
-    if ctx.needs_input_grad[3]:
-        if value is not None and t_value is None and t_perm is not None:
-            t_value = value.index_select(0, t_perm.to(torch.int64))
-        push = 1 if ctx.config & _PUSH_BIT else 0
-        chunk = ctx.config & _CHUNK_MASK
-        # through the autograd-registered call (not the raw op): on torch < 2.4 the op itself
-        # carries no autograd, and the double backward needs it
-        grad_values = _sspmm(
-            rowptr, col, value, t_rowptr, t_col, t_value, grad_out, indices, ctx.key,
-            push | chunk << _SSPMM_CHUNK_SHIFT)
-    if ctx.needs_input_grad[2]:
-        grad_value = _edge_value_grad(rowptr, col, values, indices, grad_out)
-    return (None, None, grad_value, grad_values) + (None,) * 8
-
-
 def _spgemm_fake(rowptr, col, value, values, indices, num_features, t_rowptr, t_col, t_perm,
                  t_value, graph_key, config):
     return values.new_empty((rowptr.shape[0] - 1, num_features))
-
-
-def _sspmm_setup(ctx, inputs, output):
-    rowptr, col, value, _, _, _, grad_out, indices, key, _ = inputs
-    ctx.save_for_backward(rowptr, col, value, indices)
-    ctx.num_features, ctx.key = grad_out.shape[1], key
-
-
-def _sspmm_backward(ctx, grad_grad_values):
-    """Double backward: the SSpMM's adjoint in grad_out is the SpGEMM of the same pattern."""
-    if ctx.needs_input_grad[2] or ctx.needs_input_grad[5]:
-        raise NotImplementedError("fastgnn.ops.maxk_spmm: double backward through edge "
-                                  "weights is not supported")
-    rowptr, col, value, indices = ctx.saved_tensors
-    grad_grad_out = None
-    if ctx.needs_input_grad[6]:
-        grad_grad_out = _spgemm(
-            rowptr, col, value, grad_grad_values.contiguous(), indices, ctx.num_features, None,
-            None, None, None, ctx.key, 0)
-    return (None,) * 6 + (grad_grad_out, None, None, None)
 
 
 def _sspmm_fake(rowptr, col, value, t_rowptr, t_col, t_value, grad_out, indices, graph_key,
@@ -269,9 +213,8 @@ if _native.has_op("maxk"):
     _library.register_fake("maxk", _maxk_fake)
     _library.register_fake("maxk_spgemm", _spgemm_fake)
     _library.register_fake("maxk_sspmm", _sspmm_fake)
-    _maxk = _library.register_autograd("maxk", _maxk_backward, _maxk_setup)
-    _spgemm = _library.register_autograd("maxk_spgemm", _spgemm_backward, _spgemm_setup)
-    _sspmm = _library.register_autograd("maxk_sspmm", _sspmm_backward, _sspmm_setup)
+    _maxk = _library.op("maxk").default
+    _spgemm = _library.op("maxk_spgemm").default
     backends.register("maxk", "native", _native.devices(), _native_maxk, priority=10)
     backends.register("maxk_spmm", "native", _native.devices(), _native_maxk_spmm, priority=10)
 
