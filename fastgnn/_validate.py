@@ -20,6 +20,11 @@ def choice(name: str, value, allowed: Iterable) -> None:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
+def flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
 def tensor(name: str, value) -> None:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")

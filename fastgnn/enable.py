@@ -17,7 +17,7 @@ from typing import Dict, Optional, Type
 
 import torch
 
-from fastgnn import backends, reordering
+from fastgnn import _validate, backends, reordering
 
 _to_fast: Dict[type, type] = {}
 _to_stock: Dict[type, type] = {}
@@ -110,8 +110,7 @@ def enable(model: torch.nn.Module, backend: str = "auto", *, sparse_inputs: bool
     if backend not in backends.names():
         raise ValueError(f"unknown fastgnn backend {backend!r}; available: "
                          f"{', '.join(backends.names())}")
-    if not isinstance(sparse_inputs, bool):
-        raise TypeError(f"sparse_inputs must be a bool, got {type(sparse_inputs).__name__}")
+    _validate.flag("sparse_inputs", sparse_inputs)
     if reorder is not None:
         reordering.check_method("reorder", reorder)
     _load_adapters()

@@ -106,7 +106,8 @@ class Graph:
         self._num_dst = int(rowptr.numel() - 1)
         # edge_perm[p] = position in the user's edge order of CSR edge p (None: identity)
         self._edge_perm = edge_perm
-        self.cache_transpose = bool(cache_transpose)
+        _validate.flag("cache_transpose", cache_transpose)
+        self.cache_transpose = cache_transpose
         self.key = next(_keys)
         self._derived: Dict[object, object] = {}
         self._spmm_format: Optional[str] = None

@@ -144,3 +144,10 @@ def test_fanouts_beyond_int64():
 def test_loader_zero_dim_node_tensors(name):
     with pytest.raises(ValueError, match=f"{name} must have one row per node"):
         NeighborLoader(graph(), [2], torch.arange(N), batch_size=2, **{name: torch.tensor(1.)})
+
+
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_cache_transpose_must_be_a_bool(value):
+    # "no" was once read as True
+    with pytest.raises(TypeError, match="cache_transpose must be a bool"):
+        Graph.from_edge_index(EDGES, num_nodes=N, cache_transpose=value)

@@ -361,6 +361,22 @@ def test_edge_weight_as_a_column_is_fused_as_stock(make):
         assert_same(stock, fast, args)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: pyg_nn.GCNConv(IN, OUT, normalize=False), lambda: pyg_nn.GraphConv(IN, OUT),
+    lambda: pyg_nn.SimpleConv(),
+], ids=["gcn-unnormalised", "graphconv", "simple"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_integer_edge_weights_are_promoted_as_stock(make, dtype):
+    """PyG's edge_weight.view(-1, 1) * x_j promotes integer and bool weights to x's dtype; the
+    fused layers take them as that product does."""
+    torch.manual_seed(0)
+    stock, fast = make_pair(make())
+    ei = random_edge_index(30, 30, 150, seed=25)
+    weight = torch.randint(0, 3, (ei.size(1),)).to(dtype)
+    with fused_only():
+        assert_same(stock, fast, (torch.randn(30, IN), ei, weight))
+
+
 def test_graph_size_mismatch_is_an_error():
     fast = fpyg.SAGEConv(IN, OUT)
     graph = fastgnn.Graph.from_edge_index(random_edge_index(30, 30, 100), num_nodes=30)

@@ -108,12 +108,19 @@ def inherit_message_types(fast_cls: type) -> None:
             setattr(fast_cls, func + "_type", {name: p.type for name, p in params.items()})
 
 
-def edge_vector(edge_weight: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """An ``[E, 1]`` edge_weight as the ``[E]`` one it equals in PyG (whose messages multiply
-    by ``edge_weight.view(-1, 1)``); any other value unchanged, for the ops' own checks."""
-    if isinstance(edge_weight, torch.Tensor) and edge_weight.dim() == 2 \
-            and edge_weight.size(1) == 1:
-        return edge_weight.view(-1)
+def edge_vector(edge_weight: Optional[torch.Tensor], x) -> Optional[torch.Tensor]:
+    """``edge_weight`` as PyG's messages use it (``edge_weight.view(-1, 1) * x_j``): an
+    ``[E, 1]`` one as the ``[E]`` one it equals, and integer or bool weights promoted to the
+    features' floating dtype, as that product promotes them; any other value unchanged, for the
+    ops' own checks."""
+    if not isinstance(edge_weight, torch.Tensor):
+        return edge_weight
+    if edge_weight.dim() == 2 and edge_weight.size(1) == 1:
+        edge_weight = edge_weight.view(-1)
+    features = x[0] if isinstance(x, (tuple, list)) else x
+    if not edge_weight.is_floating_point() and not edge_weight.is_complex() and \
+            isinstance(features, torch.Tensor) and features.is_floating_point():
+        edge_weight = edge_weight.to(features.dtype)
     return edge_weight
 
 

@@ -89,7 +89,7 @@ class GraphConv(FastLayer, pyg_nn.GraphConv):
         return self._dispatch(x, edge_index, edge_weight, size)
 
     def _fused(self, x, edge_index, edge_weight=None, size=None):
-        edge_weight = edge_vector(edge_weight)
+        edge_weight = edge_vector(edge_weight, x)
         reduce = reduce_of(self.aggr)
         x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)
         weight = _weights(edges, edge_weight, reduce)
@@ -120,7 +120,7 @@ class SimpleConv(FastLayer, pyg_nn.SimpleConv):
         return self._dispatch(x, edge_index, edge_weight, size)
 
     def _fused(self, x, edge_index, edge_weight=None, size=None):
-        edge_weight = edge_vector(edge_weight)
+        edge_weight = edge_vector(edge_weight, x)
         reduce = reduce_of(self.aggr)
         if self.combine_root != "self_loop":
             x_src, x_dst, edges, structure = _prepare(x, edge_index, reduce, size)

@@ -28,7 +28,7 @@ class GCNConv(FastLayer, pyg_nn.GCNConv):
     def _fused(self, x, edge_index, edge_weight=None):
         if isinstance(x, (tuple, list)):
             raise Unsupported("bipartite (tuple) node features")
-        edge_weight = edge_vector(edge_weight)
+        edge_weight = edge_vector(edge_weight, x)
         check_features(x)
         if compiled.applies(edge_index, "spmm", x.device) and not self.cached:
             return self._compiled(x, edge_index, edge_weight)
