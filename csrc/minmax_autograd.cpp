@@ -58,7 +58,6 @@ class MinmaxAggregate : public torch::autograd::Function<MinmaxAggregate> {
                                const OptTensor& edge_perm, bool last_wins, bool ignore_nan) {
     const bool weight_grad = weight.has_value() && weight->requires_grad();
     ctx->saved_data["num_src"] = x.size(0);
-    ctx->saved_data["x_grad"] = x.requires_grad();
     ctx->saved_data["weight_grad"] = weight_grad;
     at::Tensor out, arg;
     {
@@ -80,7 +79,8 @@ class MinmaxAggregate : public torch::autograd::Function<MinmaxAggregate> {
     const at::Tensor &arg = saved[0], &rowptr = saved[3], &col = saved[4], &weight = saved[5];
     const at::Tensor grad = grads[0].contiguous();
     variable_list out(15);  // one per forward argument
-    if (ctx->saved_data["x_grad"].toBool()) {
+    // needs_input_grad counts the tensors given: rowptr, col, then x
+    if (ctx->needs_input_grad(2)) {
       const bool weighted = weight.defined();
       out[2] = backward_call(arg, grad, ctx->saved_data["num_src"].toInt(), optional(saved[1]),
                              optional(saved[2]), weighted ? OptTensor(col) : c10::nullopt,

@@ -90,6 +90,18 @@ def _index_range(name: str, index: torch.Tensor, upper: int, bound_name: str) ->
         raise ValueError(f"{name} has index {hi}, out of range for {bound_name}={upper}")
 
 
+def permutation(name: str, value, size: int, device: torch.device) -> None:
+    """``value`` a permutation of ``range(size)`` on ``device`` (one host sync)."""
+    integer_tensor(name, value)
+    if value.dim() != 1 or value.numel() != size:
+        raise ValueError(f"{name} must have shape [{size}], got {list(value.shape)}")
+    if value.device != device:
+        raise ValueError(f"{name} is on {value.device}, expected {device}")
+    _index_range(name, value, size, "its length")
+    if not bool(torch.bincount(value, minlength=size).eq(1).all()):
+        raise ValueError(f"{name} must be a permutation (each of 0..{size - 1} once)")
+
+
 def edge_index(value) -> None:
     integer_tensor("edge_index", value)
     if value.dim() != 2 or value.size(0) != 2:

@@ -70,17 +70,7 @@ def _checked_arrays(rowptr, col, num_src_nodes, edge_perm):
         raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must have one index "
                         "dtype")
     if edge_perm is not None:
-        _validate.integer_tensor("edge_perm", edge_perm)
-        if edge_perm.dim() != 1 or edge_perm.numel() != col.numel():
-            raise ValueError(f"edge_perm must have shape [{col.numel()}] (one entry per edge), "
-                             f"got {list(edge_perm.shape)}")
-        if edge_perm.device != col.device:
-            raise ValueError(f"edge_perm is on {edge_perm.device} but col is on {col.device}")
-        seen = torch.zeros(col.numel(), dtype=torch.int64, device=col.device)
-        _validate._index_range("edge_perm", edge_perm, col.numel(), "num_edges")
-        if not bool(seen.index_add_(0, edge_perm.to(torch.int64),
-                                    torch.ones_like(seen)).eq(1).all()):
-            raise ValueError("edge_perm must be a permutation of the edge positions")
+        _validate.permutation("edge_perm", edge_perm, col.numel(), col.device)
         edge_perm = edge_perm.to(torch.int64).contiguous()
     return rowptr.contiguous(), col.contiguous(), edge_perm
 

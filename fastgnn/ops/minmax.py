@@ -219,5 +219,5 @@ if _native.has_op("minmax_aggregate"):
     _library.register_fake("minmax_aggregate", _fake)
     _library.register_fake("minmax_aggregate_backward", _backward_fake)
     _library.register_fake("minmax_weight_backward", _weight_backward_fake)
-    _minmax = _library.op("minmax_aggregate")
+    _minmax = _library.op("minmax_aggregate").default
     backends.register(OP, "native", _native.devices(), native_aggregate, priority=10)

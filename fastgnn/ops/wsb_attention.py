@@ -58,11 +58,16 @@ def forward(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, 
     autograd through the WSB backward: ``graph`` is ``attention.structure_args`` of the call
     and ``launch`` the CSR source pass's launch plan ``(light_rows, heavy_rows,
     heavy_warps)``."""
+    return forward_op(*_tiles(g, q.dtype, graph), q, k, v, scale, *graph, *launch)[0]
+
+
+def _tiles(g, dtype: torch.dtype, graph: tuple) -> tuple:
+    """The layout arguments of the WSB ops: tile_ptr, tile_cols, tile_counts, work, splits and
+    edge_starts (None without the transpose in ``graph``: no backward will run)."""
     layout = g.wsb()
     work, splits = layout.attention_plan()
     edge_starts = layout.attention_edge_starts() if graph[5] is not None else None
-    return forward_op(layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype), work, splits,
-                      edge_starts, q, k, v, scale, *graph, *launch)[0]
+    return layout.tile_ptr, layout.tile_cols, layout.counts(dtype), work, splits, edge_starts
 
 
 def chosen(g, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, graph: tuple,
@@ -92,17 +97,12 @@ def _measured(g, q, k, v, scale: float, graph: tuple, launch: tuple, csr_pass) -
     if edges_per_tile < wsb.MIN_EDGES_PER_TILE:
         return False
     penalties = {}
-    training = graph[5] is not None
 
     def candidates():
-        layout = g.wsb()
-        penalties["wsb"] = layout.build_charge_ms()
-        layout.counts(q.dtype)  # prepared here, not in a timed call
-        layout.attention_plan()
-        if training:
-            layout.attention_edge_starts()
+        penalties["wsb"] = g.wsb().build_charge_ms()
+        _tiles(g, q.dtype, graph)  # prepared here, not in a timed call
         return {"csr": csr_pass, "wsb": lambda: _wsb_pass(g, q, k, v, scale, graph, launch)}
-    family = "graph_attention_format" + ("_fwd_bwd" if training else "")
+    family = "graph_attention_format" + ("_fwd_bwd" if graph[5] is not None else "")
     op = wsb.tuning_op(edges_per_tile, f"{family}_d{q.shape[2]}")
     with torch.no_grad():
         return tuning.choose(op, g, q.shape[1] * q.shape[2], q.dtype, q.device, candidates,
@@ -112,11 +112,7 @@ def _measured(g, q, k, v, scale: float, graph: tuple, launch: tuple, csr_pass) -
 def _wsb_pass(g, q, k, v, scale: float, graph: tuple, launch: tuple) -> None:
     """What the tuner times of the WSB path: the forward, and with the transpose in ``graph``
     the backward (the ops themselves, without autograd)."""
-    layout = g.wsb()
-    work, splits = layout.attention_plan()
-    edge_starts = layout.attention_edge_starts() if graph[5] is not None else None
-    tiles = (layout.tile_ptr, layout.tile_cols, layout.counts(q.dtype), work, splits,
-             edge_starts)
+    tiles = _tiles(g, q.dtype, graph)
     out, lse = torch.ops.fastgnn.wsb_graph_attention_forward(*tiles, q, k, v, scale, *graph,
                                                              *launch)
     if graph[5] is not None:
