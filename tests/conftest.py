@@ -10,6 +10,17 @@ import fastgnn
 from fastgnn import datasets
 
 
+def pytest_configure(config):
+    # pytest-xdist workers share the cores. Each with an all-core OpenMP pool oversubscribes
+    # them, and gradcheck's many tiny parallel regions then crawl (a GPU host's whole suite
+    # with -n 8 stalled at 30%); subprocesses inherit the share through OMP_NUM_THREADS.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
