@@ -3,11 +3,18 @@
 # suite (GPU tests included), run compute-sanitizer memcheck (and racecheck) on the small GPU
 # tests, run the benchmark smoke, and write a report to REPORT_DIR.
 #
-#   scripts/gpu_check.sh REPORT_DIR
+#   scripts/gpu_check.sh REPORT_DIR [all|tests|sanitizers]
+#
+# "tests" is the build, the suite and the benchmark smoke; "sanitizers" the build and both
+# sanitizers: on a shared device with 10-minute slots, the halves fit one slot each. With
+# pytest-xdist installed, each pytest spreads over workers (tests/conftest.py gives each its
+# share of the cores).
 #
 # Honours TORCH_CUDA_ARCH_LIST (default: the local GPU's) and MAX_JOBS (default: all cores).
 set -uo pipefail
-report=${1:?usage: scripts/gpu_check.sh REPORT_DIR}
+report=${1:?usage: scripts/gpu_check.sh REPORT_DIR [all|tests|sanitizers]}
+part=${2:-all}
+case $part in all|tests|sanitizers) ;; *) echo "gpu_check.sh: unknown part '$part'" >&2; exit 2;; esac
 mkdir -p "$report"
 report=$(cd "$report" && pwd)
 cd "$(dirname "$0")/.."
@@ -50,32 +57,23 @@ step info info.txt python3 -m fastgnn info
 step "C++ runtime shared with torch" cxx_runtime.txt python3 -c \
   "from fastgnn import _native; assert not _native.private_cxx_runtime, 'rebuild: see README'"
 if [ $status -ne 0 ]; then echo "overall: FAIL (stopped after the build checks)" >>"$summary"; cat "$summary"; exit 1; fi
-# The suite's three processes and the two sanitizers run at once and share the cores:
-# all-core OpenMP pools in each would oversubscribe them.
-share=$(( $(nproc) / 5 > 0 ? $(nproc) / 5 : 1 ))
-run_tests() {  # the suite in three pytest processes sharing the GPU, files dealt by size
-  local files=($(ls -S tests/test_*.py)) rc=0 pids=() group i
-  for group in 0 1 2; do
-    local part=()
-    for i in "${!files[@]}"; do [ $((i % 3)) -eq $group ] && part+=("${files[$i]}"); done
-    OMP_NUM_THREADS=$share python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$report/tests-$group.xml" \
-      "${part[@]}" >"$report/tests-$group.log" 2>&1 &
-    pids+=($!)
-  done
-  for i in "${pids[@]}"; do wait "$i" || rc=1; done
-  cat "$report"/tests-[012].log && rm -f "$report"/tests-[012].log
-  return $rc
+workers() {  # workers N: pytest's option for N xdist workers, when xdist is installed
+  python3 -c "import xdist" 2>/dev/null && echo "-n $1"
 }
-
-# The suite and both sanitizers at once: serially they take longer than a 10-minute slot.
-step "tests (all, GPU included)" tests.log run_tests &
-step "memcheck (gpu and sanitize tests)" memcheck.log env OMP_NUM_THREADS=$share compute-sanitizer --tool memcheck \
-  --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and sanitize" tests &
-step "racecheck (gpu and sanitize tests)" racecheck.log env OMP_NUM_THREADS=$share compute-sanitizer --tool racecheck \
-  --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and sanitize" tests &
-wait
+if [ $part != sanitizers ]; then
+  step "tests (all, GPU included)" tests.log python3 -m pytest -q -rs -p no:cacheprovider \
+    $(workers 12) --junitxml="$report/tests.xml" tests
+fi
+if [ $part != tests ]; then  # both at once, sharing the cores
+  for tool in memcheck racecheck; do
+    step "$tool (gpu and sanitize tests)" $tool.log compute-sanitizer --tool $tool \
+      --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider $(workers 4) \
+      -m "gpu and sanitize" tests &
+  done
+  wait
+fi
 grep -q "| FAIL" "$summary" && status=1
-if [ -f scripts/bench.py ]; then
+if [ $part != sanitizers ]; then
   step "benchmark smoke" bench.log python3 scripts/bench.py --device cuda --quick --out "$report/bench"
 fi
 echo >>"$summary"
