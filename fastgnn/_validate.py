@@ -43,6 +43,22 @@ def float_tensor(name: str, value) -> None:
                         f"float64), got {value.dtype}")
 
 
+def device(name: str, value) -> torch.device:
+    """``value`` (a torch.device, a device string or a CUDA index) as a torch.device."""
+    if isinstance(value, bool) or not isinstance(value, (torch.device, str, int)):
+        raise TypeError(f"{name} must be a torch.device, a device string or an index, "
+                        f"got {type(value).__name__}")
+    try:
+        return torch.device(value)
+    except RuntimeError as error:  # torch's message ("Invalid device string") names no argument
+        raise ValueError(f"{name}: {error}") from None
+
+
+def generator(name: str, value) -> None:
+    if value is not None and not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__}")
+
+
 def count(name: str, value) -> int:
     # a one-element tensor counts only with an integer dtype: int(tensor(5.7)) would be 5
     if isinstance(value, bool) or not isinstance(value, int) and not (

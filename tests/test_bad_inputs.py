@@ -151,3 +151,26 @@ def test_cache_transpose_must_be_a_bool(value):
     # "no" was once read as True
     with pytest.raises(TypeError, match="cache_transpose must be a bool"):
         Graph.from_edge_index(EDGES, num_nodes=N, cache_transpose=value)
+
+
+@pytest.mark.parametrize("device, error, match", [
+    ("gpu", ValueError, "^device: .*gpu"),
+    ("cuda:x", ValueError, "^device: Invalid device string"),
+    (3.5, TypeError, "device must be a torch.device, a device string or an index, got float"),
+    (True, TypeError, "device must be .* got bool"),
+])
+def test_sampler_and_loader_name_a_bad_device(device, error, match):
+    with pytest.raises(error, match=match):
+        NeighborSampler(graph(), [2], device=device)
+    with pytest.raises(error, match=match):
+        NeighborLoader(graph(), [2], torch.arange(3), device=device)
+
+
+@pytest.mark.parametrize("call", ["sample_blocks", "sample_subgraph", "load"])
+@pytest.mark.parametrize("generator", [123, "seed", torch.tensor(1)])
+def test_sampling_names_a_generator_that_is_not_one(call, generator):
+    seeds = torch.arange(3)
+    target = (NeighborLoader(graph(), [2], seeds) if call == "load"
+              else NeighborSampler(graph(), [2]))
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None"):
+        getattr(target, call)(seeds, generator=generator)

@@ -19,6 +19,7 @@ from torch_geometric.data import Data
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 from torch_geometric.sampler.base import NumNeighbors
 
+from fastgnn import _validate
 from fastgnn.graph import Graph
 from fastgnn.pyg import structure
 from fastgnn.sampling import sampler as _sampling
@@ -103,7 +104,7 @@ class NeighborSampler(BaseSampler):
         self.num_neighbors = _hop_fanouts(num_neighbors)
         self.num_nodes = data.num_nodes
         graph = Graph.from_edge_index(data.edge_index, num_nodes=self.num_nodes)
-        if device is not None and torch.device(device).type == "cuda":
+        if device is not None and _validate.device("device", device).type == "cuda":
             graph = graph.to(device)
         weight = None
         if weight_attr is not None:
@@ -111,6 +112,7 @@ class NeighborSampler(BaseSampler):
             if not isinstance(weight, torch.Tensor):
                 raise ValueError(f"data has no attribute {weight_attr!r} (weight_attr)")
             weight = weight.to(graph.device)
+        _validate.generator("generator", generator)
         self.generator = generator
         self._out_device = data.edge_index.device  # where NodeLoader puts the batch's edges
         self._sampler = _sampling.NeighborSampler(graph, self.num_neighbors[::-1],

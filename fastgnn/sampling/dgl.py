@@ -17,6 +17,7 @@ import dgl
 import torch
 from dgl.dataloading import BlockSampler
 
+from fastgnn import _validate
 from fastgnn.graph import Graph
 from fastgnn.sampling.sampler import NeighborSampler as _NativeSampler
 
@@ -61,6 +62,7 @@ class NeighborSampler(BlockSampler):
         self.edge_dir = edge_dir
         self.prob = prob
         self.replace = replace
+        _validate.generator("generator", generator)
         self.generator = generator
         self._graph_ref = None
         self._native = None

@@ -174,7 +174,8 @@ class NeighborLoader:
                 raise ValueError(f"edge_features must have one row per edge ({graph.num_edges}), "
                                  f"got shape {list(edge_features.shape)}")
         self.features, self.labels, self.edge_features = features, labels, edge_features
-        self.device = torch.device(device) if device is not None else self.neighbor_sampler.device
+        self.device = (_validate.device("device", device) if device is not None
+                       else self.neighbor_sampler.device)
         self.layout = layout
         self.build_transpose = bool(build_transpose)
         self.batches_per_call = _validate.count("batches_per_call", batches_per_call)

@@ -161,6 +161,7 @@ def _layer_seeds(batches: int, layers: int, generator: Optional[torch.Generator]
     tensor round trip, host time that a GPU batch feels; a CPU generator gives the same
     numbers as one draw after another), spread over the layers by splitmix64's increment (the
     kernels mix each seed before use). Batch b's layer l seed is at ``b * layers + l``."""
+    _validate.generator("generator", generator)
     bases = torch.randint(0, _SEED_BOUND, (batches,), generator=generator).tolist()
     return [(base + layer * _GOLDEN_GAMMA) % _SEED_BOUND for base in bases
             for layer in range(layers)]
@@ -238,7 +239,7 @@ class NeighborSampler:
         self.deterministic = bool(deterministic)
         if device is None:
             device = "cuda" if graph.is_pinned() and graph.device.type == "cpu" else graph.device
-        self.device = torch.device(device)
+        self.device = _validate.device("device", device)
         if self.device.type == "cuda" and graph.device.type == "cpu" and not graph.is_pinned():
             raise ValueError("a GPU sampler reads a CPU graph through unified addressing: pass "
                              "graph.pin_memory() (or graph.cuda())")
