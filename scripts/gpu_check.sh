@@ -3,18 +3,24 @@
 # suite (GPU tests included), run compute-sanitizer memcheck (and racecheck) on the small GPU
 # tests, run the benchmark smoke, and write a report to REPORT_DIR.
 #
-#   scripts/gpu_check.sh REPORT_DIR [all|tests|sanitizers]
+#   scripts/gpu_check.sh REPORT_DIR [all|tests|sanitizers|memcheck|racecheck]
 #
 # "tests" is the build, the suite and the benchmark smoke; "sanitizers" the build and both
-# sanitizers: on a shared device with 10-minute slots, the halves fit one slot each. With
+# sanitizers, "memcheck" or "racecheck" one of them: on a shared device with 10-minute
+# slots, each part but "all" is meant to fit one. With
 # pytest-xdist installed, each pytest spreads over workers (tests/conftest.py gives each its
 # share of the cores).
 #
 # Honours TORCH_CUDA_ARCH_LIST (default: the local GPU's) and MAX_JOBS (default: all cores).
 set -uo pipefail
-report=${1:?usage: scripts/gpu_check.sh REPORT_DIR [all|tests|sanitizers]}
+report=${1:?usage: scripts/gpu_check.sh REPORT_DIR [all|tests|sanitizers|memcheck|racecheck]}
 part=${2:-all}
-case $part in all|tests|sanitizers) ;; *) echo "gpu_check.sh: unknown part '$part'" >&2; exit 2;; esac
+case $part in
+  all|sanitizers) tools="memcheck racecheck";;
+  tests) tools="";;
+  memcheck|racecheck) tools=$part;;
+  *) echo "gpu_check.sh: unknown part '$part'" >&2; exit 2;;
+esac
 mkdir -p "$report"
 report=$(cd "$report" && pwd)
 cd "$(dirname "$0")/.."
@@ -60,20 +66,21 @@ if [ $status -ne 0 ]; then echo "overall: FAIL (stopped after the build checks)"
 workers() {  # workers N: pytest's option for N xdist workers, when xdist is installed
   python3 -c "import xdist" 2>/dev/null && echo "-n $1"
 }
-if [ $part != sanitizers ]; then
+suite_and_bench=$([ $part = all ] || [ $part = tests ] && echo yes)
+if [ "$suite_and_bench" ]; then
   step "tests (all, GPU included)" tests.log python3 -m pytest -q -rs -p no:cacheprovider \
     $(workers 12) --junitxml="$report/tests.xml" tests
 fi
-if [ $part != tests ]; then  # both at once, sharing the cores
-  for tool in memcheck racecheck; do
-    step "$tool (gpu and sanitize tests)" $tool.log compute-sanitizer --tool $tool \
-      --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider $(workers 4) \
-      -m "gpu and sanitize" tests &
-  done
-  wait
-fi
+num_tools=$(wc -w <<<"$tools")
+tool_workers=$(( 8 / (num_tools > 0 ? num_tools : 1) ))  # 8 sanitized workers in all
+for tool in $tools; do  # at once when both, sharing the cores
+  step "$tool (gpu and sanitize tests)" $tool.log compute-sanitizer --tool $tool \
+    --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider $(workers $tool_workers) \
+    -m "gpu and sanitize" tests &
+done
+wait
 grep -q "| FAIL" "$summary" && status=1
-if [ $part != sanitizers ]; then
+if [ "$suite_and_bench" ]; then
   step "benchmark smoke" bench.log python3 scripts/bench.py --device cuda --quick --out "$report/bench"
 fi
 echo >>"$summary"
