@@ -35,8 +35,10 @@ def _assert_blocks_equal(want, got):
         assert len(a.blocks) == len(b.blocks)
         for x, y in zip(a.blocks, b.blocks):
             assert x.fanout == y.fanout and x.num_src_nodes == y.num_src_nodes
+            assert x.num_dst_nodes == y.num_dst_nodes and x.num_edges == y.num_edges
+            assert y.src_ids.numel() == y.num_src_nodes and y.edge_ids.numel() == y.num_edges
             for t, u in ((x.rowptr, y.rowptr), (x.col, y.col), (x.src_ids, y.src_ids),
-                         (x.edge_ids, y.edge_ids)):
+                         (x.dst_ids, y.dst_ids), (x.edge_ids, y.edge_ids)):
                 assert t.dtype == u.dtype and torch.equal(t.cpu(), u.cpu())
 
 
@@ -145,7 +147,72 @@ def test_many_local_ids_follow_the_largest_batch(device):
             assert torch.equal(x.src_ids.cpu(), y.src_ids.cpu())
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("edge_dir,replace,weighted", [("in", False, False), ("in", True, True),
+                                                       ("out", False, True)])
+def test_ids_cut_when_first_read_in_any_order(device, edge_dir, replace, weighted):
+    """A packed call's blocks cut their sources and edge ids from the call's outputs when first
+    read: read last batch first, after the other batches are gone, or through a move, they are
+    what sampling each batch alone gives; before that, the block's tensors() (what a stream
+    records) already hold their storage."""
+    g, _ = _hub_graph()
+    weight = _weight(g, weighted)
+    fanouts = [4, -1, 3]
+    seeds = _seed_batches(2000, SIZES)
+    cpu = NeighborSampler(g, fanouts, replace=replace, weight=weight, edge_dir=edge_dir)
+    want, _ = _one_at_a_time(cpu.sample_blocks, seeds, 3)
+    sampler = NeighborSampler(g.to(device), fanouts, replace=replace, weight=_on(weight, device),
+                              edge_dir=edge_dir)
+    got = sampler.sample_blocks_many([s.to(device) for s in seeds],
+                                     torch.Generator().manual_seed(3))
+    for block in got[2].blocks:  # cut before reading, through the packed call's storage
+        storages = {t.untyped_storage().data_ptr() for t in block.tensors()}
+        for ids in (block.src_ids, block.edge_ids):
+            assert ids.untyped_storage().data_ptr() in storages
+    kept = [got[-1], SampledBlocks([b.to("cpu") for b in got[1].blocks])]
+    del got  # the other batches' blocks, and the packed outputs' other references
+    _assert_blocks_equal([want[-1], want[1]], kept)
+
+
 # ---- the op: packed outputs and their layout -----------------------------------------------
+def _with_gaps(outputs, gap):
+    """sample_neighbors_many's outputs with ``gap`` filler entries after every batch's part,
+    the layout's offsets moved to match: what the GPU's packing (parts at the offsets of their
+    bounds) looks like, from the CPU's gapless outputs."""
+    rowptrs, cols, edge_ids, nodes, layout = outputs
+    layers = len(rowptrs)
+    moved = layout.clone()
+
+    def spread(packed, offset_column, length_column, extra):
+        parts = []
+        for b in range(layout.size(0)):
+            start = int(layout[b, offset_column])
+            moved[b, offset_column] = start + b * gap
+            parts += [packed[start:start + int(layout[b, length_column]) + extra],
+                      torch.full((gap,), -7, dtype=packed.dtype)]
+        return torch.cat(parts)
+    new_rowptrs = [spread(r, 4 * l, 4 * l + 1, 1) for l, r in enumerate(rowptrs)]
+    new_cols = [spread(c, 4 * l + 2, 4 * l + 3, 0) for l, c in enumerate(cols)]
+    new_edge_ids = [spread(e, 4 * l + 2, 4 * l + 3, 0) for l, e in enumerate(edge_ids)]
+    return new_rowptrs, new_cols, new_edge_ids, spread(nodes, 4 * layers, 4 * layers + 1, 0), moved
+
+
+@pytest.mark.parametrize("gap", [0, 5])
+def test_packed_outputs_with_gaps_cut_into_the_batches(gap):
+    """Batches cut from packed outputs with gaps between the parts (the GPU's) equal those cut
+    from gapless ones (the CPU's), structure and ids."""
+    from fastgnn.sampling.sampler import _per_batch
+    g, _ = _hub_graph()
+    sampler = NeighborSampler(g, [3, -1])
+    sizes = [300, 0, 57, 1]
+    seeds = torch.cat(_seed_batches(2000, sizes))
+    layer_seeds = list(range(len(sizes) * 2))
+    outputs = sampler._call(seeds, sizes, [-1, 3], True, layer_seeds)
+    want = [sampler._blocks(*batch) for batch in _per_batch(outputs)]
+    got = [sampler._blocks(*batch) for batch in _per_batch(_with_gaps(outputs, gap))]
+    _assert_blocks_equal(want, got)
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fanouts", [[3, 5], [2, -1, 3]])
 @pytest.mark.parametrize("expand_all", [True, False])
@@ -356,3 +423,4 @@ def test_gpu_loader_default_batches_per_call(layout):
         assert default.batches_per_call == 8
         want = _loader_batches(graph, "cuda", batches_per_call=1, **options)
         _assert_batches_equal(want, _loader_batches(graph, "cuda", **options))
+

@@ -403,8 +403,7 @@ def _record_stream(batch: MiniBatch, stream) -> None:
     if batch._edge_index_of is not None:
         tensors.append(batch._edge_index_of[1])
     for graph in batch.blocks + ([batch.graph] if batch.graph is not None else []):
-        tensors += graph.tensors()
-        tensors += [getattr(graph, "src_ids", None), getattr(graph, "edge_ids", None)]
+        tensors += graph.tensors()  # a block's: its ids too, without cutting them
     for t in tensors:
         if t is not None and t.is_cuda:
             t.record_stream(stream)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -101,23 +101,46 @@ def _sampled(rowptr, col, num_src_nodes, kind: tuple, edge_perm=None,
 class Block(_SampledGraph):
     """One sampled layer: a bipartite Graph from ``src_ids`` to ``dst_ids`` (global node ids;
     the destinations are the first ``num_dst_nodes`` sources) whose edges are the global edges
-    ``edge_ids`` of the sampled graph, in CSR order."""
+    ``edge_ids`` of the sampled graph, in CSR order.
 
-    def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, src_ids: torch.Tensor,
-                 edge_ids: torch.Tensor, fanout: int):
-        super().__init__(rowptr, col, src_ids.numel(), None, _trusted=True)
-        self.src_ids = src_ids
-        self.edge_ids = edge_ids
+    Built by the sampler from a batch's node list, of which ``src_ids`` are the first
+    ``num_src_nodes`` entries, and from its edge ids, a tensor or a packed output's part: both
+    are cut when first read, so that ids nobody reads (an inner layer's sources, edge ids
+    without edge features) cost a batch no views."""
+
+    def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, node_list: torch.Tensor,
+                 num_src_nodes: int, edge_ids: Union[torch.Tensor, _Part], fanout: int):
+        super().__init__(rowptr, col, num_src_nodes, None, _trusted=True)
+        self._node_list = node_list
+        self._edge_ids = edge_ids
         self.fanout = fanout
         self._kind = ("block", fanout)
 
     @property
+    def src_ids(self) -> torch.Tensor:
+        ids = self._node_list
+        if ids.numel() != self.num_src_nodes:
+            ids = self._node_list = ids[: self.num_src_nodes]
+        return ids
+
+    @property
     def dst_ids(self) -> torch.Tensor:
-        return self.src_ids[: self.num_dst_nodes]
+        return self._node_list[: self.num_dst_nodes]
+
+    @property
+    def edge_ids(self) -> torch.Tensor:
+        ids = self._edge_ids = _tensor_of(self._edge_ids)
+        return ids
+
+    def tensors(self) -> List[torch.Tensor]:
+        # The ids' storage as it is, cut or not: a stream records storage, not views.
+        ids = self._edge_ids
+        return super().tensors() + [
+            self._node_list, ids if isinstance(ids, torch.Tensor) else ids[0].packed]
 
     def _moved(self, move) -> "Block":
-        return Block(move(self.rowptr), move(self.col), move(self.src_ids), move(self.edge_ids),
-                     self.fanout)
+        return Block(move(self.rowptr), move(self.col), move(self.src_ids), self.num_src_nodes,
+                     move(self.edge_ids), self.fanout)
 
     def __repr__(self) -> str:
         return (f"fastgnn.sampling.Block(num_src_nodes={self.num_src_nodes}, "
@@ -167,12 +190,43 @@ def _layer_seeds(batches: int, layers: int, generator: Optional[torch.Generator]
             for layer in range(layers)]
 
 
+class _PackedOutput:
+    """One packed output of a native call: batch b's part where its layout row says, followed
+    by a gap up to the next part (on the GPU parts sit at the offsets of their bounds). One
+    ``split_with_sizes`` cuts every batch's part and gap at once (a fraction of the host time
+    of a slice per part), when a part is first asked for: none for an output nobody reads."""
+    __slots__ = ("packed", "part_and_gap_sizes", "parts")
+
+    def __init__(self, packed: torch.Tensor, part_and_gap_sizes: List[int]):
+        self.packed = packed
+        self.part_and_gap_sizes = part_and_gap_sizes
+        self.parts: Optional[Sequence[torch.Tensor]] = None
+
+    def cut(self) -> Sequence[torch.Tensor]:
+        """Every batch's part."""
+        if self.parts is None:  # two threads racing here cut the same parts
+            sizes = self.part_and_gap_sizes
+            # No gaps (the CPU's outputs): half the views.
+            self.parts = (self.packed.split_with_sizes(sizes)[::2] if any(sizes[1::2])
+                          else self.packed.split_with_sizes(sizes[::2]))
+        return self.parts
+
+
+# A batch's part of a packed output, cut when first read: (output, batch), a plain tuple (a
+# class of its own would double a part's host time).
+_Part = Tuple[_PackedOutput, int]
+
+
+def _tensor_of(ids: Union[torch.Tensor, _Part]) -> torch.Tensor:
+    if isinstance(ids, torch.Tensor):
+        return ids
+    output, batch = ids
+    return output.cut()[batch]
+
+
 def _per_batch(outputs: tuple) -> List[tuple]:
-    """The batches of one native call's outputs: (rowptrs, cols, edge_ids, nodes) each. A
-    packed output (several batches) holds batch b's part where its layout row says, followed
-    by a gap up to the next part (on the GPU parts sit at the offsets of their bounds): one
-    ``split_with_sizes`` per packed output cuts every batch's part and gap at once, a fraction
-    of the host time of a slice per part."""
+    """The batches of one native call's outputs: (rowptrs, cols, edge_ids, nodes) each, the
+    edge ids of a packed call as parts cut when first read (``_Part``), the rest as tensors."""
     if len(outputs) == 4:  # sample_neighbors: one batch
         return [outputs]
     rowptrs, cols, edge_ids, nodes, layout = outputs
@@ -183,10 +237,14 @@ def _per_batch(outputs: tuple) -> List[tuple]:
     lengths = layout.index_select(1, length_columns) + length_extra
     ends = torch.cat([starts[1:], torch.tensor([[t.numel() for t in packed]])])
     sizes = torch.stack([lengths, ends - starts - lengths], 2).transpose(0, 1)
-    parts = [t.split_with_sizes(part_and_gap)[::2]
-             for t, part_and_gap in zip(packed, sizes.reshape(len(packed), -1).tolist())]
+    packed_outputs = [_PackedOutput(t, part_and_gap)
+               for t, part_and_gap in zip(packed, sizes.reshape(len(packed), -1).tolist())]
+    read_now = packed_outputs[:2 * layers] + packed_outputs[-1:]  # structure, node lists
+    cut = [output.cut() for output in read_now]
+    edge_parts = packed_outputs[2 * layers:3 * layers]
     return [(list(part[:layers]), list(part[layers:2 * layers]),
-             list(part[2 * layers:3 * layers]), part[-1]) for part in zip(*parts)]
+             [(output, b) for output in edge_parts], part[-1])
+            for b, part in enumerate(zip(*cut))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -336,11 +394,13 @@ class NeighborSampler:
                 for sampled in self._sample(seeds, sizes, self.fanouts[::-1], True, generator)]
 
     def _blocks(self, rowptrs, cols, edge_ids, nodes) -> SampledBlocks:
-        # Layer l's sources are the next layer's rows (every known node), the last's all nodes
-        # (the list itself: a slice is a view's host time a batch).
-        sources = [nodes[:rowptr.numel() - 1] for rowptr in rowptrs[1:]] + [nodes]
-        layers = list(zip(rowptrs, cols, sources, edge_ids))[::-1]
-        return SampledBlocks([Block(*layer, fanout) for layer, fanout in zip(layers, self.fanouts)])
+        # Layer l's sources are the first nodes of the list, as many as the next layer's rows
+        # (every node known then), the last layer's all of them.
+        num_sources = [rowptr.numel() - 1 for rowptr in rowptrs[1:]] + [nodes.numel()]
+        layers = list(zip(rowptrs, cols, num_sources, edge_ids))[::-1]
+        return SampledBlocks([Block(rowptr, col, nodes, num_src, ids, fanout)
+                              for (rowptr, col, num_src, ids), fanout
+                              in zip(layers, self.fanouts)])
 
     def sample_subgraph(self, seeds, generator: Optional[torch.Generator] = None,
                         hops: Optional[Sequence[int]] = None) -> SampledSubgraph:
@@ -373,7 +433,8 @@ def _subgraph(rowptrs, cols, edge_ids, nodes, hops: List[int]) -> SampledSubgrap
     num_nodes.append(nodes.numel() - sum(num_nodes))
     num_edges = [c.numel() for c in cols]
     graph = _union_csr(rowptrs, cols, nodes.numel(), num_edges, ("subgraph",) + tuple(hops))
-    return SampledSubgraph(graph, nodes, torch.cat(edge_ids), num_nodes, num_edges)
+    return SampledSubgraph(graph, nodes, torch.cat([_tensor_of(ids) for ids in edge_ids]),
+                           num_nodes, num_edges)
 
 
 def _union_csr(rowptrs: List[torch.Tensor], cols: List[torch.Tensor], num_nodes: int,
