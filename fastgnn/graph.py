@@ -98,12 +98,12 @@ class Graph:
         self._edge_perm = edge_perm
         _validate.flag("cache_transpose", cache_transpose)
         self.cache_transpose = cache_transpose
-        self._key = next(_keys)
-        self._finalizer: Optional[weakref.finalize] = None  # registered by the first .key
+        self.key = next(_keys)
         self._derived: Dict[object, object] = {}
         self._spmm_format: Optional[str] = None
         self._attention_format: Optional[str] = None
         self._reordering: Optional[str] = None
+        self._finalizer = weakref.finalize(self, _release, self.key)
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -180,18 +180,6 @@ class Graph:
                                    num_src_nodes=dgl_graph.num_src_nodes(),
                                    num_dst_nodes=dgl_graph.num_dst_nodes(),
                                    cache_transpose=cache_transpose)
-
-    @property
-    def key(self) -> int:
-        """The number that names this graph to native caches, never reused within a process.
-        The finaliser that drops their entries when the graph is freed is registered here, by
-        the first read: no native cache can hold a key never handed out, and a graph that no op
-        saw (a sampled block moved to another device, a batch nobody trained on) skips a
-        finaliser's cost when built and when freed. Two threads racing here register two
-        finalisers of one key, and a second release finds nothing."""
-        if self._finalizer is None:
-            self._finalizer = weakref.finalize(self, _release, self._key)
-        return self._key
 
     # ---- sizes and raw structure ------------------------------------------------------------
     @property

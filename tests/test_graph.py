@@ -181,24 +181,6 @@ def test_release_hook_runs_when_graph_is_freed():
         graph_module._release_hooks.remove(freed.append)
 
 
-def test_release_registered_by_the_first_key_read():
-    """A graph whose key no one read has nothing in native caches: freed, it calls no release
-    hook; one read registers the release once, whatever the reads after it."""
-    freed = []
-    graph_module.add_release_hook(freed.append)
-    try:
-        unseen = fastgnn.Graph.from_edge_index(tiny_edge_index(), num_nodes=4)
-        unseen_key = unseen._key  # its key without handing it out
-        seen = fastgnn.Graph.from_edge_index(tiny_edge_index(), num_nodes=4)
-        key = seen.key
-        assert seen.key == key
-        del unseen, seen
-        gc.collect()
-        assert freed.count(key) == 1 and unseen_key not in freed
-    finally:
-        graph_module._release_hooks.remove(freed.append)
-
-
 def test_keys_are_unique():
     a = fastgnn.Graph.from_edge_index(tiny_edge_index(), num_nodes=4)
     b = fastgnn.Graph.from_edge_index(tiny_edge_index(), num_nodes=4)

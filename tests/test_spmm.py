@@ -214,10 +214,14 @@ def test_half_precision_rounds_once_on_real_hubs(device, dtype):
 
 
 @pytest.mark.skipif(not hasattr(torch.library, "register_autograd"), reason="needs torch >= 2.4")
-def test_torch_compile_fullgraph():
+@pytest.mark.parametrize("eager_first", [True, False])
+def test_torch_compile_fullgraph(eager_first):
+    """With the graph's caches built eagerly, or a graph no op has seen (whatever a first use
+    does to the Graph, such as registering a finaliser, must trace without a break)."""
     g, _ = random_graph(40, 200, seed=7)
     x = torch.randn(40, 16, requires_grad=True)
-    fastgnn.ops.spmm(g, x, norm="both").sum().backward()  # builds the graph's caches eagerly
+    if eager_first:
+        fastgnn.ops.spmm(g, x, norm="both").sum().backward()
 
     @torch.compile(fullgraph=True, backend="aot_eager")
     def layer(x):
