@@ -124,6 +124,27 @@ def test_extremes_keep_dgls_tied_message(kind, reduce, x_shape, e_shape, values,
         _assert_bitwise_dgls(name, graph, inputs)
 
 
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("values", ["relu", "equal"])
+def test_extremes_keep_dgls_tied_message_where_libxsmm_blocks_columns(reduce, values):
+    """DGL 2.1's libxsmm max/min splits the sources into column blocks of about
+    LLC / (width * 4 bytes * density * 500) and runs its kernel once a block, the running
+    extreme carried over: here (every source feeds every destination, 256 features) blocks of
+    fewer than 4000 sources wherever the LLC is under 2 GB. Equal messages in different blocks
+    still go to the last in-edge by edge id (measured on an AVX-512 host with a 320 MB LLC,
+    seven blocks), as the probe on a two-edge graph says."""
+    num_src, num_dst = 4000, 8
+    src = torch.arange(num_src).repeat(num_dst)
+    dst = torch.arange(num_dst).repeat_interleave(num_src)
+    order = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(5))
+    graph = dgl.create_block((src[order], dst[order]), num_src, num_dst)
+    x = tied_leaves((num_src, 256), seed=6)[0]
+    if values == "equal":
+        x = torch.ones_like(x).requires_grad_()
+    with libxsmm(True):
+        _assert_bitwise_dgls(f"copy_u_{reduce}", graph, [x])
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_extremes_keep_dgls_tied_message_in_other_dtypes(dtype):
     graph = with_shuffled_twins(make_graph("homogeneous-int32", seed=15), seed=16)
