@@ -124,6 +124,14 @@ def test_feed_forward_and_self_loops_from_the_command_line(tmp_path):
     assert not any(conv.add_self_loops for conv in built.model.model.convs)
 
 
+def test_attention_dropout_from_the_command_line(tmp_path):
+    built = cli.ZooCLI(args=["--model.arch=gat", "--model.heads=2", "--model.dropout=0.6",
+                             "--model.attention_dropout=0.3",
+                             "--trainer.default_root_dir", str(tmp_path), *TINY], run=False)
+    assert built.model.hparams.attention_dropout == 0.3
+    assert [conv.dropout for conv in built.model.model.convs] == [0.3, 0.3]
+
+
 def test_missing_root_without_download(tmp_path, capsys):
     from fastgnn.zoo.data import base
 

@@ -173,6 +173,11 @@ def test_add_self_loops_reaches_the_gcn_convs():
     ("maxk-gcn", {"activation": "relu"}, "uses MaxK"),
     ("gcn", {"dropout": 1.0}, "dropout must be in"),
     ("gcn", {"input_dropout": -0.1}, "input_dropout must be in"),
+    ("gcn", {"attention_dropout": 0.3}, "attention_dropout applies to attention models only"),
+    ("maxk-sage", {"attention_dropout": 0.3}, "attention_dropout applies to attention models"),
+    ("gcn-gru", {"attention_dropout": 0.3}, "does not take attention_dropout"),
+    ("gat", {"attention_dropout": 1.0}, "attention_dropout must be in"),
+    ("gt", {"attention_dropout": True}, "attention_dropout must be in"),
     ("gcn-gru", {"input_dropout": 0.5}, "does not support input_dropout"),
     ("gcn", {"feed_forward": "yes"}, "feed_forward must be a bool, got 'yes'"),
     ("gcn", {"feed_forward": 1}, "feed_forward must be a bool, got 1"),
@@ -183,6 +188,20 @@ def test_add_self_loops_reaches_the_gcn_convs():
 def test_bad_options(arch, options, match):
     with pytest.raises(ValueError, match=match):
         build_model(arch, 8, 3, **options)
+
+
+@pytest.mark.parametrize("arch", ["gat", "gatv2", "gt"])
+@pytest.mark.parametrize("backend", ["pyg", "fastgnn"])
+def test_attention_dropout_is_the_convs_own_rate(arch, backend):
+    """Every conv's attention dropout is ``attention_dropout`` when given (Shchur et al.'s GAT:
+    0.3 on the weights, 0.6 on the features), else the model's ``dropout``; the features'
+    dropout stays ``dropout``."""
+    given = build_model(arch, 8, 3, backend, heads=2, hidden_channels=16, num_layers=3,
+                        dropout=0.6, attention_dropout=0.3)
+    assert [conv.dropout for conv in given.convs] == [0.3] * 3
+    assert given.dropout.p == 0.6
+    default = build_model(arch, 8, 3, backend, heads=2, hidden_channels=16, dropout=0.6)
+    assert [conv.dropout for conv in default.convs] == [0.6] * 2
 
 
 @pytest.mark.parametrize("arch", ["gat", "maxk-sage"])

@@ -36,7 +36,7 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 STAGES = ("train", "val", "test")
 # Model options that only some architectures take; None leaves the architecture's default.
 _ARCH_OPTIONS = ("aggr", "k", "train_eps", "beta", "root_weight", "edge_dim", "cached",
-                 "add_self_loops", "activation")
+                 "add_self_loops", "activation", "attention_dropout")
 
 
 def _choice(name: str, value, choices) -> None:
@@ -146,7 +146,7 @@ class NodePropertyModule(pl.LightningModule):
                  num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
                  input_dropout: float = 0.0, residual: bool = False, norm: str = "none",
                  input_mlp: bool = False, output_mlp: bool = False, feed_forward: bool = False,
-                 activation: Optional[str] = None,
+                 activation: Optional[str] = None, attention_dropout: Optional[float] = None,
                  aggr: Optional[str] = None, k: Optional[int] = None,
                  train_eps: Optional[bool] = None, beta: Optional[bool] = None,
                  root_weight: Optional[bool] = None, edge_dim: Optional[int] = None,
@@ -170,7 +170,8 @@ class NodePropertyModule(pl.LightningModule):
             hidden_channels=hidden_channels,
             num_layers=num_layers, heads=heads, dropout=dropout, input_dropout=input_dropout,
             residual=residual, norm=norm, input_mlp=input_mlp, output_mlp=output_mlp,
-            feed_forward=feed_forward, activation=activation, aggr=aggr, k=k,
+            feed_forward=feed_forward, activation=activation,
+            attention_dropout=attention_dropout, aggr=aggr, k=k,
             train_eps=train_eps, beta=beta, root_weight=root_weight, edge_dim=edge_dim,
             cached=cached, add_self_loops=add_self_loops)
         self.task = task

@@ -57,14 +57,18 @@ class Backbone(nn.Module):
                  num_layers: int = 2, heads: int = 1, dropout: float = 0.5,
                  residual: bool = False, norm: str = "none", input_mlp: bool = False,
                  output_mlp: bool = False, activation: str = "relu",
-                 input_dropout: float = 0.0, feed_forward: bool = False):
+                 input_dropout: float = 0.0, feed_forward: bool = False,
+                 attention_dropout: Optional[float] = None):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
                             ("hidden_channels", hidden_channels), ("num_layers", num_layers),
                             ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name, rate in (("dropout", dropout), ("input_dropout", input_dropout)):
+        rates = [("dropout", dropout), ("input_dropout", input_dropout)]
+        if attention_dropout is not None:
+            rates.append(("attention_dropout", attention_dropout))
+        for name, rate in rates:
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) \
                     or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
@@ -74,11 +78,16 @@ class Backbone(nn.Module):
         if heads != 1 and not self.attention:
             raise ValueError(f"heads applies to attention models only; "
                              f"{type(self).__name__} takes heads=1, got {heads}")
+        if attention_dropout is not None and not self.attention:
+            raise ValueError(f"attention_dropout applies to attention models only, not "
+                             f"{type(self).__name__}")
         if hidden_channels % heads:
             raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by heads "
                              f"({heads})")
         # make_conv and make_activation may read these
         self.hidden_channels, self.heads, self.dropout_rate = hidden_channels, heads, dropout
+        # the attention weights' dropout (None: the model's dropout, as in PyG's GAT example)
+        self.attention_dropout_rate = dropout if attention_dropout is None else attention_dropout
         self.residual = residual
         self.dropout = nn.Dropout(dropout)
         self.input_dropout = nn.Dropout(input_dropout) if input_dropout else None

@@ -8,8 +8,8 @@ from fastgnn.zoo.models.backbone import Backbone
 
 class GAT(Backbone):
     """Hidden layers concatenate ``heads`` heads of ``hidden_channels // heads``; the output
-    conv has one head. The attention dropout is the model's ``dropout``, as in PyG's GAT
-    example."""
+    conv has one head. The attention weights' dropout is ``attention_dropout``, by default the
+    model's ``dropout`` as in PyG's GAT example."""
 
     attention = True
     conv_class = GATConv
@@ -17,4 +17,4 @@ class GAT(Backbone):
     def make_conv(self, in_channels, out_channels, last):
         heads = 1 if last else self.heads
         return self.conv_class(in_channels, out_channels // heads, heads=heads,
-                               dropout=self.dropout_rate)
+                               dropout=self.attention_dropout_rate)

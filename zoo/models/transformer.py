@@ -25,7 +25,7 @@ class GraphTransformer(Backbone):
         heads = 1 if last else self.heads
         return TransformerConv(in_channels, out_channels // heads, heads=heads, beta=self.beta,
                                root_weight=self.root_weight, edge_dim=self.edge_dim,
-                               dropout=self.dropout_rate)
+                               dropout=self.attention_dropout_rate)
 
     def forward(self, x, edge_index, edge_attr=None):
         if self.takes_edge_attr and edge_attr is None:
