@@ -15,7 +15,7 @@ pytest.importorskip("jsonargparse")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from conftest import devices  # noqa: E402
+from conftest import devices, project_env  # noqa: E402
 
 from fastgnn.zoo import cli  # noqa: E402
 from fastgnn.zoo.compare import main as compare  # noqa: E402
@@ -154,6 +154,24 @@ def test_entry_point_error_has_no_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("fastgnn-zoo: error: unknown model")
+
+
+def test_an_earlier_runs_config_is_one_line(tmp_path):
+    """Without a logger the run's folder is the working directory; a second run there would
+    overwrite the first one's config.yaml, which Lightning refuses with a traceback."""
+    args = [sys.executable, "-m", "fastgnn.zoo", "fit", "--trainer.logger=false",
+            "--trainer.max_epochs=1", "--trainer.enable_checkpointing=false",
+            "--trainer.enable_progress_bar=false", *TINY]
+    first = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                           env=project_env())
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env=project_env())
+    assert second.returncode == 2
+    assert "Traceback" not in second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"fastgnn-zoo: error: {tmp_path / 'config.yaml'} exists, from an earlier run: remove it "
+        f"or give this run another --trainer.default_root_dir")
 
 
 @pytest.mark.parametrize("device", devices())

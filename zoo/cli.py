@@ -2,18 +2,20 @@
 and ``predict`` on the zoo's module and data modules, plus ``compare``.
 
 Configuration mistakes (an unknown model, dataset or backend, a missing dataset root with
-downloads off, an option the model does not take) end with one line on stderr and exit
-status 2; errors while training keep their traceback.
+downloads off, an option the model does not take, a previous run's ``config.yaml`` where this
+run would write its own) end with one line on stderr and exit status 2; errors while training
+keep their traceback.
 """
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from typing import List, Optional
 
 from jsonargparse import ArgumentError
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from fastgnn.zoo.callbacks import PredictionWriter
 from fastgnn.zoo.data.base import GraphDataModule
@@ -53,6 +55,21 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+class _SaveConfig(SaveConfigCallback):
+    """Lightning's saving of the run's configuration, whose refusal to overwrite an earlier
+    run's ``config.yaml`` (in the working directory when the logger is off) is one line."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        try:
+            super().setup(trainer, pl_module, stage)
+        except RuntimeError as exc:
+            path = os.path.join(trainer.log_dir or "", self.config_filename)
+            if self.overwrite or not os.path.isfile(path):
+                raise
+            raise ConfigError(f"{path} exists, from an earlier run: remove it or give this run "
+                              f"another --trainer.default_root_dir") from exc
+
+
 class ZooCLI(LightningCLI):
     """LightningCLI with the data module's shape and task linked into the model, CSV logs by
     default and a prediction writer (``--predictions.output_path``)."""
@@ -65,6 +82,7 @@ class ZooCLI(LightningCLI):
                        "init_args": {"save_dir": "."}},
         })
         kwargs.setdefault("seed_everything_default", 0)
+        kwargs.setdefault("save_config_callback", _SaveConfig)
         super().__init__(NodePropertyModule, GraphDataModule, subclass_mode_data=True,
                          auto_configure_optimizers=False, args=args, run=run,
                          parser_kwargs={"prog": PROG, "exit_on_error": False,
