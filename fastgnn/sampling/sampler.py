@@ -238,7 +238,7 @@ def _per_batch(outputs: tuple) -> List[tuple]:
     ends = torch.cat([starts[1:], torch.tensor([[t.numel() for t in packed]])])
     sizes = torch.stack([lengths, ends - starts - lengths], 2).transpose(0, 1)
     packed_outputs = [_PackedOutput(t, part_and_gap)
-               for t, part_and_gap in zip(packed, sizes.reshape(len(packed), -1).tolist())]
+                      for t, part_and_gap in zip(packed, sizes.reshape(len(packed), -1).tolist())]
     read_now = packed_outputs[:2 * layers] + packed_outputs[-1:]  # structure, node lists
     cut = [output.cut() for output in read_now]
     edge_parts = packed_outputs[2 * layers:3 * layers]
