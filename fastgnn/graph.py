@@ -144,8 +144,7 @@ class Graph:
             dst64 = dst.to(torch.int64)
             perm = by_src[torch.sort(dst64[by_src], stable=True).indices]
             col = src[perm].to(index_dtype)
-            rowptr = torch.searchsorted(dst64[perm], torch.arange(
-                num_dst + 1, dtype=torch.int64, device=dst.device))
+            rowptr = _row_pointers(dst64[perm], num_dst, 1)
         identity = torch.arange(num_edges, device=src.device)
         edge_perm = None if torch.equal(perm, identity) else perm
         return cls(rowptr.to(index_dtype), col, num_src, edge_perm,
