@@ -99,7 +99,8 @@ class SnapshotGraph:
             raise ValueError(f"edge_indices must hold 1 to {MAX_SNAPSHOTS} snapshots, got "
                              f"{len(edge_indices)}")
         num_nodes = _validate.count("num_nodes", num_nodes)
-        device = torch.device(device) if device is not None else edge_indices[0].device
+        device = (_validate.device("device", device) if device is not None
+                  else edge_indices[0].device)
         ids = []
         for t, edge_index in enumerate(edge_indices):
             _check_edges(edge_index, num_nodes, f"edge_indices[{t}]")

@@ -14,6 +14,7 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence
 import numpy as np
 import torch
 
+from fastgnn import _validate
 from fastgnn.snapshots import MAX_SNAPSHOTS, SnapshotGraph
 
 
@@ -100,7 +101,7 @@ def snapshot_windows(signal, window: int, *, num_nodes: Optional[int] = None, de
     if num_nodes is None:
         num_nodes = xs[0].shape[0] if xs else 1 + max(
             (int(e.max()) for e in edges if e.numel()), default=-1)
-    device = torch.device(device) if device is not None else edges[0].device
+    device = _validate.device("device", device) if device is not None else edges[0].device
     if xs is not None:
         xs = torch.stack(xs).to(device)
     return _windows(edges, xs, targets, window, num_nodes, device)

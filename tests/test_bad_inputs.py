@@ -159,11 +159,17 @@ def test_cache_transpose_must_be_a_bool(value):
     (3.5, TypeError, "device must be a torch.device, a device string or an index, got float"),
     (True, TypeError, "device must be .* got bool"),
 ])
-def test_sampler_and_loader_name_a_bad_device(device, error, match):
+def test_public_device_arguments_name_a_bad_device(device, error, match):
+    from fastgnn.temporal_signal import snapshot_windows
+
     with pytest.raises(error, match=match):
         NeighborSampler(graph(), [2], device=device)
     with pytest.raises(error, match=match):
         NeighborLoader(graph(), [2], torch.arange(3), device=device)
+    with pytest.raises(error, match=match):
+        SnapshotGraph([EDGES], N, device=device)
+    with pytest.raises(error, match=match):
+        snapshot_windows([EDGES, EDGES], 2, num_nodes=N, device=device)
 
 
 @pytest.mark.parametrize("call", ["sample_blocks", "sample_subgraph", "load"])
