@@ -4,13 +4,11 @@ The graph is stored destination-major (CSR over destinations, column = source), 
 every kernel reads. Derived formats (transpose, degrees, normalised edge values, degree
 buckets) are built lazily, cached on the instance and freed with it. Per-device native caches
 (cuSPARSE descriptors, workspaces) are keyed by ``Graph.key``, a number never reused within a
-process, and released by a finaliser when the Graph is collected.
+process, and released when the Graph is collected.
 """
 from __future__ import annotations
 
 import itertools
-import threading
-import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -21,7 +19,6 @@ _INT32_MAX = 2**31 - 1
 _KEY_MAX = 2**63 - 1  # the largest (destination, source) sort key from_edge_index may form
 _keys = itertools.count(1)
 _release_hooks: list = []  # called with a graph key when that graph is collected
-_release_lock = threading.Lock()
 
 NORMS = ("none", "left", "right", "both")
 SPMM_FORMATS = ("auto", "csr", "wsb")
@@ -29,15 +26,24 @@ SPMM_FORMATS = ("auto", "csr", "wsb")
 
 def add_release_hook(hook: Callable[[int], None]) -> None:
     """Registers ``hook(key)``, called when a Graph is freed (native caches drop its entries)."""
-    with _release_lock:
-        _release_hooks.append(hook)
+    _release_hooks.append(hook)  # atomic; a release running meanwhile may miss the new hook
 
 
-def _release(key: int) -> None:
-    with _release_lock:
-        hooks = list(_release_hooks)
-    for hook in hooks:
-        hook(key)
+class CacheKey:
+    """A graph's name in the native caches, a number never reused in a process (``value``):
+    held by its graph alone, it dies with it, even in a collected reference cycle, and the
+    release hooks then drop that graph's entries. A tenth of ``weakref.finalize``'s host time,
+    which every Graph of a sampled batch used to pay, building and freeing."""
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = next(_keys)
+
+    # The hooks list is bound here: module globals may be gone when the last graphs die at
+    # interpreter exit.
+    def __del__(self, hooks=_release_hooks):
+        for hook in hooks:
+            hook(self.value)
 
 
 def _row_pointers(sorted_key: torch.Tensor, num_rows: int, stride: int) -> torch.Tensor:
@@ -98,12 +104,12 @@ class Graph:
         self._edge_perm = edge_perm
         _validate.flag("cache_transpose", cache_transpose)
         self.cache_transpose = cache_transpose
-        self.key = next(_keys)
+        self._cache_key = CacheKey()
+        self.key = self._cache_key.value
         self._derived: Dict[object, object] = {}
         self._spmm_format: Optional[str] = None
         self._attention_format: Optional[str] = None
         self._reordering: Optional[str] = None
-        self._finalizer = weakref.finalize(self, _release, self.key)
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod

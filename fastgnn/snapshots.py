@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
-import weakref
 
 import torch
 
 from fastgnn import _validate
-from fastgnn.graph import NORMS, Graph, _keys, _release
+from fastgnn.graph import NORMS, CacheKey, Graph
 
 MAX_SNAPSHOTS = 63  # bits of the int64 membership mask
 
@@ -129,8 +128,8 @@ class SnapshotGraph:
         self.bytes_uploaded = uploaded
         self._derived: Dict[object, object] = {}
         # Names this window's structures in native GPU caches (work lists), freed with it.
-        self.key = next(_keys)
-        self._finalizer = weakref.finalize(self, _release, self.key)
+        self._cache_key = CacheKey()
+        self.key = self._cache_key.value
 
     # ---- sliding ---------------------------------------------------------------------------
     def slide(self, edge_index: torch.Tensor) -> "SnapshotGraph":

@@ -124,7 +124,7 @@ def profile_host(name: str, run, device: torch.device, num_batches: int) -> dict
     read-back's wait for the kernels; the rest is Python building the batches), and counts
     that do not depend on the machine's load: Python calls (cProfile) and torch ops called
     from Python (the op's own allocations and launches not counted); then the time by op,
-    syncs and copies included. Returns the per-batch numbers."""
+    syncs and copies included, and on a GPU by kernel. Returns the per-batch numbers."""
     calls = cProfile.Profile()
     calls.enable()
     run()
@@ -145,6 +145,8 @@ def profile_host(name: str, run, device: torch.device, num_batches: int) -> dict
           f"it in the sampling op; {row['python_calls']:.1f} Python calls, "
           f"{row['torch_ops']:.1f} torch ops from Python")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    if device.type == "cuda":  # the kernels, by device time
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=12))
     return row
 
 
@@ -162,8 +164,9 @@ def main():
                         help="comma-separated batches per sampling call to time (1: sample_blocks)")
     parser.add_argument("--no-dgl", action="store_true")
     parser.add_argument("--profile", action="store_true",
-                        help="also print where the host's time goes for the first device "
-                             "contender: per batch, the sampling op against Python, and by op")
+                        help="also print where the host's time goes for each device contender "
+                             "(each --batches-per-call): per batch, the sampling op against "
+                             "Python, and by op")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -174,9 +177,11 @@ def main():
     contenders = {}
     sampler = NeighborSampler(graph, fanouts)
     gpu_name, cpu_name = f"fastgnn-{device.type}", f"fastgnn-cpu-{args.cpu_threads}-threads"
+    # moved once, so that a round (and its host profile) holds no copy of them
+    device_batches = [seeds.to(device) for seeds in batches]
     for n in per_calls:
         contenders[contender_name(gpu_name, n)] = (
-            lambda n=n: time_fastgnn(sampler, batches, device, n))
+            lambda n=n: time_fastgnn(sampler, device_batches, device, n))
     if args.cpu_threads:
         cpu_sampler = NeighborSampler(graph.cpu(), fanouts)
 
@@ -224,8 +229,9 @@ def main():
     if args.cpu_threads and device.type == "cuda":
         print_ratios(rows, gpu_name, cpu_name, per_calls)
     if args.profile:
-        name, run = next(iter(contenders.items()))
-        profile_host(name, run, device, args.batches)
+        for n in per_calls:
+            name = contender_name(gpu_name, n)
+            profile_host(name, contenders[name], device, args.batches)
     out = args.out or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
         f"{env['date'][:10]}-{device_tag(device)}-sampling.jsonl")

@@ -323,7 +323,7 @@ if _native.has_op("spmm"):
     _spmm = torch.ops.fastgnn.spmm.default
     backends.register("spmm", "native", _native.devices(), _native_spmm, priority=10)
 
-if _native.has_op("release_graph_cache"):
-    add_release_hook(torch.ops.fastgnn.release_graph_cache)  # a freed Graph frees its cuSPARSE state
+if _native.available:
+    add_release_hook(_native._C.release_graph_cache)  # a freed Graph frees its cuSPARSE state
 
 backends.register("spmm", "reference", ("cpu", "cuda"), reference.spmm, priority=-10)
