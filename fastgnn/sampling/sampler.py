@@ -190,6 +190,17 @@ def _layer_seeds(batches: int, layers: int, generator: Optional[torch.Generator]
             for layer in range(layers)]
 
 
+def _seed_tensor(seeds, name: str) -> torch.Tensor:
+    """``seeds`` as a 1-D integer tensor, where it is. Range and uniqueness are checked by the
+    kernels (a ValueError), without a sync here."""
+    if not isinstance(seeds, torch.Tensor):
+        seeds = torch.as_tensor(seeds)
+    _validate.integer_tensor(name, seeds)
+    if seeds.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {list(seeds.shape)}")
+    return seeds
+
+
 class _PackedOutput:
     """One packed output of a native call: batch b's part where its layout row says, followed
     by a gap up to the next part (on the GPU parts sit at the offsets of their bounds). One
@@ -335,12 +346,7 @@ class NeighborSampler:
         return per_edge.pin_memory() if self.graph.is_pinned() else per_edge
 
     def _seeds(self, seeds, name: str = "seeds") -> torch.Tensor:
-        seeds = torch.as_tensor(seeds)
-        _validate.integer_tensor(name, seeds)
-        if seeds.dim() != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {list(seeds.shape)}")
-        # Range and uniqueness are checked by the kernels (a ValueError), without a sync here.
-        return seeds.to(self.device, torch.int64).contiguous()
+        return _seed_tensor(seeds, name).to(self.device, torch.int64).contiguous()
 
     def _seed_batches(self, seeds) -> Tuple[Optional[torch.Tensor], List[int]]:
         """A list of seed tensors, one per batch, packed on the sampler's device (None for
@@ -348,9 +354,14 @@ class NeighborSampler:
         if isinstance(seeds, torch.Tensor) or not isinstance(seeds, (list, tuple)):
             raise TypeError(f"seeds must be a list of 1-D seed tensors (one per batch), got "
                             f"{type(seeds).__name__}")
-        parts = [self._seeds(batch, f"seeds[{b}]") for b, batch in enumerate(seeds)]
-        packed = None if not parts else torch.cat(parts) if len(parts) > 1 else parts[0]
-        return packed, [part.numel() for part in parts]
+        parts = [_seed_tensor(batch, f"seeds[{b}]") for b, batch in enumerate(seeds)]
+        if not parts:
+            return None, []
+        if len({part.device for part in parts}) > 1:
+            parts = [part.to(self.device) for part in parts]
+        # One move for the call: a move per batch cost more host time than its share of this.
+        packed = torch.cat(parts) if len(parts) > 1 else parts[0]
+        return packed.to(self.device, torch.int64).contiguous(), [part.numel() for part in parts]
 
     def _sample(self, seeds: torch.Tensor, sizes: List[int], fanouts: List[int],
                 expand_all: bool, generator: Optional[torch.Generator]) -> List[tuple]:
