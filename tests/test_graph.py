@@ -179,9 +179,9 @@ def test_release_hook_runs_when_graph_is_freed(in_cycle):
             g._derived["self"] = g
         del g
         if not in_cycle:
-            assert freed == [key]  # at once, not at the next collection
-        gc.collect()
-        assert freed == [key]
+            assert key in freed  # at once, not at the next collection
+        gc.collect()  # (which may free other tests' graphs too)
+        assert freed.count(key) == 1
     finally:
         graph_module._release_hooks.remove(freed.append)
 
