@@ -288,17 +288,4 @@ TORCH_LIBRARY(fastgnn, m) {
         "Tensor seeds, int[] batch_sizes, int[] fanouts, int[] layer_seeds, bool expand_all, "
         "bool replace, bool deterministic) -> (Tensor[] rowptrs, Tensor[] cols, "
         "Tensor[] edge_ids, Tensor nodes, Tensor layout)");
-  // sample_neighbors_many without waiting for the GPU: the outputs and the layout's offsets as
-  // above, the layout's counts not yet written, and `counts`, a pinned CPU tensor the call's
-  // counters are being copied into (a row per batch). Once the current stream has reached this
-  // call's end (an event recorded after it), sample_neighbors_many_layout(layout, counts,
-  // rowptr.numel() - 1, expand_all) checks the seeds and gives the complete layout; meanwhile
-  // the host may launch the next call. Where a call completes before it returns (the CPU, or a
-  // layer of long rows), its layout is complete and counts has no columns.
-  m.def("sample_neighbors_many_async(Tensor rowptr, Tensor col, Tensor? weight, "
-        "Tensor? edge_map, Tensor seeds, int[] batch_sizes, int[] fanouts, int[] layer_seeds, "
-        "bool expand_all, bool replace, bool deterministic) -> (Tensor[] rowptrs, "
-        "Tensor[] cols, Tensor[] edge_ids, Tensor nodes, Tensor layout, Tensor counts)");
-  m.def("sample_neighbors_many_layout(Tensor layout, Tensor counts, int num_rows, "
-        "bool expand_all) -> Tensor");
 }

@@ -20,18 +20,6 @@ using TensorList = std::vector<at::Tensor>;
 using Sampled = std::tuple<TensorList, TensorList, TensorList, at::Tensor>;
 // sample_neighbors_many's: the same packed over the batches, then the layout.
 using SampledMany = std::tuple<TensorList, TensorList, TensorList, at::Tensor, at::Tensor>;
-// sample_neighbors_many_async's: sample_neighbors_many's, then the counters being copied back.
-using SampledAsync =
-    std::tuple<TensorList, TensorList, TensorList, at::Tensor, at::Tensor, at::Tensor>;
-
-// A call that completed before returning, as sample_neighbors_many_async gives it: its layout
-// whole, and counts with no columns.
-inline SampledAsync completed(SampledMany sampled) {
-  auto& [rowptrs, cols, edge_ids, nodes, layout] = sampled;
-  at::Tensor counts = layout.new_empty({layout.size(0), 0});
-  return {std::move(rowptrs), std::move(cols), std::move(edge_ids), std::move(nodes),
-          std::move(layout), std::move(counts)};
-}
 
 // Columns of the layout, an int64 CPU tensor with a row per batch: per layer l its row
 // pointers' offset in rowptrs[l] and its row count (the row pointers take rows + 1 entries),

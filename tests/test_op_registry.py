@@ -14,15 +14,12 @@ TENSORLESS = {"release_graph_cache", "graph_cache_size"}
 # integer-valued preprocessing and neighbour sampling (integer outputs).
 # (``_kernel``: the compiled path's twin ops, which run inside their autograd formulas.)
 NOT_DIFFERENTIATED_SUFFIXES = ("_backward", "_dropout_mask", "reorder_rcm", "::sample_neighbors",
-                               "::sample_neighbors_many", "::sample_neighbors_many_async",
-                               "::sample_neighbors_many_layout", "_kernel")
+                               "::sample_neighbors_many", "_kernel")
 # Ops that run on the CPU only, and why.
 CPU_ONLY = {
     "fastgnn::attention_dropout_mask":
         "test utility: materialises the kernels' dropout formula on the CPU",
     "fastgnn::reorder_rcm": "a sequential search, run once per dataset",
-    "fastgnn::sample_neighbors_many_layout":
-        "the host half of a GPU sampling call: its inputs are CPU tensors",
 }
 
 

@@ -213,29 +213,10 @@ def test_packed_outputs_with_gaps_cut_into_the_batches(gap):
     _assert_blocks_equal(want, got)
 
 
-def _many_op(form):
-    """sample_neighbors_many, or its async form then sample_neighbors_many_layout once the
-    stream is done, as one function of sample_neighbors_many's arguments."""
-    if form == "sync":
-        return torch.ops.fastgnn.sample_neighbors_many
-
-    def call(rowptr, col, weight, edge_map, seeds, *rest):
-        *packed, layout, counts = torch.ops.fastgnn.sample_neighbors_many_async(
-            rowptr, col, weight, edge_map, seeds, *rest)
-        assert counts.device.type == "cpu" and counts.shape[0] == layout.shape[0]
-        if seeds.is_cuda:
-            torch.cuda.current_stream().synchronize()
-        expand_all = rest[3]
-        return (*packed, torch.ops.fastgnn.sample_neighbors_many_layout(
-            layout, counts, rowptr.numel() - 1, expand_all))
-    return call
-
-
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fanouts", [[3, 5], [2, -1, 3]])
 @pytest.mark.parametrize("expand_all", [True, False])
-@pytest.mark.parametrize("form", ["sync", "async"])
-def test_op_layout_locates_each_batch(device, fanouts, expand_all, form):
+def test_op_layout_locates_each_batch(device, fanouts, expand_all):
     """Batch b's parts of the packed outputs, where layout[b] says, are sample_neighbors' for
     it alone (edge ids through an edge map); batches may share nodes."""
     g, _ = _hub_graph()
@@ -243,7 +224,7 @@ def test_op_layout_locates_each_batch(device, fanouts, expand_all, form):
     seeds = _seed_batches(2000, [40, 40, 7, 0])
     num_layers = len(fanouts)
     layer_seeds = [11 + 5 * k for k in range(len(seeds) * num_layers)]
-    rowptrs, cols, edge_ids, nodes, layout = _many_op(form)(
+    rowptrs, cols, edge_ids, nodes, layout = torch.ops.fastgnn.sample_neighbors_many(
         g.rowptr.to(device), g.col.to(device), None, edge_map.to(device),
         torch.cat(seeds).to(device), [s.numel() for s in seeds], fanouts, layer_seeds,
         expand_all, False, True)
@@ -266,10 +247,9 @@ def test_op_layout_locates_each_batch(device, fanouts, expand_all, form):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("form", ["sync", "async"])
-def test_op_bad_arguments(device, form):
+def test_op_bad_arguments(device):
     g, _ = _graph(device)
-    op = _many_op(form)
+    op = torch.ops.fastgnn.sample_neighbors_many
     seeds = torch.tensor([1, 2, 3, 4], device=device)
 
     def call(sizes, fanouts=(2,), layer_seeds=None, s=seeds):
@@ -305,41 +285,6 @@ def test_opcheck_many(device):
                               (g.rowptr, g.col, None, None, seeds, [4, 2, 0], fanouts,
                                [7] * 3 * len(fanouts), expand_all, False, True),
                               test_utils=("test_schema", "test_faketensor"))
-        *packed, layout, counts = torch.ops.fastgnn.sample_neighbors_many_async(
-            g.rowptr, g.col, None, None, seeds, [4, 2, 0], fanouts, [7] * 3 * len(fanouts),
-            expand_all, False, True)
-        if device != "cpu":
-            torch.cuda.current_stream().synchronize()
-        torch.library.opcheck(torch.ops.fastgnn.sample_neighbors_many_layout,
-                              (layout, counts, g.num_dst_nodes, expand_all))
-
-
-def test_op_layout_bad_arguments():
-    layout = torch.zeros(3, 10, dtype=torch.int64)
-    finish = torch.ops.fastgnn.sample_neighbors_many_layout
-    with pytest.raises(ValueError, match="int64 CPU tensors"):
-        finish(layout.float(), torch.zeros(3, 0, dtype=torch.int64), 5, True)
-    with pytest.raises(ValueError, match="int64 CPU tensors"):
-        finish(torch.zeros(3, 7, dtype=torch.int64), torch.zeros(3, 0, dtype=torch.int64), 5,
-               True)
-    with pytest.raises(ValueError, match="do not belong"):
-        finish(layout, torch.zeros(3, 5, dtype=torch.int64), 5, True)  # 2 layers: 9 counters
-    assert torch.equal(finish(layout, torch.zeros(3, 0, dtype=torch.int64), 5, True), layout)
-
-
-@pytest.mark.parametrize("batches,chunks", [(31, 1), (32, 2), (47, 2), (64, 4), (161, 4)])
-def test_gpu_calls_of_many_batches_are_pipelined_in_chunks(batches, chunks):
-    """A GPU call of 2 x 16 batches or more runs in up to 4 chunks of at least 16, covering
-    every batch in order; a CPU call is one."""
-    gpu = NeighborSampler.__new__(NeighborSampler)
-    gpu.device = torch.device("cuda")
-    bounds = gpu._chunks(batches)
-    assert len(bounds) == chunks and bounds[0][0] == 0 and bounds[-1][1] == batches
-    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
-    assert all(last - first >= 16 for first, last in bounds) or chunks == 1
-    cpu = NeighborSampler.__new__(NeighborSampler)
-    cpu.device = torch.device("cpu")
-    assert cpu._chunks(batches) == [(0, batches)]
 
 
 def test_many_bad_arguments():
@@ -448,31 +393,6 @@ def test_gpu_many_pinned_and_large_frontiers(fanouts, replace, weighted):
                                   weight=_on(weight, graph.device))
         _assert_blocks_equal(want, sampler.sample_blocks_many(
             batches, torch.Generator().manual_seed(8)))
-
-
-@pytest.mark.gpu
-@pytest.mark.sanitize
-@pytest.mark.parametrize("fanouts", [[3, 4], [2, -1]])
-def test_gpu_many_pipelined_equal_one_at_a_time(fanouts):
-    """40 batches (4 chunks sampled while the host cuts the one before): blocks and subgraphs
-    as each batch sampled alone, the generator drawn once a batch; a bad seed in a later chunk
-    is the op's ValueError."""
-    g, _ = _graph()
-    seeds = _seed_batches(g.num_dst_nodes, [7, 0, 1] + [5] * 37, seed=3)
-    want, want_gen = _one_at_a_time(NeighborSampler(g, fanouts).sample_blocks, seeds, 2)
-    sampler = NeighborSampler(g.cuda(), fanouts)
-    gen = torch.Generator().manual_seed(2)
-    _assert_blocks_equal(want, sampler.sample_blocks_many([s.cuda() for s in seeds], gen))
-    _assert_same_draws(want_gen, gen)
-    want_sub, _ = _one_at_a_time(NeighborSampler(g, [1]).sample_subgraph, seeds, 6,
-                                 hops=fanouts)
-    got_sub = NeighborSampler(g.cuda(), [1]).sample_subgraph_many(
-        seeds, torch.Generator().manual_seed(6), hops=fanouts)
-    assert all(_subgraphs_equal(w, _subgraph_on_cpu(s)) for w, s in zip(want_sub, got_sub))
-    bad = list(seeds)
-    bad[35] = torch.tensor([1, 1])
-    with pytest.raises(ValueError, match="unique"):
-        sampler.sample_blocks_many(bad)
 
 
 @pytest.mark.gpu

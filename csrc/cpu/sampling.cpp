@@ -273,23 +273,11 @@ sampling::SampledMany sample_neighbors_many_cpu(
                                deterministic, num_threads());
 }
 
-// The CPU call is complete when it returns.
-sampling::SampledAsync sample_neighbors_many_async_cpu(
-    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
-    const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds,
-    at::IntArrayRef batch_sizes, at::IntArrayRef fanouts, at::IntArrayRef layer_seeds,
-    bool expand_all, bool replace, bool deterministic) {
-  return sampling::completed(sample_neighbors_many_cpu(rowptr, col, weight, edge_map, seeds,
-                                                       batch_sizes, fanouts, layer_seeds,
-                                                       expand_all, replace, deterministic));
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastgnn, CPU, m) {
   m.impl("sample_neighbors", &sample_neighbors_cpu);
   m.impl("sample_neighbors_many", &sample_neighbors_many_cpu);
-  m.impl("sample_neighbors_many_async", &sample_neighbors_many_async_cpu);
 }
 
 }  // namespace cpu

@@ -19,7 +19,6 @@
 // batches, so a call is 1 workspace + 3 outputs per layer + the node list, one memset, one
 // copy, 4 launches per layer (3 unordered) and one counters read-back, whatever the number of
 // batches. With a layer of long rows the batches go one at a time through sample_neighbors.
-#include <ATen/core/CachingHostAllocator.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -31,15 +30,12 @@
 #include "cuda/sampling_kernels.h"
 #include "sampling_batches.h"
 #include "sampling_checks.h"
-#include "sampling_counters.h"
 #include "sampling_plan.h"
 
 namespace fastgnn {
 namespace cuda {
 namespace {
 
-using sampling::check_seeds;
-using sampling::Counters;
 using sampling::TensorList;
 constexpr size_t kWord = sizeof(int64_t);
 
@@ -53,6 +49,18 @@ const void* readable(const at::Tensor& t, const char* name) {
   C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, t.data_ptr(), 0));
   return mapped;
 }
+
+// Where the call's device counters live (int64): known[l] (nodes known before layer l; l = L:
+// all), edges[l], fresh[l], then the two seed flags (all-ones until raised to 1).
+struct Counters {
+  int layers;
+  int known(int l) const { return l; }
+  int edges(int l) const { return layers + 1 + l; }
+  int fresh(int l) const { return 2 * layers + 1 + l; }
+  int duplicate() const { return 3 * layers + 1; }
+  int out_of_range() const { return 3 * layers + 2; }
+  int size() const { return 3 * layers + 3; }
+};
 
 // Carves one allocation into 256-byte aligned parts.
 struct Carver {
@@ -87,6 +95,13 @@ std::vector<int64_t> read_back(const int64_t* counters, int count, const int64_t
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(s));  // the copies are done before `pinned` is freed
   return std::vector<int64_t>(words, words + count + 1);
+}
+
+// A batch's counters as read back.
+void check_seeds(const int64_t* host, const Counters& c, int64_t num_rows) {
+  TORCH_CHECK_VALUE(host[c.out_of_range()] != 1, "sample_neighbors: seeds must be node ids in [0, ",
+                    num_rows, ")");
+  TORCH_CHECK_VALUE(host[c.duplicate()] != 1, "sample_neighbors: seeds must be unique node ids");
 }
 
 // Host bounds of a layer within its run.
@@ -375,25 +390,15 @@ struct BatchParts {
   std::vector<size_t> count_scan, first_scan;  // per layer
 };
 
-// A launched many-batch call: its outputs, the layout with the offsets written, where its
-// counters are on the device, each batch's bounds, the pinned tasks (in use until the stream
-// passes their copy) and the workspace, which holds the counters: freed before their copy back
-// is queued, another thread's allocation on this stream could take it and write it first.
-struct Launched {
-  TensorList rowptrs, cols, edge_ids;
-  at::Tensor nodes, layout, host_tasks;
-  const int64_t* counters;
-  std::vector<RunPlan> runs;
-  TensorList workspace;
-};
-
 // sample_neighbors_many when every layer sorts by warp: each batch's layers are one run with
 // the bounds that sample_neighbors gives the batch alone, and each pass launches once for every
-// batch (grid rows), reading the batch's task from the workspace. Returns once launched.
-Launched launch_batches(const SampleLayer& graph, const at::Tensor& seeds,
-                        const std::vector<int64_t>& starts, at::IntArrayRef batch_sizes,
-                        const std::vector<int64_t>& fanouts, at::IntArrayRef layer_seeds,
-                        bool expand_all, bool deterministic, int64_t graph_edges) {
+// batch (grid rows), reading the batch's task from the workspace.
+sampling::SampledMany sample_batches(const SampleLayer& graph, const at::Tensor& seeds,
+                                     const std::vector<int64_t>& starts,
+                                     at::IntArrayRef batch_sizes,
+                                     const std::vector<int64_t>& fanouts,
+                                     at::IntArrayRef layer_seeds, bool expand_all,
+                                     bool deterministic, int64_t graph_edges) {
   const cudaStream_t s = stream();
   const int count = int(batch_sizes.size()), num_layers = int(fanouts.size());
   TORCH_CHECK_VALUE(count <= 65535, "sample_neighbors_many: at most 65535 batches a call on the "
@@ -512,6 +517,7 @@ Launched launch_batches(const SampleLayer& graph, const at::Tensor& seeds,
     }
   }
   C10_CUDA_CHECK(cudaMemsetAsync(base, 0xff, cleared, s));
+  // host_tasks stays alive until the read-back's sync, past the copy.
   C10_CUDA_CHECK(
       cudaMemcpyAsync(base + tasks_at, tasks, task_bytes, cudaMemcpyHostToDevice, s));
   const LayerTask* device_tasks = reinterpret_cast<const LayerTask*>(base + tasks_at);
@@ -524,61 +530,24 @@ Launched launch_batches(const SampleLayer& graph, const at::Tensor& seeds,
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  return {rowptrs, cols, edge_ids, nodes, table, host_tasks,
-          counters, std::move(runs), std::move(keep)};
-}
-
-// sample_neighbors_many: launched, then the counters read back (one sync) into the layout.
-sampling::SampledMany sample_batches(const SampleLayer& graph, const at::Tensor& seeds,
-                                     const std::vector<int64_t>& starts,
-                                     at::IntArrayRef batch_sizes,
-                                     const std::vector<int64_t>& fanouts,
-                                     at::IntArrayRef layer_seeds, bool expand_all,
-                                     bool deterministic, int64_t graph_edges) {
-  Launched run = launch_batches(graph, seeds, starts, batch_sizes, fanouts, layer_seeds,
-                                expand_all, deterministic, graph_edges);
-  const int64_t count = run.layout.size(0);
-  const int num_layers = int(fanouts.size());
-  const Counters c{num_layers};
-  const auto host = read_back(run.counters, int(count * c.size()), nullptr, stream());
-  int64_t* rows = run.layout.data_ptr<int64_t>();
-  sampling::fill_layout(rows, host.data(), count, num_layers, expand_all, graph.num_rows);
-  const sampling::Layout layout{num_layers};
-  for (int64_t b = 0; b < count; ++b) {
-    const int64_t* row = rows + b * layout.width();
-    bool within = row[layout.nodes()] <= run.runs[b].known;
+  const auto host = read_back(counters, count * c.size(), nullptr, s);
+  for (int b = 0; b < count; ++b) {
+    const int64_t* counts = host.data() + b * c.size();
+    check_seeds(counts, c, graph.num_rows);
+    int64_t* row = rows + b * layout.width();
     for (int l = 0; l < num_layers; ++l) {
-      within &= row[layout.rows(l)] <= run.runs[b].layers[l].seeds &&
-                row[layout.edges(l)] <= run.runs[b].layers[l].edges;
+      const int64_t begin = expand_all || l == 0 ? 0 : counts[c.known(l - 1)];
+      row[layout.rows(l)] = counts[c.known(l)] - begin;
+      row[layout.edges(l)] = counts[c.edges(l)];
+      TORCH_INTERNAL_ASSERT(row[layout.rows(l)] <= runs[b].layers[l].seeds &&
+                                row[layout.edges(l)] <= runs[b].layers[l].edges,
+                            "sample_neighbors_many: a count past its bound");
     }
-    TORCH_INTERNAL_ASSERT(within, "sample_neighbors_many: a count past its bound");
+    row[layout.nodes()] = counts[c.known(num_layers)];
+    TORCH_INTERNAL_ASSERT(row[layout.nodes()] <= runs[b].known,
+                          "sample_neighbors_many: a count past its bound");
   }
-  return {run.rowptrs, run.cols, run.edge_ids, run.nodes, run.layout};
-}
-
-// sample_neighbors_many_async: launched, and the counters' copy into pinned memory queued
-// behind the kernels; the pinned tensors are reused only once the stream has passed their
-// copies (the caching host allocator's event).
-sampling::SampledAsync async_batches(const SampleLayer& graph, const at::Tensor& seeds,
-                                     const std::vector<int64_t>& starts,
-                                     at::IntArrayRef batch_sizes,
-                                     const std::vector<int64_t>& fanouts,
-                                     at::IntArrayRef layer_seeds, bool expand_all,
-                                     bool deterministic, int64_t graph_edges) {
-  const cudaStream_t s = stream();
-  Launched run = launch_batches(graph, seeds, starts, batch_sizes, fanouts, layer_seeds,
-                                expand_all, deterministic, graph_edges);
-  const Counters c{int(fanouts.size())};
-  at::Tensor counts = at::empty({run.layout.size(0), int64_t(c.size())},
-                                at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  C10_CUDA_CHECK(cudaMemcpyAsync(counts.data_ptr(), run.counters, counts.nbytes(),
-                                 cudaMemcpyDeviceToHost, s));
-  const c10::Stream current = c10::cuda::getCurrentCUDAStream().unwrap();
-  for (const at::Tensor* pinned : {&counts, &run.host_tasks}) {
-    at::getHostAllocator(at::kCUDA)->record_event(
-        pinned->data_ptr(), pinned->storage().data_ptr().get_context(), current);
-  }
-  return {run.rowptrs, run.cols, run.edge_ids, run.nodes, run.layout, counts};
+  return {rowptrs, cols, edge_ids, nodes, table};
 }
 
 sampling::SampledMany sample_neighbors_many_cuda(
@@ -601,32 +570,11 @@ sampling::SampledMany sample_neighbors_many_cuda(
                         col.numel());
 }
 
-sampling::SampledAsync sample_neighbors_many_async_cuda(
-    const at::Tensor& rowptr, const at::Tensor& col, const c10::optional<at::Tensor>& weight,
-    const c10::optional<at::Tensor>& edge_map, const at::Tensor& seeds,
-    at::IntArrayRef batch_sizes, at::IntArrayRef fanouts, at::IntArrayRef layer_seeds,
-    bool expand_all, bool replace, bool deterministic) {
-  TORCH_CHECK(seeds.is_cuda(), "sample_neighbors_many: seeds must be on the GPU");
-  if (!std::all_of(fanouts.begin(), fanouts.end(), warp_sortable)) {
-    // Read back mid-call anyway (see above): complete at return.
-    return sampling::completed(sample_neighbors_many_cuda(rowptr, col, weight, edge_map, seeds,
-                                                          batch_sizes, fanouts, layer_seeds,
-                                                          expand_all, replace, deterministic));
-  }
-  const auto starts = sampling::check_many_args(rowptr, col, weight, edge_map, seeds,
-                                                batch_sizes, fanouts, layer_seeds);
-  const c10::cuda::CUDAGuard guard(seeds.device());
-  return async_batches(graph_input(rowptr, col, weight, edge_map, replace), seeds, starts,
-                       batch_sizes, fanouts.vec(), layer_seeds, expand_all, deterministic,
-                       col.numel());
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastgnn, CUDA, m) {
   m.impl("sample_neighbors", &sample_neighbors_cuda);
   m.impl("sample_neighbors_many", &sample_neighbors_many_cuda);
-  m.impl("sample_neighbors_many_async", &sample_neighbors_many_async_cuda);
 }
 
 }  // namespace cuda

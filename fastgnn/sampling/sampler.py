@@ -58,34 +58,10 @@ def _fake_sample_neighbors_many(rowptr, col, weight, edge_map, seeds, batch_size
     return rowptrs, cols, edge_ids, nodes, layout
 
 
-def _fake_sample_neighbors_many_async(rowptr, col, weight, edge_map, seeds, batch_sizes,
-                                      fanouts, layer_seeds, expand_all, replace, deterministic):
-    """sample_neighbors_many's fake outputs and the counters' CPU copy, a row per batch."""
-    outputs = _fake_sample_neighbors_many(rowptr, col, weight, edge_map, seeds, batch_sizes,
-                                          fanouts, layer_seeds, expand_all, replace,
-                                          deterministic)
-    counts = torch.empty((len(batch_sizes), 3 * len(fanouts) + 3), dtype=torch.int64,
-                         device="cpu")
-    return (*outputs, counts)
-
-
-def _fake_sample_neighbors_many_layout(layout, counts, num_rows, expand_all):
-    return torch.empty_like(layout)
-
-
 if _native.has_op("sample_neighbors"):
     _library.register_fake("sample_neighbors", _fake_sample_neighbors)
 if _native.has_op("sample_neighbors_many"):
     _library.register_fake("sample_neighbors_many", _fake_sample_neighbors_many)
-if _native.has_op("sample_neighbors_many_async"):
-    _library.register_fake("sample_neighbors_many_async", _fake_sample_neighbors_many_async)
-    _library.register_fake("sample_neighbors_many_layout", _fake_sample_neighbors_many_layout)
-
-# A GPU call of at least twice this many batches is sampled in up to _PIPELINE_CHUNKS chunks:
-# chunk k + 1's kernels run while the host cuts chunk k's batches into blocks, work that in one
-# call waits for every kernel and leaves the GPU idle.
-_PIPELINE_CHUNKS = 4
-_PIPELINE_MIN_BATCHES = 16
 
 
 class _SampledGraph(Graph):
@@ -388,54 +364,13 @@ class NeighborSampler:
         return packed.to(self.device, torch.int64).contiguous(), [part.numel() for part in parts]
 
     def _sample(self, seeds: torch.Tensor, sizes: List[int], fanouts: List[int],
-                expand_all: bool, generator: Optional[torch.Generator], build) -> list:
+                expand_all: bool, generator: Optional[torch.Generator]) -> List[tuple]:
         """Every layer of every batch (``seeds`` packed, ``sizes[b]`` of them batch b's) in one
-        native call, or on the GPU in pipelined chunks. Per batch, ``build(rowptrs, cols,
-        edge_ids, nodes)`` of its (rowptrs, cols, edge_ids) per layer and the node list whose
+        native call. Per batch: (rowptrs, cols, edge_ids) per layer and the node list whose
         prefixes are the layers' nodes, as sampling the batch alone gives them (one generator
         draw per batch, in order)."""
         layer_seeds = _layer_seeds(len(sizes), len(fanouts), generator)
-        chunks = self._chunks(len(sizes))
-        if len(chunks) == 1:
-            sampled = self._call(seeds, sizes, fanouts, expand_all, layer_seeds)
-            return [build(*batch) for batch in _per_batch(sampled)]
-        starts = [0]
-        for size in sizes:
-            starts.append(starts[-1] + size)
-        layers = len(fanouts)
-        built, pending = [], None
-        for first, last in chunks:
-            launched = self._launch(seeds[starts[first]:starts[last]], sizes[first:last],
-                                    fanouts, expand_all,
-                                    layer_seeds[first * layers:last * layers])
-            if pending is not None:
-                built += self._finish(*pending, expand_all, build)
-            pending = launched
-        return built + self._finish(*pending, expand_all, build)
-
-    def _chunks(self, batches: int) -> List[Tuple[int, int]]:
-        """[first, last) batches of each pipelined chunk (one chunk: a single call)."""
-        count = min(_PIPELINE_CHUNKS, batches // _PIPELINE_MIN_BATCHES)
-        if self.device.type != "cuda" or count < 2:
-            return [(0, batches)]
-        bounds = [batches * k // count for k in range(count + 1)]
-        return list(zip(bounds[:-1], bounds[1:]))
-
-    def _launch(self, seeds: torch.Tensor, sizes: List[int], fanouts: List[int],
-                expand_all: bool, layer_seeds: List[int]):
-        """A GPU call that returns once its kernels are queued, and an event after them."""
-        args = (self._rowptr, self._col, self._weight, self._edge_of_position, seeds)
-        outputs = torch.ops.fastgnn.sample_neighbors_many_async(
-            *args, sizes, fanouts, layer_seeds, expand_all, self.replace, self.deterministic)
-        return outputs, torch.cuda.current_stream(self.device).record_event()
-
-    def _finish(self, outputs: tuple, done: torch.cuda.Event, expand_all: bool, build) -> list:
-        """A launched call's batches, built once its kernels and counters' copy are done."""
-        done.synchronize()
-        *packed, layout, counts = outputs
-        layout = torch.ops.fastgnn.sample_neighbors_many_layout(
-            layout, counts, self._rowptr.numel() - 1, expand_all)
-        return [build(*batch) for batch in _per_batch((*packed, layout))]
+        return _per_batch(self._call(seeds, sizes, fanouts, expand_all, layer_seeds))
 
     def _call(self, seeds: torch.Tensor, sizes: List[int], fanouts: List[int], expand_all: bool,
               layer_seeds: List[int]) -> tuple:
@@ -466,7 +401,8 @@ class NeighborSampler:
     def _blocks_many(self, seeds: torch.Tensor, sizes: List[int],
                      generator: Optional[torch.Generator]) -> List[SampledBlocks]:
         """sample_blocks_many of packed seeds on the sampler's device (the loader's shard)."""
-        return self._sample(seeds, sizes, self.fanouts[::-1], True, generator, self._blocks)
+        return [self._blocks(*sampled)
+                for sampled in self._sample(seeds, sizes, self.fanouts[::-1], True, generator)]
 
     def _blocks(self, rowptrs, cols, edge_ids, nodes) -> SampledBlocks:
         # Layer l's sources are the first nodes of the list, as many as the next layer's rows
@@ -497,8 +433,8 @@ class NeighborSampler:
                         generator: Optional[torch.Generator],
                         hops: Optional[Sequence[int]] = None) -> List[SampledSubgraph]:
         hops = list(reversed(self.fanouts)) if hops is None else _check_fanouts(hops)
-        return self._sample(seeds, sizes, hops, False, generator,
-                            functools.partial(_subgraph, hops=hops))
+        return [_subgraph(*sampled, hops)
+                for sampled in self._sample(seeds, sizes, hops, False, generator)]
 
 
 def _subgraph(rowptrs, cols, edge_ids, nodes, hops: List[int]) -> SampledSubgraph:
