@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
-
 import torch
 
 from fastgnn import _validate
