@@ -4,6 +4,8 @@
 // op of that name, paid by every Graph a sampled batch builds and frees.
 #include <Python.h>
 
+#include <exception>
+
 #include "graph_cache.h"
 
 #ifdef _OPENMP
@@ -45,7 +47,12 @@ PyObject* build_info(PyObject*, PyObject*) {
 PyObject* release_graph_cache(PyObject*, PyObject* key) {
   const long long graph_key = PyLong_AsLongLong(key);
   if (graph_key == -1 && PyErr_Occurred()) return nullptr;
-  fastgnn::release_graph_cache(graph_key);
+  try {  // a C++ exception must not cross into the interpreter (it would terminate it)
+    fastgnn::release_graph_cache(graph_key);
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+    return nullptr;
+  }
   Py_RETURN_NONE;
 }
 
