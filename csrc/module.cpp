@@ -1,12 +1,14 @@
 // The Python module fastgnn._C. Importing it runs the static TORCH_LIBRARY registrations of
-// every op. Its Python functions report how the extension was built and release a freed
-// graph's native cache entries: a plain C call, a tenth of the dispatcher's host time for the
-// op of that name, paid by every Graph a sampled batch builds and frees.
+// every op. Its Python functions report how the extension was built, release a freed graph's
+// native cache entries and cut a sampler's packed outputs into batches: plain C calls, paid
+// by every batch the sampler makes (the dispatcher's host time for the release op was ten
+// times this one's).
 #include <Python.h>
 
 #include <exception>
 
 #include "graph_cache.h"
+#include "packed_parts.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -60,6 +62,8 @@ PyMethodDef methods[] = {
     {"build_info", build_info, METH_NOARGS, "How this extension was built."},
     {"release_graph_cache", release_graph_cache, METH_O,
      "Drops the native cache entries of a freed graph's key."},
+    {"cut_packed", fastgnn::cut_packed, METH_VARARGS,
+     "The batches' parts of a packed sample_neighbors_many output, as tensors."},
     {nullptr, nullptr, 0, nullptr},
 };
 

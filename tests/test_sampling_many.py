@@ -213,6 +213,49 @@ def test_packed_outputs_with_gaps_cut_into_the_batches(gap):
     _assert_blocks_equal(want, got)
 
 
+def _layout(starts_and_lengths):
+    """A layout of one (start, length) pair a batch, in columns 0 and 1."""
+    return torch.tensor(starts_and_lengths, dtype=torch.int64).reshape(-1, 2)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_cut_packed_parts_alias_the_packed_output(device):
+    """fastgnn._C.cut_packed's parts are the slices the layout names (gaps left out, a length
+    plus its extra), in the packed storage and sharing its version counter."""
+    from fastgnn import _native
+    packed = torch.arange(30, dtype=torch.int32, device=device)[2:]
+    layout = _layout([[0, 3], [7, 0], [10, 5], [20, 7]])
+    parts = _native._C.cut_packed(packed, layout, 0, 1, 1)
+    assert isinstance(parts, tuple) and len(parts) == 4
+    for part, (start, length) in zip(parts, layout.tolist()):
+        assert torch.equal(part, packed[start:start + length + 1])
+        assert part.device == packed.device and part.dtype == packed.dtype
+        assert part.untyped_storage().data_ptr() == packed.untyped_storage().data_ptr()
+    packed.add_(100)
+    assert int(parts[2][0]) == int(packed[10]) and parts[2]._version == packed._version
+    with torch.inference_mode():
+        frozen = torch.arange(10, device=device)
+        (part,) = _native._C.cut_packed(frozen, _layout([[4, 2]]), 0, 1, 0)
+    assert part.is_inference() and part.tolist() == [4, 5]
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (("not a tensor", _layout([[0, 1]]), 0, 1, 0), TypeError, "must be tensors"),
+    ((torch.zeros(2, 3), _layout([[0, 1]]), 0, 1, 0), ValueError, "1-D contiguous"),
+    ((torch.zeros(4, requires_grad=True), _layout([[0, 1]]), 0, 1, 0), ValueError,
+     "outside autograd"),
+    ((torch.zeros(4), _layout([[0, 1]]).int(), 0, 1, 0), ValueError, "int64 CPU"),
+    ((torch.zeros(4), _layout([[0, 1]]), 0, 2, 0), ValueError, "past the layout's width 2"),
+    ((torch.zeros(4), _layout([[0, 1], [3, 1]]), 0, 1, 1), ValueError,
+     r"batch 1's part \[3, \+2\) is outside the packed output of 4"),
+    ((torch.zeros(4), _layout([[-1, 1]]), 0, 1, 0), ValueError, "batch 0's part"),
+])
+def test_cut_packed_rejects_bad_input(args, error, match):
+    from fastgnn import _native
+    with pytest.raises(error, match=match):
+        _native._C.cut_packed(*args)
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fanouts", [[3, 5], [2, -1, 3]])
 @pytest.mark.parametrize("expand_all", [True, False])

@@ -202,24 +202,22 @@ def _seed_tensor(seeds, name: str) -> torch.Tensor:
 
 
 class _PackedOutput:
-    """One packed output of a native call: batch b's part where its layout row says, followed
-    by a gap up to the next part (on the GPU parts sit at the offsets of their bounds). One
-    ``split_with_sizes`` cuts every batch's part and gap at once (a fraction of the host time
-    of a slice per part), when a part is first asked for: none for an output nobody reads."""
-    __slots__ = ("packed", "part_and_gap_sizes", "parts")
+    """One packed output of a native call: batch b's part where its layout row says (on the
+    GPU parts sit at the offsets of their bounds, with gaps between them). Every batch's part
+    is cut at once, by ``fastgnn._C.cut_packed``, when a part is first asked for: none for an
+    output nobody reads."""
+    __slots__ = ("packed", "layout", "columns", "parts")
 
-    def __init__(self, packed: torch.Tensor, part_and_gap_sizes: List[int]):
+    def __init__(self, packed: torch.Tensor, layout: torch.Tensor, columns: Tuple[int, int, int]):
         self.packed = packed
-        self.part_and_gap_sizes = part_and_gap_sizes
-        self.parts: Optional[Sequence[torch.Tensor]] = None
+        self.layout = layout
+        self.columns = columns
+        self.parts: Optional[Tuple[torch.Tensor, ...]] = None
 
-    def cut(self) -> Sequence[torch.Tensor]:
+    def cut(self) -> Tuple[torch.Tensor, ...]:
         """Every batch's part."""
         if self.parts is None:  # two threads racing here cut the same parts
-            sizes = self.part_and_gap_sizes
-            # No gaps (the CPU's outputs): half the views.
-            self.parts = (self.packed.split_with_sizes(sizes)[::2] if any(sizes[1::2])
-                          else self.packed.split_with_sizes(sizes[::2]))
+            self.parts = _native._C.cut_packed(self.packed, self.layout, *self.columns)
         return self.parts
 
 
@@ -241,15 +239,9 @@ def _per_batch(outputs: tuple) -> List[tuple]:
     if len(outputs) == 4:  # sample_neighbors: one batch
         return [outputs]
     rowptrs, cols, edge_ids, nodes, layout = outputs
-    packed = [*rowptrs, *cols, *edge_ids, nodes]
     layers = len(rowptrs)
-    start_columns, length_columns, length_extra = _packed_columns(layers)
-    starts = layout.index_select(1, start_columns)
-    lengths = layout.index_select(1, length_columns) + length_extra
-    ends = torch.cat([starts[1:], torch.tensor([[t.numel() for t in packed]])])
-    sizes = torch.stack([lengths, ends - starts - lengths], 2).transpose(0, 1)
-    packed_outputs = [_PackedOutput(t, part_and_gap)
-                      for t, part_and_gap in zip(packed, sizes.reshape(len(packed), -1).tolist())]
+    packed_outputs = [_PackedOutput(t, layout, columns) for t, columns in
+                      zip([*rowptrs, *cols, *edge_ids, nodes], _packed_columns(layers))]
     read_now = packed_outputs[:2 * layers] + packed_outputs[-1:]  # structure, node lists
     cut = [output.cut() for output in read_now]
     edge_parts = packed_outputs[2 * layers:3 * layers]
@@ -258,14 +250,13 @@ def _per_batch(outputs: tuple) -> List[tuple]:
 
 
 @functools.lru_cache(maxsize=None)
-def _packed_columns(layers: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _packed_columns(layers: int) -> List[Tuple[int, int, int]]:
     """For the packed outputs in the order rowptrs, cols, edge_ids (per layer), node list: their
     start and length columns in the layout (sampling_batches.h's Layout), and what a length
     lacks (a batch's row pointers are its rows + 1)."""
-    rowptr = [4 * l for l in range(layers)]
-    edges = [4 * l + 2 for l in range(layers)]
-    starts = torch.tensor(rowptr + edges + edges + [4 * layers])
-    return starts, starts + 1, torch.tensor([1] * layers + [0] * (2 * layers + 1))
+    rowptrs = [(4 * l, 4 * l + 1, 1) for l in range(layers)]
+    edges = [(4 * l + 2, 4 * l + 3, 0) for l in range(layers)]
+    return rowptrs + edges + edges + [(4 * layers, 4 * layers + 1, 0)]
 
 
 class NeighborSampler:
