@@ -10,9 +10,9 @@ DGL is installed) on the same graph, seeds and fanouts, in the same process, bac
 Reports sampled edges per second (the edges of every block of a batch), batches per second
 and, on the GPU, peak memory; medians over ``--repeats`` rounds of ``--batches`` batches.
 ``--batches-per-call N,...`` times ``sample_blocks_many`` on N batches a call for each N (1:
-``sample_blocks``, one batch a call), on the device and, with ``--cpu-threads``, on the CPU,
-and prints the GPU's rate over the CPU's for each N: against the CPU at 1 batch a call, at the
-same N, and at its best N.
+``sample_blocks``, one batch a call), on the device and, with ``--cpu-threads``, on the CPU in
+a process of its own, and prints the GPU's rate over the CPU's for each N: against the CPU at
+1 batch a call, at the same N, and at its best N.
 Results are appended to ``benchmarks/results/<date>-<device>-sampling.jsonl``.
 """
 from __future__ import annotations
@@ -24,7 +24,9 @@ import json
 import os
 import pstats
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,6 +116,28 @@ def print_ratios(rows, gpu_name: str, cpu_name: str, per_calls) -> None:
               f"{gpu / cpu_rates[best]:6.2f}")
 
 
+def cpu_rows_in_child(args, cpu_name: str) -> list:
+    """The CPU sampler's rows (each --batches-per-call, --cpu-threads threads) from this script
+    run in a process of its own, on the same graph and seed batches: in the GPU's process its
+    OpenMP threads slowed the GPU rows by 15-20%, with or without interleaved rounds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cpu.jsonl")
+        command = [sys.executable, os.path.abspath(__file__), "--graph", args.graph,
+                   "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
+                   "--batches", str(args.batches), "--repeats", str(args.repeats),
+                   "--batches-per-call", args.batches_per_call, "--device", "cpu", "--no-dgl",
+                   "--out", out]
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.cpu_threads)}
+        print(f"CPU sampler, {args.cpu_threads} threads, in its own process:", flush=True)
+        subprocess.run(command, env=env, check=True)
+        with open(out) as f:
+            rows = [json.loads(line) for line in f]
+    for row in rows:  # named as the GPU run's ratios look them up
+        per_call = row["batches_per_call"]
+        row["sampler"] = contender_name(cpu_name, per_call)
+    return rows
+
+
 def contender_name(base: str, per_call: int) -> str:
     return base if per_call == 1 else f"{base}-x{per_call}"
 
@@ -159,7 +183,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cpu-threads", type=int, default=0,
-                        help="also time the CPU sampler with this many threads (GPU runs)")
+                        help="also time the CPU sampler with this many threads, in a process "
+                             "of its own (GPU runs)")
     parser.add_argument("--batches-per-call", default="1",
                         help="comma-separated batches per sampling call to time (1: sample_blocks)")
     parser.add_argument("--no-dgl", action="store_true")
@@ -182,18 +207,6 @@ def main():
     for n in per_calls:
         contenders[contender_name(gpu_name, n)] = (
             lambda n=n: time_fastgnn(sampler, device_batches, device, n))
-    if args.cpu_threads:
-        cpu_sampler = NeighborSampler(graph.cpu(), fanouts)
-
-        def cpu_run(n):
-            threads = torch.get_num_threads()
-            torch.set_num_threads(args.cpu_threads)
-            try:
-                return time_fastgnn(cpu_sampler, batches, torch.device("cpu"), n)
-            finally:
-                torch.set_num_threads(threads)
-        for n in per_calls:
-            contenders[contender_name(cpu_name, n)] = lambda n=n: cpu_run(n)
     if not args.no_dgl and device.type == "cpu":
         try:
             import dgl
@@ -222,10 +235,11 @@ def main():
         env["graph_gpu_mb"] = (graph.rowptr.nbytes + graph.col.nbytes) / 2**20
         print(f"peak GPU memory {env['peak_gpu_mb']:.0f} MB "
               f"(graph CSR {env['graph_gpu_mb']:.0f} MB)")
-    per_call_of = {contender_name(base, n): n for base in (gpu_name, cpu_name)
-                   for n in per_calls}
+    per_call_of = {contender_name(gpu_name, n): n for n in per_calls}
     rows = [summarise(name, r, args.batches, {**env, "batches_per_call": per_call_of.get(name, 1)})
             for name, r in runs.items()]
+    if args.cpu_threads and device.type == "cuda":
+        rows += cpu_rows_in_child(args, cpu_name)
     if args.cpu_threads and device.type == "cuda":
         print_ratios(rows, gpu_name, cpu_name, per_calls)
     if args.profile:

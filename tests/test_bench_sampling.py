@@ -31,3 +31,17 @@ def test_host_profile_finds_the_sampling_op_and_counts_per_batch(per_call, capsy
     # A Block per layer and batch built in Python; the sampling op once a call at least.
     assert row["python_calls"] >= 2 and row["torch_ops"] >= 1 / per_call
     assert "per batch (profiled)" in capsys.readouterr().out
+
+
+def test_cpu_rows_come_from_a_process_of_their_own():
+    """--cpu-threads: the CPU sampler's rows, one per batches-a-call, timed in a child process
+    with that many threads and named for the GPU run's ratios."""
+    import argparse
+    args = argparse.Namespace(graph="power-law:2000:4", fanouts="4,3", batch_size=32, batches=4,
+                              repeats=1, batches_per_call="1,2", cpu_threads=1)
+    rows = bench_sampling.cpu_rows_in_child(args, "fastgnn-cpu-1-threads")
+    assert [row["sampler"] for row in rows] == ["fastgnn-cpu-1-threads",
+                                                "fastgnn-cpu-1-threads-x2"]
+    assert all(row["threads"] == 1 and row["device"] == "cpu" and row["edges_per_s"] > 0
+               for row in rows)
+    assert rows[0]["edges_per_batch"] == rows[1]["edges_per_batch"]  # the same seed batches

@@ -364,17 +364,32 @@ __global__ void positions_kernel(const __grid_constant__ LayerTask one, bool det
   }
   __syncwarp();
   const int64_t known = known_count(in);
-  for (int64_t j = lane(); j < k; j += kWarp) {
-    const int64_t p = out[j] + begin;
-    out[j] = p;
-    const int64_t key = source_of<index_t>(in, p);
-    bool inserted;
-    const uint64_t slot = claim_slot(t, key, &inserted);
-    if (deterministic) {
-      atomicMin(&t.values[slot], (unsigned long long)(known + ptr[i] + j));
-    } else if (inserted) {
-      const int64_t id = known + int64_t(atomicAdd(
-                                     reinterpret_cast<unsigned long long*>(in.fresh), 1ull));
+  for (int64_t base = 0; base < k; base += kWarp) {  // every lane in every step (the ballot)
+    const int64_t j = base + lane();
+    int64_t key = -1;
+    uint64_t slot = 0;
+    bool inserted = false;
+    if (j < k) {
+      const int64_t p = out[j] + begin;
+      out[j] = p;
+      key = source_of<index_t>(in, p);
+      slot = claim_slot(t, key, &inserted);
+      if (deterministic) atomicMin(&t.values[slot], (unsigned long long)(known + ptr[i] + j));
+    }
+    if (deterministic) continue;
+    // Unordered ids: one atomicAdd a warp step for the sources its lanes inserted (one per
+    // insert serialised every warp of a batch on its counter).
+    const unsigned fresh = __ballot_sync(kFullMask, inserted);
+    if (fresh == 0) continue;
+    const int leader = __ffs(int(fresh)) - 1;
+    unsigned long long first = 0;
+    if (lane() == leader) {
+      first = atomicAdd(reinterpret_cast<unsigned long long*>(in.fresh),
+                        (unsigned long long)__popc(fresh));
+    }
+    first = __shfl_sync(kFullMask, first, leader);
+    if (inserted) {
+      const int64_t id = known + int64_t(first) + __popc(fresh & ((1u << lane()) - 1u));
       t.values[slot] = (unsigned long long)id;
       in.nodes_out[id] = key;
     }
