@@ -418,12 +418,14 @@ def _subgraphs_equal(a, b):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fanouts", [[5, 10], [3, -1, 4], [-1, 2], [2, -1], [2, 600, 3]])
+@pytest.mark.parametrize("fanouts", [[5, 10], [3, -1, 4], [-1, 2], [2, -1], [2, 600, 3],
+                                     [33, 32]])
 @pytest.mark.parametrize("edge_dir", ["in", "out"])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_gpu_layers_match_cpu(fanouts, edge_dir, index_dtype):
     """Every layer in one GPU call, in runs split at the layers no host bound sizes (-1, rows
-    past the warp sort): the CPU's blocks and hops, from GPU memory and pinned memory."""
+    past the warp sort): the CPU's blocks and hops, from GPU memory and pinned memory. Rows of
+    at most 32 edges are a lane's, longer ones a warp's ([33, 32] has both)."""
     _, ei = _hub_graph()
     g = fastgnn.Graph.from_edge_index(ei, num_nodes=2000, index_dtype=index_dtype)
     weight = torch.rand(g.num_edges, generator=torch.Generator().manual_seed(2))

@@ -34,6 +34,11 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr long long kEmpty = -1;
 // Rows a warp sorts by ranking every pair (fanout^2 / 32 comparisons per lane).
 constexpr int64_t kWarpSortMaxFanout = 512;
+// Layers of at most this fanout give a seed's row to one lane, not to a warp: most rows of a
+// sparse graph are a few edges long (ogbn-arxiv's in-edges: about 2 a sampled seed), and a warp
+// per row left most lanes idle and launched a block per 8 rows.
+constexpr int64_t kLaneMaxFanout = 32;
+constexpr int kLaneSortThreads = 128;  // the lane sort's shared keys: 128 x 32 x 8 bytes at most
 
 inline unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 inline unsigned warp_blocks_for(int64_t warps) {
@@ -334,9 +339,43 @@ __device__ void choose_weighted(uint64_t seed, uint64_t position, const float* w
   }
 }
 
-// Seed i's edges, then their sources into the table: deterministic numbering keeps each
-// source's first edge (num_known + its position; known nodes hold smaller ids), the unordered
-// one gives a source its id as it lands.
+// Edge e's source (its offset into the row at `begin`, in pos[e], made a position) into the
+// table, for the lanes with `live` edges; every lane of the warp calls it. Deterministic
+// numbering keeps each source's first edge (known + e); unordered ids take one atomicAdd a
+// call for the sources the warp inserted (one per insert serialised every warp of a batch on
+// its counter).
+template <typename index_t>
+__device__ void insert_edge(const SampleLayer& in, const SampleTable& t, int64_t* pos, int64_t e,
+                            int64_t begin, bool live, bool deterministic, int64_t known) {
+  int64_t key = -1;
+  uint64_t slot = 0;
+  bool inserted = false;
+  if (live) {
+    const int64_t p = pos[e] + begin;
+    pos[e] = p;
+    key = source_of<index_t>(in, p);
+    slot = claim_slot(t, key, &inserted);
+    if (deterministic) atomicMin(&t.values[slot], (unsigned long long)(known + e));
+  }
+  if (deterministic) return;
+  const unsigned fresh = __ballot_sync(kFullMask, inserted);
+  if (fresh == 0) return;
+  const int leader = __ffs(int(fresh)) - 1;
+  unsigned long long first = 0;
+  if (lane() == leader) {
+    first = atomicAdd(reinterpret_cast<unsigned long long*>(in.fresh),
+                      (unsigned long long)__popc(fresh));
+  }
+  first = __shfl_sync(kFullMask, first, leader);
+  if (inserted) {
+    const int64_t id = known + int64_t(first) + __popc(fresh & ((1u << lane()) - 1u));
+    t.values[slot] = (unsigned long long)id;
+    in.nodes_out[id] = key;
+  }
+}
+
+// Seed i's edges by warp i (any fanout, weights, replacement), then their sources into the
+// table.
 template <typename index_t>
 __global__ void positions_kernel(const __grid_constant__ LayerTask one, bool deterministic,
                                  const LayerTask* many) {
@@ -366,33 +405,48 @@ __global__ void positions_kernel(const __grid_constant__ LayerTask one, bool det
   const int64_t known = known_count(in);
   for (int64_t base = 0; base < k; base += kWarp) {  // every lane in every step (the ballot)
     const int64_t j = base + lane();
-    int64_t key = -1;
-    uint64_t slot = 0;
-    bool inserted = false;
-    if (j < k) {
-      const int64_t p = out[j] + begin;
-      out[j] = p;
-      key = source_of<index_t>(in, p);
-      slot = claim_slot(t, key, &inserted);
-      if (deterministic) atomicMin(&t.values[slot], (unsigned long long)(known + ptr[i] + j));
-    }
-    if (deterministic) continue;
-    // Unordered ids: one atomicAdd a warp step for the sources its lanes inserted (one per
-    // insert serialised every warp of a batch on its counter).
-    const unsigned fresh = __ballot_sync(kFullMask, inserted);
-    if (fresh == 0) continue;
-    const int leader = __ffs(int(fresh)) - 1;
-    unsigned long long first = 0;
-    if (lane() == leader) {
-      first = atomicAdd(reinterpret_cast<unsigned long long*>(in.fresh),
-                        (unsigned long long)__popc(fresh));
-    }
-    first = __shfl_sync(kFullMask, first, leader);
-    if (inserted) {
-      const int64_t id = known + int64_t(first) + __popc(fresh & ((1u << lane()) - 1u));
-      t.values[slot] = (unsigned long long)id;
-      in.nodes_out[id] = key;
-    }
+    insert_edge<index_t>(in, t, pos, ptr[i] + j, begin, j < k, deterministic, known);
+  }
+}
+
+// Seed i's edges by lane i % 32 of a warp that holds 32 seeds, for unweighted layers without
+// replacement whose fanout is at most kLaneMaxFanout: a row that takes every edge is its own
+// lane's; the warp draws each Floyd row (one longer than the fanout) together, with the
+// warp-per-seed kernel's draws; then each lane inserts its own row's sources.
+template <typename index_t>
+__global__ void __launch_bounds__(kThreads)
+    positions_by_lane_kernel(const __grid_constant__ LayerTask one, bool deterministic,
+                             const LayerTask* many) {
+  const LayerTask& task = task_of(one, many);
+  const SampleLayer& in = task.in;
+  const int64_t* ptr = task.scratch.ptr;
+  int64_t* pos = task.scratch.pos;
+  const int64_t i = thread_index(), warp_first = i - lane();
+  if (warp_first >= in.seeds_bound) return;  // the whole warp
+  int64_t at = 0, k = 0, begin = 0, degree = 0;
+  if (i < in.seeds_bound) {
+    at = ptr[i];
+    k = ptr[i + 1] - at;  // 0 past the true count, and for out-of-range nodes
+  }
+  if (k > 0) {
+    const int64_t v = in.nodes[seeds_begin(in) + i];
+    begin = row_begin<index_t>(in, v);
+    degree = row_begin<index_t>(in, v + 1) - begin;
+  }
+  const bool floyd = k > 0 && k < degree;
+  if (k > 0 && !floyd) {
+    for (int64_t j = 0; j < k; ++j) pos[at + j] = j;
+  }
+  for (unsigned rows = __ballot_sync(kFullMask, floyd); rows != 0; rows &= rows - 1) {
+    const int s = __ffs(int(rows)) - 1;
+    choose_floyd(in.seed, uint64_t(warp_first + s), __shfl_sync(kFullMask, degree, s),
+                 __shfl_sync(kFullMask, k, s), pos + __shfl_sync(kFullMask, at, s));
+  }
+  __syncwarp();
+  const int64_t known = known_count(in);
+  const int most = __reduce_max_sync(kFullMask, unsigned(k));  // every lane in every step
+  for (int j = 0; j < most; ++j) {
+    insert_edge<index_t>(in, task.table, pos, at + j, begin, j < k, deterministic, known);
   }
 }
 
@@ -410,9 +464,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t* pos = task.scratch.pos;
   int64_t* value_of = task.scratch.value_of;
   int64_t* rank = task.scratch.rank;
-  // The row-pointer scan ends with the edge count.
-  const int64_t tile = claim_tile(scan), num_edges = task.scratch.ptr[in.seeds_bound];
-  if (tile >= tiles_for(num_edges)) return;  // the whole block; no later tile waits on it
+  // The row-pointer scan ends with the edge count. The grid covers the bound: blocks past the
+  // true count's tiles leave before claiming one, so the first blocks claim tiles 0, 1, ...
+  // in some order between them, and no block contends for the claim counter for nothing.
+  const int64_t num_edges = task.scratch.ptr[in.seeds_bound];
+  if (int64_t(blockIdx.x) >= tiles_for(num_edges)) return;  // the whole block
+  const int64_t tile = claim_tile(scan);
   const int64_t e = tile * kThreads + threadIdx.x;
   int64_t first = 0;
   if (e < num_edges) {
@@ -516,6 +573,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Rows of at most kLaneMaxFanout edges: thread i assigns row i's local ids into its part of
+// shared memory and ranks them, as sort_rows_kernel's warp does.
+template <typename index_t, typename out_t>
+__global__ void __launch_bounds__(kLaneSortThreads)
+    sort_rows_by_lane_kernel(const __grid_constant__ LayerTask one, bool deterministic,
+                             const LayerTask* many) {
+  extern __shared__ __align__(8) unsigned char row_keys[];
+  const LayerTask& task = task_of(one, many);
+  const SampleLayer& in = task.in;
+  const Relabel r = relabel_of(deterministic, task.scratch);
+  const int64_t* ptr = task.scratch.ptr;
+  const int64_t known = known_count(in), num_seeds = known - seeds_begin(in);
+  if (thread_index() == 0) write_counts(in, r, known, ptr[in.seeds_bound]);
+  const int64_t i = thread_index();
+  if (i > num_seeds) return;
+  static_cast<out_t*>(task.out.rowptr)[i] = out_t(ptr[i]);
+  if (i == num_seeds) return;
+  const int64_t begin = ptr[i], length = ptr[i + 1] - begin;  // <= fanout
+  out_t* keys = reinterpret_cast<out_t*>(row_keys) + threadIdx.x * in.fanout;
+  for (int64_t a = 0; a < length; ++a) {
+    keys[a] = out_t(local_id<index_t>(in, task.table, r, known, begin + a));
+  }
+  out_t* local_out = static_cast<out_t*>(task.out.col) + begin;
+  int64_t* edge_ids = task.out.edge_ids + begin;
+  for (int64_t a = 0; a < length; ++a) {
+    const out_t key = keys[a];
+    int64_t rank = 0;
+    for (int64_t b = 0; b < length; ++b) rank += keys[b] < key || (keys[b] == key && b < a);
+    local_out[rank] = key;
+    edge_ids[rank] = edge_id(in, r.pos[begin + a]);
+  }
+}
+
 // ---- long rows (fanout -1 or > kWarpSortMaxFanout): ids, CUB's segmented sort, finish --------
 template <typename index_t, typename out_t>
 __global__ void assign_kernel(SampleLayer in, SampleTable t, Relabel r, int64_t num_edges,
@@ -563,6 +653,8 @@ void by_local(bool local64, const Launch& launch) {
 // Blocks of kThreads for n threads (at least one: thread 0 writes counters).
 unsigned grid_for(int64_t n) { return std::max(1u, blocks_for(n)); }
 
+bool by_lane(int64_t fanout) { return fanout >= 0 && fanout <= kLaneMaxFanout; }
+
 }  // namespace
 
 // At most 80% full should the host's bound on the nodes be reached, which it seldom nears
@@ -594,9 +686,14 @@ void sample_edges(const LayerTask& task, bool deterministic, const Batches& batc
                   cudaStream_t stream) {
   by_index(task.in.index64, [&](auto index) {
     using index_t = decltype(index);
-    if (task.in.seeds_bound > 0) {
+    const SampleLayer& in = task.in;
+    if (in.seeds_bound > 0 && by_lane(in.fanout) && in.weight == nullptr && !in.replace) {
+      positions_by_lane_kernel<index_t>
+          <<<dim3(blocks_for(in.seeds_bound), batches.count), kThreads, 0, stream>>>(
+              task, deterministic, batches.tasks);
+    } else if (in.seeds_bound > 0) {
       positions_kernel<index_t>
-          <<<dim3(warp_blocks_for(task.in.seeds_bound), batches.count), kThreads, 0, stream>>>(
+          <<<dim3(warp_blocks_for(in.seeds_bound), batches.count), kThreads, 0, stream>>>(
               task, deterministic, batches.tasks);
     }
     if (deterministic) {
@@ -630,6 +727,14 @@ void write_rows(const LayerTask& task, bool deterministic, bool local64, int64_t
     using index_t = decltype(index);
     by_local(local64, [&](auto local_index) {
       using out_t = decltype(local_index);
+      if (exact_edges < 0 && by_lane(in.fanout)) {
+        const size_t keys_bytes = size_t(kLaneSortThreads) * size_t(in.fanout) * sizeof(out_t);
+        const unsigned blocks = unsigned((in.seeds_bound + kLaneSortThreads) / kLaneSortThreads);
+        sort_rows_by_lane_kernel<index_t, out_t>
+            <<<dim3(blocks, batches.count), kLaneSortThreads, keys_bytes, stream>>>(
+                task, deterministic, batches.tasks);
+        return;
+      }
       if (exact_edges < 0) {
         const size_t keys_bytes = size_t(kWarpsPerBlock) * size_t(in.fanout) * sizeof(out_t);
         sort_rows_kernel<index_t, out_t>
