@@ -62,6 +62,16 @@ struct Counters {
   int size() const { return 3 * layers + 3; }
 };
 
+// The threads the current GPU holds resident at once (the lane-per-row choice's bar).
+int64_t resident_threads() {
+  int device = 0, sms = 0, threads = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(
+      cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  return int64_t(sms) * threads;
+}
+
 // Carves one allocation into 256-byte aligned parts.
 struct Carver {
   size_t total = 0;
@@ -213,6 +223,7 @@ sampling::Sampled sample_neighbors_cuda(
   const auto dtypes = sampling::layer_bounds(num_seeds, fanout_list, expand_all, col.numel());
   const auto opts = seeds.options();
   const SampleLayer graph = graph_input(rowptr, col, weight, edge_map, replace);
+  const int64_t lanes_bar = resident_threads();
 
   TensorList keep;  // workspaces, alive until the read-back
   int64_t* counters = nullptr;
@@ -322,6 +333,7 @@ sampling::Sampled sample_neighbors_cuda(
       LayerTask task{};
       SampleLayer& in = task.in;
       in = input(l, plan);
+      in.rows_by_lane = rows_by_lane(fanout_list[l], plan.seeds, lanes_bar);
       in.nodes = l == l0 ? run_nodes : nodes_out;
       in.nodes_out = nodes_out;
       if (l == l0) {
@@ -476,6 +488,13 @@ sampling::SampledMany sample_batches(const SampleLayer& graph, const at::Tensor&
   }
   at::Tensor nodes = at::empty({node_total}, opts);
 
+  // A launch's rows: the largest batch's bound on every batch's grid row.
+  std::vector<char> by_lane(num_layers);
+  const int64_t lanes_bar = resident_threads();
+  for (int l = 0; l < num_layers; ++l) {
+    by_lane[l] = rows_by_lane(fanouts[l], runs[top].layers[l].seeds * count, lanes_bar);
+  }
+
   // The tasks, layer after layer (a layer's batches side by side), written to pinned memory.
   const at::Tensor host_tasks = at::empty(
       {int64_t(task_bytes)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
@@ -493,6 +512,7 @@ sampling::SampledMany sample_batches(const SampleLayer& graph, const at::Tensor&
       task = LayerTask{};
       task.in = layer_input(graph, counters + b * c.size(), c, l, fanouts[l],
                             layer_seeds[b * num_layers + l], runs[b].layers[l], expand_all);
+      task.in.rows_by_lane = by_lane[l];
       task.in.nodes = l == 0 ? seed_ids + starts[b] : nodes_out;
       task.in.nodes_out = nodes_out;
       if (l == 0) {

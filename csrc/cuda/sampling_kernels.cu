@@ -11,6 +11,7 @@
 // CUB call and no temp-size or occupancy query for them. The passes of warp-sorted layers
 // serve several batches in one launch: grid row blockIdx.y runs batch blockIdx.y's task.
 #include <algorithm>
+#include <cstdlib>
 
 #include <cub/device/device_segmented_sort.cuh>
 
@@ -653,7 +654,7 @@ void by_local(bool local64, const Launch& launch) {
 // Blocks of kThreads for n threads (at least one: thread 0 writes counters).
 unsigned grid_for(int64_t n) { return std::max(1u, blocks_for(n)); }
 
-bool by_lane(int64_t fanout) { return fanout >= 0 && fanout <= kLaneMaxFanout; }
+
 
 }  // namespace
 
@@ -687,7 +688,7 @@ void sample_edges(const LayerTask& task, bool deterministic, const Batches& batc
   by_index(task.in.index64, [&](auto index) {
     using index_t = decltype(index);
     const SampleLayer& in = task.in;
-    if (in.seeds_bound > 0 && by_lane(in.fanout) && in.weight == nullptr && !in.replace) {
+    if (in.seeds_bound > 0 && in.rows_by_lane && in.weight == nullptr && !in.replace) {
       positions_by_lane_kernel<index_t>
           <<<dim3(blocks_for(in.seeds_bound), batches.count), kThreads, 0, stream>>>(
               task, deterministic, batches.tasks);
@@ -705,6 +706,15 @@ void sample_edges(const LayerTask& task, bool deterministic, const Batches& batc
 }
 
 bool warp_sortable(int64_t fanout) { return fanout >= 0 && fanout <= kWarpSortMaxFanout; }
+
+bool rows_by_lane(int64_t fanout, int64_t rows, int64_t resident_threads) {
+  if (fanout < 0 || fanout > kLaneMaxFanout) return false;
+  if (const char* mode = std::getenv("FASTGNN_SAMPLE_ROWS_BY")) {  // MEASUREMENT ONLY
+    if (mode[0] == 'l') return true;
+    if (mode[0] == 'w') return false;
+  }
+  return rows >= resident_threads;
+}
 
 size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool local64) {
   size_t bytes = 0;
@@ -727,7 +737,7 @@ void write_rows(const LayerTask& task, bool deterministic, bool local64, int64_t
     using index_t = decltype(index);
     by_local(local64, [&](auto local_index) {
       using out_t = decltype(local_index);
-      if (exact_edges < 0 && by_lane(in.fanout)) {
+      if (exact_edges < 0 && in.rows_by_lane) {
         const size_t keys_bytes = size_t(kLaneSortThreads) * size_t(in.fanout) * sizeof(out_t);
         const unsigned blocks = unsigned((in.seeds_bound + kLaneSortThreads) / kLaneSortThreads);
         sort_rows_by_lane_kernel<index_t, out_t>

@@ -49,6 +49,7 @@ struct SampleLayer {
   int64_t* fresh;        // the unordered numbering's new-node counter
   int64_t* duplicate;    // set to 1 when a run's starting nodes repeat
   int64_t* out_of_range; // set to 1 when one is not a row
+  bool rows_by_lane;     // a lane per seed's row, not a warp (rows_by_lane() below)
 };
 
 // Open-addressing table of node id -> local id, kept across a run's layers (its known nodes
@@ -131,6 +132,11 @@ void sample_edges(const LayerTask& task, bool deterministic, const Batches& batc
 // Whether a layer's rows (at most `fanout` edges) sort by warp; longer rows (fanout -1's hubs)
 // go through CUB's segmented sort, which needs the exact edge count.
 bool warp_sortable(int64_t fanout);
+
+// Whether a layer's rows go a lane each rather than a warp each: its fanout is at most 32 and
+// one launch holds `rows` rows (seeds over every batch), enough for a lane each to fill the GPU
+// (its resident threads). With fewer, a warp per row keeps more of a row's edges in flight.
+bool rows_by_lane(int64_t fanout, int64_t rows, int64_t resident_threads);
 size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool local64);
 // The blocks: each edge's local id (new nodes into nodes_out and, with their ids, into the
 // table for the run's next layer; the layer's counts), each row's (local id, edge) pairs by
