@@ -85,6 +85,38 @@ def test_blocks_many_equal_one_at_a_time(device, fanouts, replace, weighted):
         _assert_blocks_equal(alone, got)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanouts", [[5, 10], [32, 3]])
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_gpu_rows_by_lane_equal_the_cpu(fanouts, deterministic):
+    """Enough batches a call that the outer layer's rows fill the GPU a lane each (a lane per
+    row there; the seeds' layer keeps a warp per row): every batch as the CPU samples it alone
+    (deterministic numbering), or valid rows with the CPU's sizes (unordered)."""
+    g, ei = _hub_graph()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    resident = props.multi_processor_count * props.max_threads_per_multi_processor
+    size = 300
+    outer_rows = size * (1 + fanouts[-1])  # the host's bound on the outer layer's seeds
+    count = 2 * resident // outer_rows + 1
+    assert size * count < resident <= outer_rows * count  # seeds' layer by warp, outer by lane
+    seeds = [torch.randperm(2000, generator=torch.Generator().manual_seed(b))[:size]
+             for b in range(count)]
+    want, _ = _one_at_a_time(NeighborSampler(g, fanouts).sample_blocks, seeds, 3)
+    sampler = NeighborSampler(g.cuda(), fanouts, deterministic=deterministic)
+    got = sampler.sample_blocks_many([s.cuda() for s in seeds], torch.Generator().manual_seed(3))
+    if deterministic:
+        _assert_blocks_equal(want, got)
+        return
+    for a, b in zip(want, got):
+        # The seeds' rows keep their order: their sizes are the CPU's.
+        assert torch.equal(a.blocks[-1].rowptr.long(), b.blocks[-1].rowptr.long().cpu())
+        for x, y in zip(a.blocks, b.blocks):
+            assert x.num_edges == y.num_edges and x.num_src_nodes == y.num_src_nodes
+            rowptr, ids = y.rowptr.long().cpu(), y.edge_ids.cpu()
+            assert torch.equal(ei[0][ids], y.src_ids.cpu()[y.col.long().cpu()])  # real edges
+            assert torch.equal(ei[1][ids], torch.repeat_interleave(y.dst_ids.cpu(), rowptr.diff()))
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fanouts", [[4, 6], [3, -1]])
 def test_blocks_many_out_edges(device, fanouts):
