@@ -539,10 +539,11 @@ __device__ int64_t edge_id(const SampleLayer& in, int64_t position) {
 }
 
 // ---- rows of at most kWarpSortMaxFanout edges: ids and sort in one pass ------------------------
-// Warp i assigns row i's local ids into its part of shared memory (fanout entries), then each
-// pair lands at its rank: the number of pairs with a smaller local id, or an equal one earlier
-// in the row (stable, as the CPU's insertion sort). Warp num_seeds writes the last row pointer.
-template <typename index_t, typename out_t>
+// Row i's group (warp i, or with by_lane thread i, for rows of at most kLaneMaxFanout) assigns
+// its local ids into the group's part of shared memory (fanout entries), then each pair lands
+// at its rank: the number of pairs with a smaller local id, or an equal one earlier in the row
+// (stable, as the CPU's insertion sort). Group num_seeds writes the last row pointer.
+template <typename index_t, typename out_t, bool by_lane>
 __global__ void __launch_bounds__(kThreads)
     sort_rows_kernel(const __grid_constant__ LayerTask one, bool deterministic,
                      const LayerTask* many) {
@@ -557,55 +558,25 @@ __global__ void __launch_bounds__(kThreads)
   int64_t* edge_ids = task.out.edge_ids;
   const int64_t known = known_count(in), num_seeds = known - seeds_begin(in);
   if (thread_index() == 0) write_counts(in, r, known, ptr[in.seeds_bound]);
-  const int64_t i = warp_index();
-  if (i > num_seeds) return;
-  if (lane() == 0) rowptr_out[i] = out_t(ptr[i]);
+  // The group's row, its entries for this thread (first, first + step, ...) and its keys.
+  const int64_t i = by_lane ? thread_index() : warp_index();
+  const int first = by_lane ? 0 : lane(), step = by_lane ? 1 : kWarp;
+  if (i > num_seeds) return;  // the whole group
+  if (first == 0) rowptr_out[i] = out_t(ptr[i]);
   if (i == num_seeds) return;
   const int64_t begin = ptr[i], length = ptr[i + 1] - begin;  // <= fanout
-  out_t* keys = reinterpret_cast<out_t*>(row_keys) + (threadIdx.x / kWarp) * in.fanout;
-  for (int64_t a = lane(); a < length; a += kWarp) {
+  const unsigned group = by_lane ? threadIdx.x : threadIdx.x / kWarp;
+  out_t* keys = reinterpret_cast<out_t*>(row_keys) + group * in.fanout;
+  for (int64_t a = first; a < length; a += step) {
     keys[a] = out_t(local_id<index_t>(in, t, r, known, begin + a));
   }
-  __syncwarp();
-  for (int64_t a = lane(); a < length; a += kWarp) {
+  if (!by_lane) __syncwarp();
+  for (int64_t a = first; a < length; a += step) {
     const out_t key = keys[a];
     int64_t rank = 0;
     for (int64_t b = 0; b < length; ++b) rank += keys[b] < key || (keys[b] == key && b < a);
     local_out[begin + rank] = key;
     edge_ids[begin + rank] = edge_id(in, r.pos[begin + a]);
-  }
-}
-
-// Rows of at most kLaneMaxFanout edges: thread i assigns row i's local ids into its part of
-// shared memory and ranks them, as sort_rows_kernel's warp does.
-template <typename index_t, typename out_t>
-__global__ void __launch_bounds__(kLaneSortThreads)
-    sort_rows_by_lane_kernel(const __grid_constant__ LayerTask one, bool deterministic,
-                             const LayerTask* many) {
-  extern __shared__ __align__(8) unsigned char row_keys[];
-  const LayerTask& task = task_of(one, many);
-  const SampleLayer& in = task.in;
-  const Relabel r = relabel_of(deterministic, task.scratch);
-  const int64_t* ptr = task.scratch.ptr;
-  const int64_t known = known_count(in), num_seeds = known - seeds_begin(in);
-  if (thread_index() == 0) write_counts(in, r, known, ptr[in.seeds_bound]);
-  const int64_t i = thread_index();
-  if (i > num_seeds) return;
-  static_cast<out_t*>(task.out.rowptr)[i] = out_t(ptr[i]);
-  if (i == num_seeds) return;
-  const int64_t begin = ptr[i], length = ptr[i + 1] - begin;  // <= fanout
-  out_t* keys = reinterpret_cast<out_t*>(row_keys) + threadIdx.x * in.fanout;
-  for (int64_t a = 0; a < length; ++a) {
-    keys[a] = out_t(local_id<index_t>(in, task.table, r, known, begin + a));
-  }
-  out_t* local_out = static_cast<out_t*>(task.out.col) + begin;
-  int64_t* edge_ids = task.out.edge_ids + begin;
-  for (int64_t a = 0; a < length; ++a) {
-    const out_t key = keys[a];
-    int64_t rank = 0;
-    for (int64_t b = 0; b < length; ++b) rank += keys[b] < key || (keys[b] == key && b < a);
-    local_out[rank] = key;
-    edge_ids[rank] = edge_id(in, r.pos[begin + a]);
   }
 }
 
@@ -734,19 +705,17 @@ void write_rows(const LayerTask& task, bool deterministic, bool local64, int64_t
     using index_t = decltype(index);
     by_local(local64, [&](auto local_index) {
       using out_t = decltype(local_index);
-      if (exact_edges < 0 && in.rows_by_lane) {
-        const size_t keys_bytes = size_t(kLaneSortThreads) * size_t(in.fanout) * sizeof(out_t);
-        const unsigned blocks = unsigned((in.seeds_bound + kLaneSortThreads) / kLaneSortThreads);
-        sort_rows_by_lane_kernel<index_t, out_t>
-            <<<dim3(blocks, batches.count), kLaneSortThreads, keys_bytes, stream>>>(
-                task, deterministic, batches.tasks);
-        return;
-      }
-      if (exact_edges < 0) {
-        const size_t keys_bytes = size_t(kWarpsPerBlock) * size_t(in.fanout) * sizeof(out_t);
-        sort_rows_kernel<index_t, out_t>
-            <<<dim3(warp_blocks_for(in.seeds_bound + 1), batches.count), kThreads, keys_bytes,
-               stream>>>(task, deterministic, batches.tasks);
+      if (exact_edges < 0) {  // a thread's or a warp's keys in shared memory
+        const bool lanes = in.rows_by_lane;
+        const int threads = lanes ? kLaneSortThreads : kThreads;
+        const size_t keys_bytes =
+            size_t(lanes ? kLaneSortThreads : kWarpsPerBlock) * size_t(in.fanout) * sizeof(out_t);
+        const unsigned blocks = lanes ? unsigned((in.seeds_bound + threads) / threads)
+                                      : warp_blocks_for(in.seeds_bound + 1);
+        const auto kernel = lanes ? sort_rows_kernel<index_t, out_t, true>
+                                  : sort_rows_kernel<index_t, out_t, false>;
+        kernel<<<dim3(blocks, batches.count), threads, keys_bytes, stream>>>(
+            task, deterministic, batches.tasks);
         return;
       }
       out_t* rowptr_out = static_cast<out_t*>(out.rowptr);
