@@ -118,8 +118,8 @@ def print_ratios(rows, gpu_name: str, cpu_name: str, per_calls) -> None:
 
 def cpu_rows_in_child(args, cpu_name: str) -> list:
     """The CPU sampler's rows (each --batches-per-call, --cpu-threads threads) from this script
-    run in a process of its own, on the same graph and seed batches: in the GPU's process its
-    OpenMP threads slowed the GPU rows by 15-20%, with or without interleaved rounds."""
+    run in a process of its own, on the same graph and seed batches: sharing the GPU's process
+    slowed both (the GPU rows by 15-20%, the CPU rows by more)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cpu.jsonl")
         command = [sys.executable, os.path.abspath(__file__), "--graph", args.graph,

@@ -137,6 +137,7 @@ bool warp_sortable(int64_t fanout);
 // one launch holds `rows` rows (seeds over every batch), enough for a lane each to fill the GPU
 // (its resident threads). With fewer, a warp per row keeps more of a row's edges in flight.
 bool rows_by_lane(int64_t fanout, int64_t rows, int64_t resident_threads);
+
 size_t segmented_sort_temp_bytes(int64_t num_edges, int64_t num_segments, bool local64);
 // The blocks: each edge's local id (new nodes into nodes_out and, with their ids, into the
 // table for the run's next layer; the layer's counts), each row's (local id, edge) pairs by
