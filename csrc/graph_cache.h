@@ -1,6 +1,7 @@
 // Per-graph native caches (cuSPARSE descriptors, workspaces, work lists, ...) keyed by
-// fastgnn.Graph.key. Each cache registers itself once; the ops release_graph_cache and
-// graph_cache_size reach every registered cache, whatever device it serves.
+// fastgnn.Graph.key. Each cache registers itself once; release_graph_cache (fastgnn._C's, called
+// when a Graph is freed) and the op graph_cache_size reach every registered cache, whatever
+// device it serves.
 #pragma once
 
 #include <cstdint>

@@ -29,8 +29,6 @@ TORCH_LIBRARY(fastgnn, m) {
   m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor b) -> Tensor");
 
   // ---- per-graph native caches (catch-all kernels, no tensors) ---------------------------------
-  // Frees every cached entry (descriptors, workspaces) of a graph; called when a Graph is freed.
-  m.def("release_graph_cache(int graph_key) -> ()", &fastgnn::release_graph_cache);
   // Number of live cache entries over all graphs (for tests and diagnostics).
   m.def("graph_cache_size() -> int", &fastgnn::graph_cache_size);
 

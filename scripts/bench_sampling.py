@@ -240,7 +240,6 @@ def main():
             for name, r in runs.items()]
     if args.cpu_threads and device.type == "cuda":
         rows += cpu_rows_in_child(args, cpu_name)
-    if args.cpu_threads and device.type == "cuda":
         print_ratios(rows, gpu_name, cpu_name, per_calls)
     if args.profile:
         for n in per_calls:

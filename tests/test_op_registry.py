@@ -9,7 +9,7 @@ from fastgnn import _native
 pytestmark = pytest.mark.skipif(not _native.available, reason="native extension not built")
 
 # Ops that take no tensors (cache management) have nothing to fake or differentiate.
-TENSORLESS = {"release_graph_cache", "graph_cache_size"}
+TENSORLESS = {"graph_cache_size"}
 # Ops that autograd never differentiates: backward kernels, the dropout-mask generator and
 # integer-valued preprocessing and neighbour sampling (integer outputs).
 # (``_kernel``: the compiled path's twin ops, which run inside their autograd formulas.)

@@ -2,10 +2,11 @@
 // kernel (csrc/sampling_common.h), so both devices pick the same edges: Floyd's algorithm
 // runs its draws in parallel across the lanes and resolves collisions with a ballot per
 // draw. A launch with rows enough to fill the GPU a lane each, of at most 32 edges, gives each
-// row to a lane instead (rows_by_lane), the warp drawing its Floyd rows together. Sources are relabelled through a global open-addressing hash table (atomicCAS on
-// keys, atomicMin on first edge positions) that a run of layers shares: after a layer its
-// new nodes hold their ids, so the next layer starts from them without re-inserting. Each
-// block row is sorted by local id by one warp, in the pass that assigns the local ids. Every
+// row to a lane instead (rows_by_lane), the warp drawing its Floyd rows together. Sources are
+// relabelled through a global open-addressing hash table (atomicCAS on keys, atomicMin on
+// first edge positions) that a run of layers shares: after a layer its new nodes hold their
+// ids, so the next layer starts from them without re-inserting. Each block row is sorted by
+// local id by its warp (or lane), in the pass that assigns the local ids. Every
 // pass runs over host-known bounds and reads the true counts on the device, so a mini-batch
 // needs no sync between its layers. The two scans of a layer (row pointers, first edges) run
 // inside the passes that produce their items (decoupled look-back), so the host makes no
@@ -626,8 +627,6 @@ void by_local(bool local64, const Launch& launch) {
 
 // Blocks of kThreads for n threads (at least one: thread 0 writes counters).
 unsigned grid_for(int64_t n) { return std::max(1u, blocks_for(n)); }
-
-
 
 }  // namespace
 
