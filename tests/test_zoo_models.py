@@ -101,6 +101,24 @@ def test_maxk_models_run_on_the_fused_layers(data, arch):
     assert not any(isinstance(c, fused) for c in residual.convs)
 
 
+@pytest.mark.parametrize("backend", ["pyg", "fastgnn"])
+@pytest.mark.parametrize("arch", ["maxk-sage", "maxk-gcn", "maxk-gin"])
+def test_maxk_output_linear_takes_the_last_conv_as_it_is(data, arch, backend):
+    """As in MaxK-GNN's models: no MaxK and no dropout between the last conv and the output
+    linear (a MaxK there would hand the classifier k of the hidden features)."""
+    graph = data.data
+    torch.manual_seed(0)
+    model = build_model(arch, 8, 3, backend, k=4, hidden_channels=16, num_layers=2,
+                        dropout=0.5).train()
+    seen = []
+    model.convs[-1].register_forward_hook(lambda module, args, out: seen.append(out))
+    torch.manual_seed(1)
+    out = model(graph.x, graph.edge_index)
+    expected = model.lin_out(seen[0])
+    assert (seen[0] != 0).sum(-1).max() > 4  # dense: not cut to k
+    torch.testing.assert_close(out, expected)
+
+
 # the heterophily benchmark's layout (zoo/configs/*-heterophilous.yaml)
 HETEROPHILOUS = dict(residual=True, norm="layer", input_mlp=True, output_mlp=True,
                      activation="gelu")
@@ -317,3 +335,48 @@ def test_metric_updates_do_not_call_unique(task, num_outputs):
     with Calls() as calls:
         module._record("train", out.sum(), out, y)
     assert calls.names and "unique" not in calls.names and "_unique2" not in calls.names
+
+
+@pytest.mark.parametrize("arch", ["gcn", "sage", "maxk-sage"])
+def test_conv_init_torch_draws_as_one_linear(arch):
+    """conv_init="torch": each conv's maps start as one torch.nn.Linear over the conv's whole
+    input (SAGE: both weights over 2 x in; GCN: glorot replaced, bias drawn); "pyg" keeps the
+    stock draws, so earlier seeds reproduce."""
+    options = dict(hidden_channels=64, num_layers=2, input_mlp=True, output_mlp=True)
+    if arch.startswith("maxk"):
+        options["k"] = 8
+    torch.manual_seed(0)
+    stock = build_model(arch, 8, 3, **options)
+    torch.manual_seed(0)
+    default = build_model(arch, 8, 3, conv_init="pyg", **options)
+    for a, b in zip(stock.state_dict().values(), default.state_dict().values()):
+        assert torch.equal(a, b)
+    model = build_model(arch, 8, 3, conv_init="torch", **options)
+    for conv in model.convs:
+        if arch == "gcn":
+            maps, bias, fan_in = [conv.lin.weight], conv.bias, 64
+        else:
+            maps, bias, fan_in = [conv.lin_l.weight, conv.lin_r.weight], conv.lin_l.bias, 128
+        bound = fan_in ** -0.5
+        for values in maps + [bias]:
+            assert values.abs().max() <= bound
+            assert values.abs().max() > 0.9 * bound  # drawn over the whole range
+    stock_bound = max(w.abs().max() for conv in stock.convs for w in
+                      ([conv.lin.weight] if arch == "gcn" else [conv.lin_l.weight]))
+    assert stock_bound > 1.3 * bound  # PyG's own bound is larger, the point of the option
+    # the MLPs and norms are untouched
+    torch.manual_seed(0)
+    torch.testing.assert_close(build_model(arch, 8, 3, conv_init="torch", **options)
+                               .lin_out.weight, stock.lin_out.weight)
+
+
+@pytest.mark.parametrize("arch, error", [
+    ("gat", "conv_init='torch' applies to models whose convs are one linear map"),
+    ("gin", "conv_init='torch' applies to models whose convs are one linear map"),
+    ("gcn-gru", "does not take conv_init"),
+])
+def test_conv_init_torch_refused_where_it_has_no_reading(arch, error):
+    with pytest.raises(ValueError, match=error):
+        build_model(arch, 8, 3, conv_init="torch")
+    with pytest.raises(ValueError, match="conv_init must be one of"):
+        build_model("gcn", 8, 3, conv_init="glorot")

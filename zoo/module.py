@@ -36,7 +36,7 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 STAGES = ("train", "val", "test")
 # Model options that only some architectures take; None leaves the architecture's default.
 _ARCH_OPTIONS = ("aggr", "k", "train_eps", "beta", "root_weight", "edge_dim", "cached",
-                 "add_self_loops", "activation", "attention_dropout")
+                 "add_self_loops", "activation", "attention_dropout", "conv_init")
 
 
 def _choice(name: str, value, choices) -> None:
@@ -131,8 +131,11 @@ class NodePropertyModule(pl.LightningModule):
     for the fastgnn backend when the features are at most half non-zero, and ``false`` keeps
     the stock first layer. ``reorder`` ("rcm", "degree", "metis"; fastgnn and reference
     backends) runs the layers' ops on their graph reordered internally
-    (``fastgnn.enable(reorder=)``), the data left in its own order. Options set to None keep
-    the architecture's default; an option the architecture does not take is an error.
+    (``fastgnn.enable(reorder=)``), the data left in its own order. ``conv_init="torch"``
+    (gcn, sage) starts each conv's linear maps as one ``torch.nn.Linear`` over its whole
+    input, as the heterophily benchmark's layers do; the default ``"pyg"`` keeps PyG's own
+    initialisation. Options set to None keep the architecture's default; an option the
+    architecture does not take is an error.
 
     ``cuda_graph`` (any backend, CUDA, full batch) captures the training step (forward, loss,
     backward) and the evaluation forward as CUDA graphs after three eager calls each, and
@@ -151,7 +154,7 @@ class NodePropertyModule(pl.LightningModule):
                  train_eps: Optional[bool] = None, beta: Optional[bool] = None,
                  root_weight: Optional[bool] = None, edge_dim: Optional[int] = None,
                  cached: Optional[bool] = None, add_self_loops: Optional[bool] = None,
-                 optimizer: str = "adam", lr: float = 0.01,
+                 conv_init: Optional[str] = None, optimizer: str = "adam", lr: float = 0.01,
                  weight_decay: float = 5e-4, compile: bool = False, num_features: int = 1,
                  num_outputs: int = 1, task: str = "multiclass", ogb_name: Optional[str] = None,
                  sparse_inputs: Optional[bool] = None, feature_density: Optional[float] = None,
@@ -173,7 +176,7 @@ class NodePropertyModule(pl.LightningModule):
             feed_forward=feed_forward, activation=activation,
             attention_dropout=attention_dropout, aggr=aggr, k=k,
             train_eps=train_eps, beta=beta, root_weight=root_weight, edge_dim=edge_dim,
-            cached=cached, add_self_loops=add_self_loops)
+            cached=cached, add_self_loops=add_self_loops, conv_init=conv_init)
         self.task = task
         # (a ModuleDict cannot hold the key "train": Module.train exists)
         self.train_metrics, self.val_metrics, self.test_metrics = (

@@ -19,16 +19,21 @@ Layout, for ``num_layers`` convs:
 - the output: the last conv maps to ``out_channels``, or, with an output MLP, every conv is a
   hidden layer and a ``Linear`` maps to ``out_channels``.
 
-Subclasses only say how to build a conv (:meth:`Backbone.make_conv`).
+Subclasses only say how to build a conv (:meth:`Backbone.make_conv`), and may say how its
+linear maps start as one ``torch.nn.Linear`` (``conv_init="torch"``,
+:meth:`Backbone.init_conv_as_linear`).
 """
 from __future__ import annotations
 
 from typing import Optional
 
+import math
+
 import torch
 from torch import nn
 
 NORMS = ("none", "layer", "batch")
+CONV_INITS = ("pyg", "torch")
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU}
 
 
@@ -58,7 +63,7 @@ class Backbone(nn.Module):
                  residual: bool = False, norm: str = "none", input_mlp: bool = False,
                  output_mlp: bool = False, activation: str = "relu",
                  input_dropout: float = 0.0, feed_forward: bool = False,
-                 attention_dropout: Optional[float] = None):
+                 attention_dropout: Optional[float] = None, conv_init: str = "pyg"):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
                             ("hidden_channels", hidden_channels), ("num_layers", num_layers),
@@ -73,6 +78,11 @@ class Backbone(nn.Module):
                     or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
         _choice("norm", norm, NORMS)
+        _choice("conv_init", conv_init, CONV_INITS)
+        if conv_init == "torch" and \
+                type(self).init_conv_as_linear is Backbone.init_conv_as_linear:
+            raise ValueError(f"conv_init='torch' applies to models whose convs are one linear "
+                             f"map of an aggregate (gcn, sage), not {type(self).__name__}")
         if not isinstance(feed_forward, bool):
             raise ValueError(f"feed_forward must be a bool, got {feed_forward!r}")
         if heads != 1 and not self.attention:
@@ -112,9 +122,19 @@ class Backbone(nn.Module):
         else:
             self.lin_out = None
             self.convs.append(self.make_conv(width, out_channels, last=True))
+        if conv_init == "torch":
+            for conv in self.convs:
+                self.init_conv_as_linear(conv)
 
     def make_conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
         """One layer from ``in_channels`` to ``out_channels``; ``last`` for the output conv."""
+        raise NotImplementedError
+
+    def init_conv_as_linear(self, conv: nn.Module) -> None:
+        """Starts ``conv``'s weights and bias as one ``torch.nn.Linear`` over its whole input
+        would (``conv_init="torch"``: the heterophily benchmark's graph layers are such
+        Linears, where PyG's start GCNConv's weight at glorot's larger bound and SAGEConv's two
+        maps each over half the input). Models whose convs have that reading override it."""
         raise NotImplementedError
 
     def make_activation(self, activation: str) -> nn.Module:
@@ -155,3 +175,15 @@ class Backbone(nn.Module):
         if self.lin_out is not None:
             return self.lin_out(h)
         return self.conv(len(self.convs) - 1, h, edge_index, edge_attr)
+
+
+def init_as_linear(weights, bias: Optional[torch.Tensor], fan_in: int) -> None:
+    """What ``torch.nn.Linear.reset_parameters`` draws for a map of ``fan_in`` inputs (its
+    kaiming-uniform with a = sqrt(5) bounds the weights by 1 / sqrt(fan_in), as it does the
+    bias), for a map stored as ``weights`` side by side."""
+    bound = 1.0 / math.sqrt(fan_in)
+    with torch.no_grad():
+        for weight in weights:
+            weight.uniform_(-bound, bound)
+        if bias is not None:
+            bias.uniform_(-bound, bound)

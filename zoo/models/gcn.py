@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch_geometric.nn import GCNConv
 
-from fastgnn.zoo.models.backbone import Backbone
+from fastgnn.zoo.models.backbone import Backbone, init_as_linear
 
 
 class GCN(Backbone):
@@ -19,3 +19,6 @@ class GCN(Backbone):
     def make_conv(self, in_channels, out_channels, last):
         return GCNConv(in_channels, out_channels, cached=self.cached,
                        add_self_loops=self.add_self_loops)
+
+    def init_conv_as_linear(self, conv):
+        init_as_linear([conv.lin.weight], conv.bias, conv.lin.weight.shape[1])

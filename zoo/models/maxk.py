@@ -1,6 +1,8 @@
 """MaxK-GNN (Peng et al., 2024): SAGE, GCN and GIN with the MaxK nonlinearity (keep each row's
 ``k`` largest hidden features) in place of ReLU. By default each has the paper's input and
-output linear layers, so every conv aggregates MaxK-sparse hidden features.
+output linear layers, so every conv aggregates MaxK-sparse hidden features; as in the paper's
+models (MaxK-GNN's ``utils/models.py``), the last conv's output reaches the output linear as
+it is, with no MaxK or dropout between them.
 
 With the ``pyg`` backend the convs are stock PyG layers applied to the dense MaxK output
 (``fastgnn.nn.MaxK``, then dropout). ``fastgnn.enable`` (the ``fastgnn`` and ``reference``
@@ -105,8 +107,8 @@ class MaxKMixin:
         h, pre = (self.lin_in(x), True) if self.lin_in is not None else (x, False)
         for i, norm in enumerate(self.norms):
             h, pre = norm(self._conv_on(i, h, pre, edge_index)), True
-        if self.lin_out is not None:
-            return self.lin_out(self.dropout(self.act(h)))
+        if self.lin_out is not None:  # the last conv's output, as it is (the paper's models)
+            return self.lin_out(h)
         return self._conv_on(len(self.convs) - 1, h, pre, edge_index)
 
 

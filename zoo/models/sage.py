@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch_geometric.nn import SAGEConv
 
-from fastgnn.zoo.models.backbone import Backbone, _choice
+from fastgnn.zoo.models.backbone import Backbone, _choice, init_as_linear
 
 AGGRS = ("mean", "max")
 
@@ -16,3 +16,8 @@ class SAGE(Backbone):
 
     def make_conv(self, in_channels, out_channels, last):
         return SAGEConv(in_channels, out_channels, aggr=self.aggr)
+
+    def init_conv_as_linear(self, conv):
+        # the benchmark's SAGE: one Linear on [x, mean of the neighbours]
+        weights = [conv.lin_l.weight] + ([conv.lin_r.weight] if conv.root_weight else [])
+        init_as_linear(weights, conv.lin_l.bias, sum(w.shape[1] for w in weights))
