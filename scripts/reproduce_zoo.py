@@ -339,8 +339,12 @@ def depth_results(runs_by_depth: Dict[int, List[dict]]) -> List[dict]:
 
 
 def best_depth(results: List[dict]) -> int:
-    """The benchmark's pick: the best mean validation metric; a tie goes to the shallower."""
-    return max(results, key=lambda d: (d["val_mean"], -d["depth"]))["depth"]
+    """The benchmark's pick: the best mean validation metric over the depths with the most
+    completed runs (a depth cut short averages fewer splits, so its mean is not comparable);
+    a tie goes to the shallower."""
+    most = max(d["runs"] for d in results)
+    return max((d for d in results if d["runs"] == most),
+               key=lambda d: (d["val_mean"], -d["depth"]))["depth"]
 
 
 def summarise(rows: List[Row], records: List[dict]) -> List[dict]:

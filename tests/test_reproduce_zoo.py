@@ -236,12 +236,17 @@ def test_depth_picked_by_validation_as_the_benchmark_does():
     # a tie goes to the shallower depth, whichever finished first
     tie = [_swept(row.key, 0, 4, val=0.85, test=0.95), _swept(row.key, 1, 4, 0.85, 0.95)]
     assert summary(tie + records)["depth"] == 2
-    # a depth counts by its completed runs: one run, the best validation
+    # a depth counts by its completed runs; one cut short (one run here, against two) is
+    # listed but not picked, though its validation is the best
     incomplete = [_swept(row.key, 0, 5, val=0.90, test=0.50),
                   {"row": row.key, "seed": 1, "depth": 5, "status": "failed", "error": "boom"},
                   {"row": row.key, "seed": 2, "depth": 5, "status": "skipped"}]
     s = summary(records + incomplete)
-    assert (s["depth"], s["runs"], s["mean"], s["std"], s["failed"]) == (5, 1, 50.0, None, 1)
+    assert (s["depth"], s["runs"], s["mean"], s["failed"]) == (2, 2, 61.0, 1)
+    assert [(d["depth"], d["runs"]) for d in s["depths"]][-1] == (5, 1)
+    # with every depth cut short alike, the best validation again
+    s = summary([r for r in records + incomplete if r.get("seed") == 0])
+    assert (s["depth"], s["runs"], s["mean"], s["std"]) == (5, 1, 50.0, None)
 
 
 def test_no_depth_table_without_depths():
