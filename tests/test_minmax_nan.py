@@ -25,9 +25,10 @@ INF, NAN = float("inf"), float("nan")
 SPECIALS = torch.tensor([NAN, -INF, INF, -2.0, -1.0, 0.0, 0.0, 1.0, 1.0, 2.0])
 
 
-def _dgl_rule(edge_index, num_dst, x, w, reduce, ties, grad):
+def _dgl_rule(edge_index, num_dst, x, w, reduce, ties, grad, start=INF):
     """DGL 2.1's max/min kernel and backward, stated directly: every entry starts at the
-    identity with node 0 and edge 0 as its winners; the in-edges are scanned in edge-id order
+    identity (``-start`` for max, ``start`` for min: infinity, or 65504 in DGL's CUDA float16
+    kernels) with node 0 and edge 0 as its winners; the in-edges are scanned in edge-id order
     and a message m takes over when ``best < m`` (``best <= m`` under "last-edge"; min mirrors
     it), a float comparison, false for NaN. The backward scatter-adds the gradient at the
     recorded winners. ``w``: None, [E] or [E, H] (x [N, H * D]). Returns out and the gradients
@@ -38,7 +39,7 @@ def _dgl_rule(edge_index, num_dst, x, w, reduce, ties, grad):
     weight = torch.ones(num_edges, 1, dtype=x.dtype) if w is None else w.reshape(num_edges, heads)
     per_feature = weight.repeat_interleave(width // heads, dim=1)  # [E, F]
     last, is_max = ties == "last-edge", reduce == "max"
-    best = torch.full((num_dst, width), -INF if is_max else INF, dtype=x.dtype)
+    best = torch.full((num_dst, width), -start if is_max else start, dtype=x.dtype)
     arg_u = torch.zeros((num_dst, width), dtype=torch.int64)
     arg_e = torch.zeros((num_dst, width), dtype=torch.int64)
     for e in range(num_edges):
@@ -182,6 +183,67 @@ def test_no_edges_and_no_grad(device):
     assert not x.grad[1:].any()
     with torch.no_grad():
         assert torch.equal(fastgnn.ops.aggregate(g, x, "max", nan="ignore"), -out.detach())
+
+
+def _half_limit_rows_graph():
+    """Max messages around DGL's CUDA float16 start, -65504 (min negates them). Destination 1:
+    -inf only; 2: -65504 only; 3: -inf, NaN and -65504; 4: -65504, then node 10's 1, 2,
+    -65504 and -inf; 5: no in-edges; 6: ties and the specials mixed; 0: ordinary values. Edge
+    ids out of CSR order."""
+    src = torch.tensor([7, 7, 8, 8, 7, 9, 8, 8, 10, 10, 7, 8, 10, 0, 11, 12])
+    dst = torch.tensor([1, 1, 2, 2, 3, 3, 3, 4, 4, 6, 6, 6, 6, 0, 0, 0])
+    x = torch.zeros(13, 4)
+    x[0] = torch.tensor([1.0, -1.0, 2.0, 0.0])
+    x[7] = -INF
+    x[8] = -65504.0
+    x[9] = NAN
+    x[10] = torch.tensor([1.0, 2.0, -65504.0, -INF])
+    x[11] = torch.tensor([-2.0, 1.0, NAN, -65504.0])
+    x[12] = torch.tensor([0.0, -INF, 1.0, -1.0])
+    order = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(4))
+    edge_index = torch.stack([src[order], dst[order]])
+    return fastgnn.Graph.from_edge_index(edge_index, num_nodes=13), edge_index, x
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("update_all", [False, True])
+def test_dgl_cuda_float16_starts_at_the_half_limit(monkeypatch, device, reduce, weighted,
+                                                   update_all):
+    """DGL's CUDA float16 max starts from -65504 (min: +65504), not -inf: an entry whose
+    messages are all -inf or -65504 (or NaN, or none) is -65504, its gradient at node 0 and
+    edge 0, and update_all keeps it (finite); values and both gradients bit for bit against
+    the kernel stated directly. On the CPU the rule's CUDA gate is opened for the test."""
+    pytest.importorskip("dgl")
+    from fastgnn.dgl import _extremes
+    if device == "cpu":
+        monkeypatch.setattr(_extremes, "starts_at_half_limit",
+                            lambda out: out.dtype == torch.float16)
+    g, edge_index, x = _half_limit_rows_graph()
+    x = (x if reduce == "max" else -x).half()
+    w = torch.tensor([1.0, 2.0] * 8).half() if weighted else None
+    grad = torch.randint(-1, 2, (g.num_dst_nodes, 4),
+                         generator=torch.Generator().manual_seed(6)).half()
+    out, grad_x, grad_w = _dgl_rule(edge_index, g.num_dst_nodes, x, w, reduce, "first-edge",
+                                    grad, start=65504.0)
+    limit = -65504.0 if reduce == "max" else 65504.0
+    assert (out[[1, 2, 3, 5]] == limit).all() and (out[4, 2:] == limit).all()
+    assert (out[4, :2].abs() < 65504).all()  # beaten by node 10's 1 and 2 (times the weight)
+    if update_all:  # update_all masks the infinite results; the limit is finite and stays
+        kept = ~out.isinf()
+        out, grad = out.masked_fill(~kept, 0), grad * kept
+        grad_x, grad_w = _dgl_rule(edge_index, g.num_dst_nodes, x, w, reduce, "first-edge",
+                                   grad, start=65504.0)[1:]
+    xg = x.to(device).requires_grad_()
+    wg = None if w is None else w.to(device).requires_grad_()
+    got = _extremes.dgl_extremes(g.to(device), xg, reduce, "first-edge", edge_weight=wg,
+                                 update_all=update_all)
+    got.backward(grad.to(device))
+    _assert_same(got.cpu(), out, "out")
+    _assert_same(xg.grad.cpu(), grad_x, "grad x")
+    if w is not None:
+        _assert_same(wg.grad.cpu(), grad_w, "grad w")
 
 
 def test_default_still_propagates_nan():

@@ -8,15 +8,26 @@ replaces every infinite result with 0 (``F.replace_inf_with_zero``, a masked fil
 there): destinations without in-edges, entries whose messages are all NaN, and genuine +-inf
 maxima alike. On a graph without edges DGL runs no kernel and keeps the zeros it allocated,
 whose gradient still goes to node 0 through the zero-filled winners.
+
+DGL's CUDA kernels start float16 max from -65504 (min: +65504), the largest finite half, not
+from -inf (its ``functor.cuh``): there a message must beat that limit, so an entry whose
+messages are all -inf or -65504 (or NaN, or none) keeps -65504 and node 0 and edge 0 as its
+winners, and ``update_all`` does not mask it (it is finite). bfloat16 and the CPU start from
+-inf.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
 from fastgnn import ops
+from fastgnn._minmax_unwon import route_unwon_to_first
 from fastgnn.graph import Graph
+from fastgnn.ops.minmax import weight_matrix
+
+HALF_LIMIT = 65504.0  # DGL's CUDA float16 start for min (max: its negative)
 
 
 class _ZerosPassingGrad(torch.autograd.Function):
@@ -40,4 +51,26 @@ def dgl_extremes(graph: Graph, x: torch.Tensor, reduce: str, ties: str,
     out = ops.aggregate(graph, x, reduce, edge_weight=edge_weight, ties=ties, nan="ignore")
     if graph.num_edges == 0:
         return _ZerosPassingGrad.apply(out)
+    if starts_at_half_limit(out):
+        out = from_half_limit(graph, out, x, edge_weight, reduce)
     return out.masked_fill(out.isinf(), 0) if update_all else out
+
+
+def starts_at_half_limit(out: torch.Tensor) -> bool:
+    """Whether DGL's kernel for ``out`` starts from the float16 limit (CUDA, float16)."""
+    return out.is_cuda and out.dtype == torch.float16
+
+
+def from_half_limit(graph: Graph, out: torch.Tensor, x: torch.Tensor,
+                    edge_weight: Optional[torch.Tensor], reduce: str) -> torch.Tensor:
+    """``out`` (reduced from -inf/+inf, NaN ignored) as if reduced from the float16 limit
+    under a strict comparison, as DGL's CUDA kernel does: every entry at or beyond the limit
+    (no message beat it) becomes the limit, its gradient sent to node 0 and edge 0 instead of
+    the message that reached it."""
+    limit = -HALF_LIMIT if reduce == "max" else HALF_LIMIT
+    unbeaten = out <= limit if reduce == "max" else out >= limit
+    at_limit = torch.where(unbeaten, torch.full_like(out, limit), out)  # no gradient there
+    rows, width = out.shape[0], math.prod(out.shape[1:])
+    weight = None if edge_weight is None else weight_matrix(graph, edge_weight, x.dtype)
+    return route_unwon_to_first(at_limit.reshape(rows, width), unbeaten.reshape(rows, width),
+                                x.reshape(x.shape[0], width), weight).reshape(out.shape)
