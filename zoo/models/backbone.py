@@ -25,9 +25,8 @@ linear maps start as one ``torch.nn.Linear`` (``conv_init="torch"``,
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import math
+from typing import Optional
 
 import torch
 from torch import nn
