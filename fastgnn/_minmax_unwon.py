@@ -1,5 +1,5 @@
 """Where DGL sends the gradient of the min/max entries that no message won
-(``fastgnn.ops.aggregate(..., nan="ignore")``).
+(``fastgnn.ops.aggregate(..., nan="ignore")``), and DGL's CUDA float16 start.
 
 DGL 2.1 zero-fills its winner buffers before its kernels scan the messages, so an entry that
 no message wins (a destination without in-edges, only NaN messages, only messages equal to the
@@ -8,9 +8,12 @@ to node 0 (times edge 0's weight) and to edge 0 (times node 0's features).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
+
+HALF_LIMIT = 65504.0  # DGL's CUDA float16 start for min (max: its negative)
 
 
 class _UnwonToFirst(torch.autograd.Function):
@@ -42,3 +45,18 @@ def route_unwon_to_first(out: torch.Tensor, unwon: torch.Tensor, x: torch.Tensor
             not torch.is_grad_enabled():
         return out
     return _UnwonToFirst.apply(out, unwon, x[0], None if weight is None else weight[0])
+
+
+def from_half_limit(out: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
+                    reduce: str) -> torch.Tensor:
+    """``out`` (max or min by ``reduce`` of ``x`` times ``weight``, ``[E, H]`` or None, from
+    -inf/+inf with NaN ignored) as if reduced from DGL's CUDA float16 start, -65504 for max
+    (+65504 for min), under its strict comparison: every entry at or beyond that limit (no
+    message beat it) becomes the limit, its gradient sent to node 0 and edge 0 instead of the
+    message that reached it."""
+    limit = -HALF_LIMIT if reduce == "max" else HALF_LIMIT
+    unbeaten = out <= limit if reduce == "max" else out >= limit
+    at_limit = torch.where(unbeaten, torch.full_like(out, limit), out)  # no gradient there
+    rows, width = out.shape[0], math.prod(out.shape[1:])
+    return route_unwon_to_first(at_limit.reshape(rows, width), unbeaten.reshape(rows, width),
+                                x.reshape(x.shape[0], width), weight).reshape(out.shape)

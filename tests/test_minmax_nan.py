@@ -205,45 +205,73 @@ def _half_limit_rows_graph():
     return fastgnn.Graph.from_edge_index(edge_index, num_nodes=13), edge_index, x
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("reduce", ["max", "min"])
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("update_all", [False, True])
-def test_dgl_cuda_float16_starts_at_the_half_limit(monkeypatch, device, reduce, weighted,
-                                                   update_all):
-    """DGL's CUDA float16 max starts from -65504 (min: +65504), not -inf: an entry whose
-    messages are all -inf or -65504 (or NaN, or none) is -65504, its gradient at node 0 and
-    edge 0, and update_all keeps it (finite); values and both gradients bit for bit against
-    the kernel stated directly. On the CPU the rule's CUDA gate is opened for the test."""
-    pytest.importorskip("dgl")
-    from fastgnn.dgl import _extremes
-    if device == "cpu":
-        monkeypatch.setattr(_extremes, "starts_at_half_limit",
-                            lambda out: out.dtype == torch.float16)
+def _half_limit_case(reduce, weighted, update_all=False):
+    """The graph above in float16 (min negated), optional per-edge weights 1 and 2, an output
+    gradient of -1, 0 and 1, and what DGL's CUDA kernel gives (from the limit, +-65504):
+    values and both gradients, after update_all's masking of infinite results if asked."""
     g, edge_index, x = _half_limit_rows_graph()
     x = (x if reduce == "max" else -x).half()
     w = torch.tensor([1.0, 2.0] * 8).half() if weighted else None
     grad = torch.randint(-1, 2, (g.num_dst_nodes, 4),
                          generator=torch.Generator().manual_seed(6)).half()
-    out, grad_x, grad_w = _dgl_rule(edge_index, g.num_dst_nodes, x, w, reduce, "first-edge",
-                                    grad, start=65504.0)
+    want = _dgl_rule(edge_index, g.num_dst_nodes, x, w, reduce, "first-edge", grad,
+                     start=65504.0)
     limit = -65504.0 if reduce == "max" else 65504.0
-    assert (out[[1, 2, 3, 5]] == limit).all() and (out[4, 2:] == limit).all()
-    assert (out[4, :2].abs() < 65504).all()  # beaten by node 10's 1 and 2 (times the weight)
+    assert (want[0][[1, 2, 3, 5]] == limit).all() and (want[0][4, 2:] == limit).all()
+    assert (want[0][4, :2].abs() < 65504).all()  # beaten by node 10's 1 and 2 (times w)
     if update_all:  # update_all masks the infinite results; the limit is finite and stays
-        kept = ~out.isinf()
-        out, grad = out.masked_fill(~kept, 0), grad * kept
-        grad_x, grad_w = _dgl_rule(edge_index, g.num_dst_nodes, x, w, reduce, "first-edge",
-                                   grad, start=65504.0)[1:]
+        kept = ~want[0].isinf()
+        grad = grad * kept
+        want = (want[0].masked_fill(~kept, 0),) + _dgl_rule(
+            edge_index, g.num_dst_nodes, x, w, reduce, "first-edge", grad, start=65504.0)[1:]
+    return g, x, w, grad, want
+
+
+def _assert_half_limit(got, xg, wg, want):
+    _assert_same(got.cpu(), want[0], "out")
+    _assert_same(xg.grad.cpu(), want[1], "grad x")
+    if wg is not None:
+        _assert_same(wg.grad.cpu(), want[2], "grad w")
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_half_limit_rule_against_the_kernel_stated(device, reduce, weighted):
+    """DGL's CUDA float16 max starts from -65504 (min: +65504), not -inf: an entry whose
+    messages are all -inf or -65504 (or NaN, or none) is -65504, its gradient at node 0 and
+    edge 0. from_half_limit on aggregate(nan="ignore")'s output, values and both gradients
+    bit for bit against the kernel stated directly."""
+    from fastgnn._minmax_unwon import from_half_limit
+    g, x, w, grad, want = _half_limit_case(reduce, weighted)
+    g = g.to(device)
     xg = x.to(device).requires_grad_()
     wg = None if w is None else w.to(device).requires_grad_()
-    got = _extremes.dgl_extremes(g.to(device), xg, reduce, "first-edge", edge_weight=wg,
-                                 update_all=update_all)
+    out = fastgnn.ops.aggregate(g, xg, reduce, edge_weight=wg, ties="first-edge", nan="ignore")
+    got = from_half_limit(out, xg, None if wg is None else wg.view(-1, 1), reduce)
     got.backward(grad.to(device))
-    _assert_same(got.cpu(), out, "out")
-    _assert_same(xg.grad.cpu(), grad_x, "grad x")
-    if w is not None:
-        _assert_same(wg.grad.cpu(), grad_w, "grad w")
+    _assert_half_limit(got, xg, wg, want)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("update_all", [False, True])
+def test_dgl_extremes_start_at_the_half_limit_on_cuda_float16(monkeypatch, reduce, weighted,
+                                                              update_all):
+    """The DGL drop-ins and layers (dgl_extremes) take that start on CUDA float16, and
+    update_all keeps the limit (it is finite); here on the CPU with the CUDA gate opened."""
+    pytest.importorskip("dgl")
+    from fastgnn.dgl import _extremes
+    assert not _extremes.starts_at_half_limit(torch.zeros(1, dtype=torch.float16))
+    monkeypatch.setattr(_extremes, "starts_at_half_limit",
+                        lambda out: out.dtype == torch.float16)
+    g, x, w, grad, want = _half_limit_case(reduce, weighted, update_all)
+    xg = x.clone().requires_grad_()
+    wg = None if w is None else w.clone().requires_grad_()
+    got = _extremes.dgl_extremes(g, xg, reduce, "first-edge", edge_weight=wg,
+                                 update_all=update_all)
+    got.backward(grad)
+    _assert_half_limit(got, xg, wg, want)
 
 
 def test_default_still_propagates_nan():

@@ -17,17 +17,14 @@ winners, and ``update_all`` does not mask it (it is finite). bfloat16 and the CP
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
 from fastgnn import ops
-from fastgnn._minmax_unwon import route_unwon_to_first
+from fastgnn._minmax_unwon import from_half_limit
 from fastgnn.graph import Graph
 from fastgnn.ops.minmax import weight_matrix
-
-HALF_LIMIT = 65504.0  # DGL's CUDA float16 start for min (max: its negative)
 
 
 class _ZerosPassingGrad(torch.autograd.Function):
@@ -52,25 +49,11 @@ def dgl_extremes(graph: Graph, x: torch.Tensor, reduce: str, ties: str,
     if graph.num_edges == 0:
         return _ZerosPassingGrad.apply(out)
     if starts_at_half_limit(out):
-        out = from_half_limit(graph, out, x, edge_weight, reduce)
+        weight = None if edge_weight is None else weight_matrix(graph, edge_weight, x.dtype)
+        out = from_half_limit(out, x, weight, reduce)
     return out.masked_fill(out.isinf(), 0) if update_all else out
 
 
 def starts_at_half_limit(out: torch.Tensor) -> bool:
     """Whether DGL's kernel for ``out`` starts from the float16 limit (CUDA, float16)."""
     return out.is_cuda and out.dtype == torch.float16
-
-
-def from_half_limit(graph: Graph, out: torch.Tensor, x: torch.Tensor,
-                    edge_weight: Optional[torch.Tensor], reduce: str) -> torch.Tensor:
-    """``out`` (reduced from -inf/+inf, NaN ignored) as if reduced from the float16 limit
-    under a strict comparison, as DGL's CUDA kernel does: every entry at or beyond the limit
-    (no message beat it) becomes the limit, its gradient sent to node 0 and edge 0 instead of
-    the message that reached it."""
-    limit = -HALF_LIMIT if reduce == "max" else HALF_LIMIT
-    unbeaten = out <= limit if reduce == "max" else out >= limit
-    at_limit = torch.where(unbeaten, torch.full_like(out, limit), out)  # no gradient there
-    rows, width = out.shape[0], math.prod(out.shape[1:])
-    weight = None if edge_weight is None else weight_matrix(graph, edge_weight, x.dtype)
-    return route_unwon_to_first(at_limit.reshape(rows, width), unbeaten.reshape(rows, width),
-                                x.reshape(x.shape[0], width), weight).reshape(out.shape)
