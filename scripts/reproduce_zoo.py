@@ -16,8 +16,8 @@ that earlier files completed; ``--summarise`` combines the files into one table.
 ``reproduction.md`` under ``--out``.
 
 ``--depths 1,2,3,4,5`` runs each row at each of those depths (``--model.num_layers``) and
-reports the depth whose mean validation metric over its completed runs is best (ties: the
-shallower), with that depth's test mean ± std: the heterophily benchmark's protocol (Platonov
+reports the depth whose mean validation metric over its completed runs is best, among the
+depths with the most completed runs (ties: the shallower), with that depth's test mean ± std: the heterophily benchmark's protocol (Platonov
 et al. 2023 train 1 to 5 layers and report the best by validation), where the configs fix one
 depth. Each run records its depth and its checkpoint's validation metric; a run is then
 identified by row, seed and depth, for ``--resume`` too.
