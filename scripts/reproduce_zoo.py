@@ -8,7 +8,8 @@ the published number it reproduces, with its source.
 
 Runs go through ``fastgnn.zoo.compare.run_one`` (fit, keeping the best validation epoch, then
 test of that checkpoint), one backend (``fastgnn`` by default), in ``--workers`` processes
-that share the machine (on a GPU, they share it too). Jobs are ordered so that the cheap rows
+that share the machine (on a GPU, they share it too; ``--gpus 0,1,2,3`` spreads them over
+several, each worker on one). Jobs are ordered so that the cheap rows
 finish all their seeds first; ``--time-budget`` stops starting new runs after that many
 seconds, and each row reports how many runs it completed. ``--resume`` leaves out the runs
 that earlier files completed; ``--summarise`` combines the files into one table. Writes
@@ -180,8 +181,26 @@ class Job:
     setting: Dict[str, str] = field(default_factory=dict)
 
 
-def _init_worker(log_dir: str) -> None:
-    """One thread per process (they share the machine); Lightning's chatter to a log file."""
+_WORKER_GPU: Optional[str] = None  # the CUDA device a worker of --gpus runs on
+
+
+def take_gpu(gpus: List[int], counter) -> str:
+    """The next of ``gpus`` in turn (``counter``: a shared ``multiprocessing.Value``), made this
+    process's only visible CUDA device; before CUDA starts in it."""
+    global _WORKER_GPU
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    _WORKER_GPU = str(gpus[index % len(gpus)])
+    os.environ["CUDA_VISIBLE_DEVICES"] = _WORKER_GPU
+    return _WORKER_GPU
+
+
+def _init_worker(log_dir: str, gpus: Optional[List[int]] = None, counter=None) -> None:
+    """One thread per process (they share the machine); with ``gpus``, one GPU of them per
+    process in turn; Lightning's chatter to a log file."""
+    if gpus:
+        take_gpu(gpus, counter)
     import torch
     torch.set_num_threads(1)
     log = os.open(os.path.join(log_dir, f"worker-{os.getpid()}.log"),
@@ -216,6 +235,8 @@ def run_job(job: Job) -> dict:
     except BaseException as exc:  # noqa: BLE001  (SystemExit from the CLI too)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return {**record, "status": "failed", "error": last}
+    if _WORKER_GPU is not None:
+        record["gpu"] = _WORKER_GPU
     return {**record, "status": "done", "wall_s": time.perf_counter() - start, **result}
 
 
@@ -444,6 +465,17 @@ def _depths(text: str) -> List[int]:
     return depths
 
 
+def _gpus(text: str) -> List[int]:
+    try:
+        gpus = [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        gpus = []
+    if not gpus or min(gpus) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of CUDA device indices, "
+                                         "e.g. 0,1,2,3")
+    return gpus
+
+
 def parse(argv: Optional[List[str]]):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output folder")
@@ -452,6 +484,10 @@ def parse(argv: Optional[List[str]]):
     parser.add_argument("--rows", default=None,
                         help="comma-separated substrings of row keys (model/dataset) to run")
     parser.add_argument("--workers", type=int, default=1, help="processes (default: 1)")
+    parser.add_argument("--gpus", type=_gpus, default=None,
+                        help="comma-separated CUDA device indices (e.g. 0,1,2,3): the workers "
+                             "take them in turn, each seeing one as its only GPU (with "
+                             "--trainer.accelerator=gpu)")
     parser.add_argument("--backend", default="fastgnn", help="the zoo backend (default: fastgnn)")
     parser.add_argument("--data-root", default=None, help="--data.init_args.root for every run")
     parser.add_argument("--no-download", action="store_true",
@@ -524,9 +560,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             for row, seed, depth in order_jobs(rows, args.seeds, args.depths or [None], done)]
     print(f"{len(rows)} rows, {len(jobs)} runs, {args.workers} workers", flush=True)
     records, start = [], time.time()
+    context = get_context("spawn")
     with open(os.path.join(args.out, "reproduction.jsonl"), "w") as log, \
-            ProcessPoolExecutor(args.workers, mp_context=get_context("spawn"),
-                                initializer=_init_worker, initargs=(args.work_dir,)) as pool:
+            ProcessPoolExecutor(args.workers, mp_context=context, initializer=_init_worker,
+                                initargs=(args.work_dir, args.gpus, context.Value("i", 0))) \
+            as pool:
         futures = [pool.submit(run_job, job) for job in jobs]
         for future in as_completed(futures):
             record = future.result()
@@ -540,7 +578,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"[{time.time() - start:6.1f}s] {record['row']} seed {record['seed']}"
                       f"{depth}: {value}", flush=True)
     settings = {"backend": args.backend, "seeds": args.seeds, "workers": args.workers,
-                "overrides": overrides, "wall_s": time.time() - start}
+                "gpus": args.gpus, "overrides": overrides, "wall_s": time.time() - start}
     if args.depths:
         settings["depths"] = args.depths
     write_results(args.out, rows, records, settings)

@@ -350,3 +350,35 @@ class _InlinePool:
         future = Future()
         future.set_result(fn(job))
         return future
+
+
+def test_gpus_option():
+    assert repro.parse(["--out", "x", "--gpus", "0,2,3"]).gpus == [0, 2, 3]
+    assert repro.parse(["--out", "x"]).gpus is None
+
+
+@pytest.mark.parametrize("text", ["a", "", "-1", "0,x"])
+def test_bad_gpus_are_a_one_line_error(text, capsys):
+    with pytest.raises(SystemExit):
+        repro.parse(["--out", "x", "--gpus", text])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"argument --gpus: {text!r} is not a list of CUDA device indices, "
+                          "e.g. 0,1,2,3")
+
+
+def test_workers_take_the_gpus_in_turn(tmp_path, monkeypatch):
+    """Each worker sees one GPU of --gpus, the next one for the next worker, round and round;
+    its runs record which."""
+    from multiprocessing import get_context
+
+    from fastgnn.zoo import compare
+    monkeypatch.setattr(compare, "run_one", lambda *args: {"metrics": {"test_acc": 0.5}})
+    row = repro.Row("GCN", "Cora", "gcn-planetoid.yaml")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(repro, "_WORKER_GPU", None)
+    assert "gpu" not in repro.run_job(repro.Job(row, 0, [], out_dir=str(tmp_path)))
+    counter = get_context("spawn").Value("i", 0)
+    taken = [repro.take_gpu([3, 5], counter) for _ in range(5)]
+    assert taken == ["3", "5", "3", "5", "3"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    assert repro.run_job(repro.Job(row, 0, [], out_dir=str(tmp_path)))["gpu"] == "3"
