@@ -56,7 +56,7 @@ def from_half_limit(out: torch.Tensor, x: torch.Tensor, weight: Optional[torch.T
     message that reached it."""
     limit = -HALF_LIMIT if reduce == "max" else HALF_LIMIT
     unbeaten = out <= limit if reduce == "max" else out >= limit
-    at_limit = torch.where(unbeaten, torch.full_like(out, limit), out)  # no gradient there
+    at_limit = out.masked_fill(unbeaten, limit)  # no gradient there
     rows, width = out.shape[0], math.prod(out.shape[1:])
     return route_unwon_to_first(at_limit.reshape(rows, width), unbeaten.reshape(rows, width),
                                 x.reshape(x.shape[0], width), weight).reshape(out.shape)

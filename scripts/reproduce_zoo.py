@@ -18,9 +18,9 @@ that earlier files completed; ``--summarise`` combines the files into one table.
 
 ``--depths 1,2,3,4,5`` runs each row at each of those depths (``--model.num_layers``) and
 reports the depth whose mean validation metric over its completed runs is best, among the
-depths with the most completed runs (ties: the shallower), with that depth's test mean ± std: the heterophily benchmark's protocol (Platonov
-et al. 2023 train 1 to 5 layers and report the best by validation), where the configs fix one
-depth. Each run records its depth and its checkpoint's validation metric; a run is then
+depths with the most completed runs (ties: the shallower), with that depth's test mean ± std:
+the heterophily benchmark's protocol (Platonov et al. 2023 train 1 to 5 layers and report the
+best by validation), where the configs fix one depth. Each run records its depth and its checkpoint's validation metric; a run is then
 identified by row, seed and depth, for ``--resume`` too.
 
 A hyper-parameter grid is one invocation per setting, the setting given as extra
@@ -454,26 +454,24 @@ def markdown(summaries: List[dict]) -> str:
 
 # -- command line -------------------------------------------------------------------------
 
-def _depths(text: str) -> List[int]:
+def _int_list(text: str, minimum: int, what: str, example: str) -> List[int]:
+    """The distinct integers of a comma-separated ``text``, ascending, each at least
+    ``minimum``; otherwise argparse's one-line error naming ``what`` they must be."""
     try:
-        depths = sorted({int(d) for d in text.split(",") if d.strip()})
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
-        depths = []
-    if not depths or depths[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers, "
-                                         "e.g. 1,2,3,4,5")
-    return depths
+        values = []
+    if not values or values[0] < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of {what}, e.g. {example}")
+    return values
+
+
+def _depths(text: str) -> List[int]:
+    return _int_list(text, 1, "positive integers", "1,2,3,4,5")
 
 
 def _gpus(text: str) -> List[int]:
-    try:
-        gpus = [int(g) for g in text.split(",") if g.strip()]
-    except ValueError:
-        gpus = []
-    if not gpus or min(gpus) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of CUDA device indices, "
-                                         "e.g. 0,1,2,3")
-    return gpus
+    return _int_list(text, 0, "CUDA device indices", "0,1,2,3")
 
 
 def parse(argv: Optional[List[str]]):

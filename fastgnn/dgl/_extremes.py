@@ -48,7 +48,7 @@ def dgl_extremes(graph: Graph, x: torch.Tensor, reduce: str, ties: str,
     out = ops.aggregate(graph, x, reduce, edge_weight=edge_weight, ties=ties, nan="ignore")
     if graph.num_edges == 0:
         return _ZerosPassingGrad.apply(out)
-    if starts_at_half_limit(out):
+    if starts_at_half_limit(out):  # a DGL CUDA quirk, kept out of aggregate's kernels
         weight = None if edge_weight is None else weight_matrix(graph, edge_weight, x.dtype)
         out = from_half_limit(out, x, weight, reduce)
     return out.masked_fill(out.isinf(), 0) if update_all else out

@@ -176,11 +176,12 @@ class Backbone(nn.Module):
         return self.conv(len(self.convs) - 1, h, edge_index, edge_attr)
 
 
-def init_as_linear(weights, bias: Optional[torch.Tensor], fan_in: int) -> None:
-    """What ``torch.nn.Linear.reset_parameters`` draws for a map of ``fan_in`` inputs (its
-    kaiming-uniform with a = sqrt(5) bounds the weights by 1 / sqrt(fan_in), as it does the
-    bias), for a map stored as ``weights`` side by side."""
-    bound = 1.0 / math.sqrt(fan_in)
+def init_as_linear(weights, bias: Optional[torch.Tensor]) -> None:
+    """What ``torch.nn.Linear.reset_parameters`` draws for one map stored as ``weights``
+    (``[out, in_k]`` each) side by side over their inputs: its kaiming-uniform with
+    a = sqrt(5) bounds the weights, as it does the bias, by 1 / sqrt(fan_in), the summed
+    inputs."""
+    bound = 1.0 / math.sqrt(sum(weight.shape[1] for weight in weights))
     with torch.no_grad():
         for weight in weights:
             weight.uniform_(-bound, bound)

@@ -21,4 +21,4 @@ class GCN(Backbone):
                        add_self_loops=self.add_self_loops)
 
     def init_conv_as_linear(self, conv):
-        init_as_linear([conv.lin.weight], conv.bias, conv.lin.weight.shape[1])
+        init_as_linear([conv.lin.weight], conv.bias)

@@ -20,4 +20,4 @@ class SAGE(Backbone):
     def init_conv_as_linear(self, conv):
         # the benchmark's SAGE: one Linear on [x, mean of the neighbours]
         weights = [conv.lin_l.weight] + ([conv.lin_r.weight] if conv.root_weight else [])
-        init_as_linear(weights, conv.lin_l.bias, sum(w.shape[1] for w in weights))
+        init_as_linear(weights, conv.lin_l.bias)
