@@ -240,10 +240,9 @@ def test_compare_bad_arguments(capsys):
     assert "unknown backend 'nope'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
-def test_config_builds_on_csbm(path, tmp_path):
-    """Every shipped config's model and trainer sections instantiate (on a tiny CSBM in place
-    of its dataset, so that this runs before the real data modules exist)."""
+def _build_on_csbm(path, tmp_path):
+    """The shipped config with a tiny CSBM in place of its dataset (so that this runs before
+    the real data modules exist), built: (config dict, ZooCLI)."""
     with open(path) as f:
         config = yaml.safe_load(f)
     config["data"] = {"class_path": "fastgnn.zoo.data.CSBM",
@@ -251,6 +250,26 @@ def test_config_builds_on_csbm(path, tmp_path):
     config["trainer"]["default_root_dir"] = str(tmp_path)
     swapped = tmp_path / "config.yaml"
     swapped.write_text(yaml.safe_dump(config))
-    built = cli.ZooCLI(args=["--config", str(swapped)], run=False)
+    return config, cli.ZooCLI(args=["--config", str(swapped)], run=False)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_config_builds_on_csbm(path, tmp_path):
+    """Every shipped config's model and trainer sections instantiate."""
+    config, built = _build_on_csbm(path, tmp_path)
     assert built.model.hparams.arch == config["model"]["arch"]
     assert built.trainer.max_epochs == config["trainer"]["max_epochs"]
+
+
+PITFALLS_CONFIGS = [p for p in CONFIGS if p.endswith(("-amazon.yaml", "-coauthor.yaml"))]
+
+
+@pytest.mark.parametrize("path", PITFALLS_CONFIGS, ids=os.path.basename)
+def test_pitfalls_configs_test_the_lowest_validation_loss(path, tmp_path):
+    """Shchur et al.'s gnnbench criterion: stop on the validation loss and restore its best
+    epoch, so the tested checkpoint is the lowest validation loss, not the best accuracy."""
+    _, built = _build_on_csbm(path, tmp_path)
+    checkpoint = built.trainer.checkpoint_callback
+    assert (checkpoint.monitor, checkpoint.mode) == ("val_loss", "min")
+    built.model.trainer = built.trainer
+    assert built.model.configure_callbacks() == []  # the module adds no val_acc checkpoint
