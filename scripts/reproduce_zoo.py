@@ -347,25 +347,36 @@ def _mean_std(values: List[float]) -> Tuple[Optional[float], Optional[float]]:
             statistics.stdev(values) if len(values) > 1 else None)
 
 
+def validation_value(best_val: Dict[str, float]) -> Tuple[str, float]:
+    """(name, value) of the tested checkpoint's monitored validation metric: the primary
+    metric in percent, or ``loss`` where the config tests the epoch of lowest validation loss
+    (the Amazon and Coauthor configs)."""
+    if set(best_val) == {"val_loss"}:
+        return "loss", best_val["val_loss"]
+    return primary_value(best_val, "val")
+
+
 def depth_results(runs_by_depth: Dict[int, List[dict]]) -> List[dict]:
     """Per swept depth, shallowest first: its completed runs, their mean validation metric
-    (of the tested checkpoints) and their test mean ± std, in percent."""
+    (of the tested checkpoints, and its name) and their test mean ± std, in percent."""
     results = []
     for depth, runs in sorted(runs_by_depth.items()):
         test_mean, test_std = _mean_std([primary_value(r["metrics"])[1] for r in runs])
+        names, values = zip(*(validation_value(r["best_val"]) for r in runs))
         results.append({"depth": depth, "runs": len(runs), "test_mean": test_mean,
-                        "test_std": test_std, "val_mean": statistics.fmean(
-                            primary_value(r["best_val"], "val")[1] for r in runs)})
+                        "test_std": test_std, "val_metric": names[0],
+                        "val_mean": statistics.fmean(values)})
     return results
 
 
 def best_depth(results: List[dict]) -> int:
-    """The benchmark's pick: the best mean validation metric over the depths with the most
-    completed runs (a depth cut short averages fewer splits, so its mean is not comparable);
-    a tie goes to the shallower."""
+    """The benchmark's pick: the best mean validation metric (the lowest, for a loss) over
+    the depths with the most completed runs (a depth cut short averages fewer splits, so its
+    mean is not comparable); a tie goes to the shallower."""
     most = max(d["runs"] for d in results)
+    sign = -1 if results[0]["val_metric"] == "loss" else 1
     return max((d for d in results if d["runs"] == most),
-               key=lambda d: (d["val_mean"], -d["depth"]))["depth"]
+               key=lambda d: (sign * d["val_mean"], -d["depth"]))["depth"]
 
 
 def summarise(rows: List[Row], records: List[dict]) -> List[dict]:
@@ -418,6 +429,12 @@ def _pm(mean: Optional[float], std: Optional[float], digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + ("" if std is None else f" ± {std:.{digits}f}")
 
 
+def _validation_cell(depth: dict) -> str:
+    if depth["val_metric"] == "loss":
+        return f"{depth['val_mean']:.4f} (loss)"
+    return f"{depth['val_mean']:.2f}"
+
+
 def markdown(summaries: List[dict]) -> str:
     main = [s for s in summaries if not s["baseline"]
             and not s["model"].startswith("SAGE-256")]
@@ -447,7 +464,7 @@ def markdown(summaries: List[dict]) -> str:
         for s in swept:
             for d in s["depths"]:
                 lines.append(f"| {s['model']} | {s['dataset']} | {d['depth']} | {d['runs']} | "
-                             f"{d['val_mean']:.2f} | {_pm(d['test_mean'], d['test_std'])} | "
+                             f"{_validation_cell(d)} | {_pm(d['test_mean'], d['test_std'])} | "
                              f"{'yes' if d['depth'] == s['depth'] else ''} |")
     return "\n".join(lines) + "\n"
 

@@ -249,6 +249,24 @@ def test_depth_picked_by_validation_as_the_benchmark_does():
     assert (s["depth"], s["runs"], s["mean"], s["std"]) == (5, 1, 50.0, None)
 
 
+def test_depth_picked_by_lowest_validation_loss_where_the_config_tests_that_epoch():
+    """The Amazon and Coauthor configs test the epoch of lowest validation loss, so their runs
+    record the loss: the sweep picks the depth whose mean loss is lowest."""
+    row = repro.Row("GCN", "CS", "gcn-coauthor.yaml", published=(91.1, 0.5))
+
+    def run(seed, depth, loss, test):
+        return {**_done(row.key, seed, test_acc=test), "depth": depth,
+                "best_val": {"val_loss": loss}}
+
+    records = [run(0, 1, 0.50, 0.80), run(1, 1, 0.52, 0.82),
+               run(0, 2, 0.40, 0.90), run(1, 2, 0.42, 0.92),
+               run(0, 3, 0.60, 0.99), run(1, 3, 0.62, 0.99)]
+    (s,) = repro.summarise([row], records)
+    assert s["depth"] == 2 and s["mean"] == pytest.approx(91.0)
+    assert [(d["val_metric"], d["val_mean"]) for d in s["depths"]] == \
+        [("loss", pytest.approx(0.51)), ("loss", pytest.approx(0.41)), ("loss", pytest.approx(0.61))]
+    assert "| GCN | CS | 2 | 2 | 0.4100 (loss) | 91.00 ± 1.41 | yes |" in repro.markdown([s])
+
 def test_no_depth_table_without_depths():
     row = repro.Row("GCN", "minesweeper", "gcn-heterophilous.yaml")
     (s,) = repro.summarise([row], [_done(row.key, 0, test_roc_auc=0.9)])
