@@ -20,8 +20,9 @@ that earlier files completed; ``--summarise`` combines the files into one table.
 reports the depth whose mean validation metric over its completed runs is best, among the
 depths with the most completed runs (ties: the shallower), with that depth's test mean ± std:
 the heterophily benchmark's protocol (Platonov et al. 2023 train 1 to 5 layers and report the
-best by validation), where the configs fix one depth. Each run records its depth and its checkpoint's validation metric; a run is then
-identified by row, seed and depth, for ``--resume`` too.
+best by validation), where the configs fix one depth. Each run records its depth and its
+checkpoint's validation metric (the loss, where the config tests the lowest-loss epoch); a
+run is then identified by row, seed and depth, for ``--resume`` too.
 
 A hyper-parameter grid is one invocation per setting, the setting given as extra
 ``--model.NAME=VALUE`` arguments; each run records them as its ``setting``, and ``--resume``
@@ -359,13 +360,19 @@ def validation_value(best_val: Dict[str, float]) -> Tuple[str, float]:
 def depth_results(runs_by_depth: Dict[int, List[dict]]) -> List[dict]:
     """Per swept depth, shallowest first: its completed runs, their mean validation metric
     (of the tested checkpoints, and its name) and their test mean ± std, in percent."""
+    judged = {depth: [validation_value(r["best_val"]) for r in runs]
+              for depth, runs in runs_by_depth.items()}
+    metrics = {name for pairs in judged.values() for name, _ in pairs}
+    if len(metrics) > 1:  # a loss and an accuracy averaged or compared would pick blindly
+        raise ValueError(f"the runs of one row record different validation metrics "
+                         f"({', '.join(sorted(metrics))}): summarise runs of one checkpoint rule")
+    (metric,) = metrics
     results = []
     for depth, runs in sorted(runs_by_depth.items()):
         test_mean, test_std = _mean_std([primary_value(r["metrics"])[1] for r in runs])
-        names, values = zip(*(validation_value(r["best_val"]) for r in runs))
         results.append({"depth": depth, "runs": len(runs), "test_mean": test_mean,
-                        "test_std": test_std, "val_metric": names[0],
-                        "val_mean": statistics.fmean(values)})
+                        "test_std": test_std, "val_metric": metric,
+                        "val_mean": statistics.fmean(v for _, v in judged[depth])})
     return results
 
 
@@ -553,10 +560,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.summarise:
         try:
             records = select_setting(read_records(args.summarise), args.setting)
+            write_results(args.out, rows, records,
+                          {"from": args.summarise, "setting": args.setting})
         except ValueError as exc:
-            print(f"reproduce_zoo.py: error: {exc}", file=sys.stderr)
-            return 2
-        write_results(args.out, rows, records, {"from": args.summarise, "setting": args.setting})
+            return _error(exc)
         return 0
     overrides = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
                  *args.extra]
@@ -596,8 +603,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "gpus": args.gpus, "overrides": overrides, "wall_s": time.time() - start}
     if args.depths:
         settings["depths"] = args.depths
-    write_results(args.out, rows, records, settings)
+    try:
+        write_results(args.out, rows, records, settings)
+    except ValueError as exc:  # the runs are in reproduction.jsonl all the same
+        return _error(exc)
     return 0
+
+
+def _error(exc: Exception) -> int:
+    print(f"reproduce_zoo.py: error: {exc}", file=sys.stderr)
+    return 2
 
 
 def write_results(out: str, rows: List[Row], records: List[dict], settings: dict) -> None:

@@ -249,7 +249,8 @@ def test_depth_picked_by_validation_as_the_benchmark_does():
     assert (s["depth"], s["runs"], s["mean"], s["std"]) == (5, 1, 50.0, None)
 
 
-def test_depth_picked_by_lowest_validation_loss_where_the_config_tests_that_epoch():
+def test_depth_picked_by_lowest_validation_loss_where_the_config_tests_that_epoch(tmp_path,
+                                                                                 capsys):
     """The Amazon and Coauthor configs test the epoch of lowest validation loss, so their runs
     record the loss: the sweep picks the depth whose mean loss is lowest."""
     row = repro.Row("GCN", "CS", "gcn-coauthor.yaml", published=(91.1, 0.5))
@@ -266,6 +267,16 @@ def test_depth_picked_by_lowest_validation_loss_where_the_config_tests_that_epoc
     assert [d["val_metric"] for d in s["depths"]] == ["loss"] * 3
     assert [d["val_mean"] for d in s["depths"]] == pytest.approx([0.51, 0.41, 0.61])
     assert "| GCN | CS | 2 | 2 | 0.4100 (loss) | 91.00 ± 1.41 | yes |" in repro.markdown([s])
+    # runs of the other checkpoint rule (an accuracy) are not compared with losses
+    earlier = {**_done(row.key, 2, test_acc=0.9), "depth": 1, "best_val": {"val_acc": 0.9}}
+    with pytest.raises(ValueError, match="different validation metrics"):
+        repro.summarise([row], records + [earlier])
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records + [earlier]))
+    assert repro.main(["--rows", row.key, "--out", str(tmp_path / "out"),
+                       "--summarise", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "different validation metrics (acc, loss)" in err[0]
 
 
 def test_no_depth_table_without_depths():
