@@ -479,38 +479,22 @@ __device__ __forceinline__ Packet<acc_t, 2>* score_at(acc_t* scores, int64_t edg
   return reinterpret_cast<Packet<acc_t, 2>*>(scores + 2 * (h * edges + e));
 }
 
-// The GATv2 fast path keeps one bit per feature of each (edge, head): z > 0. Bit
-// k * kLanes + flane (lane flane's k-th feature) of the edge's sign_words_for_dim(kD) words.
-template <int K, int kD, int kLanes, typename T, typename I, typename acc_t>
-__device__ __forceinline__ void store_signs(const Args<T, I>& a, int64_t h, int64_t e,
-                                            const acc_t (&z)[K], int sub, int flane) {
-  constexpr int kWords = sign_words_for_dim(kD);
-  static_assert(K * kLanes <= 32 * kWords, "every lane's features have a bit");
-  constexpr uint32_t kLaneMask = kLanes == 32 ? 0xffffffffu : (1u << kLanes) - 1;
-  Pack<uint32_t, kWords> words;
-#pragma unroll
-  for (int w = 0; w < kWords; ++w) words.v[w] = 0;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {  // every lane of the warp votes (warp-uniform call)
-    const uint32_t mine = (__ballot_sync(0xffffffffu, z[k] > 0) >> (sub * kLanes)) & kLaneMask;
-    words.v[k * kLanes / 32] |= mine << (k * kLanes % 32);
-  }
-  if (flane == 0)
-    *reinterpret_cast<Pack<uint32_t, kWords>*>(a.sign_bits + (h * a.num_edges + e) * kWords) =
-        words;
+// The GATv2 fast path keeps one bit per feature of each (edge, head): z > 0. A warp keeps K
+// words per edge for its heads (one, or two at D = 64): word k is the warp's ballot of its
+// lanes' k-th features (bit = lane), stored as it comes, with no per-head shifts.
+template <int K, typename T, typename I>
+__device__ __forceinline__ uint32_t* sign_words_at(const Args<T, I>& a, int64_t e) {
+  return a.sign_bits + (int64_t(blockIdx.y) * a.num_edges + e) * K;
 }
 
 // This lane's signs of edge e (bit k: its k-th feature's z > 0).
-template <int K, int kD, int kLanes, typename T, typename I>
-__device__ __forceinline__ uint32_t load_signs(const Args<T, I>& a, int64_t h, int64_t e,
-                                               int flane) {
-  constexpr int kWords = sign_words_for_dim(kD);
-  const Pack<uint32_t, kWords> words = *reinterpret_cast<const Pack<uint32_t, kWords>*>(
-      a.sign_bits + (h * a.num_edges + e) * kWords);
+template <int K, typename T, typename I>
+__device__ __forceinline__ uint32_t load_signs(const Args<T, I>& a, int64_t e, int lane) {
+  const Pack<uint32_t, K> words = *reinterpret_cast<const Pack<uint32_t, K>*>(
+      sign_words_at<K>(a, e));
   uint32_t signs = 0;
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    signs |= ((words.v[k * kLanes / 32] >> (k * kLanes % 32 + flane)) & 1u) << k;
+  for (int k = 0; k < K; ++k) signs |= ((words.v[k] >> lane) & 1u) << k;
   return signs;
 }
 
@@ -523,6 +507,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
   constexpr int kLanes = kWarp / kHeads;
   static_assert(kEdges == 1 || kD != 0, "several edges a step on the fast path only");
   static_assert(kHeads == 1 || kD != 0, "several heads per warp on the fast path only");
+  static_assert(!kGat || kD == 0 || K == kHeads * sign_words_for_dim(kD),
+                "a warp's sign words per edge are the host's words for its heads");
   extern __shared__ unsigned char smem_raw[];
   acc_t* smem = reinterpret_cast<acc_t*>(smem_raw);
   const Slot s = slot_of(a);
@@ -582,13 +568,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           const acc_t g = wc * sums[kEdges + u] - alpha * delta_i;
           const acc_t g_neg = g * slope;  // g times LeakyReLU's slope where z <= 0
           acc_t edge_grad[K];
+          Pack<uint32_t, K> signs;
 #pragma unroll
           for (int k = 0; k < K; ++k) {
             if (kGat) {
-              const acc_t gs = z[u][k] > 0 ? g : g_neg;
+              const bool positive = z[u][k] > 0;
+              const acc_t gs = positive ? g : g_neg;
               edge_grad[k] = gs * att[k];
               grad_dst[k] += edge_grad[k];
               grad_att[k] += gs * z[u][k];
+              if constexpr (kD != 0) signs.v[k] = __ballot_sync(0xffffffffu, positive);
             } else {
               grad_dst[k] += g * slope * z[u][k];
               edge_grad[k] = g * slope * dst[k] + wc * dout[k];
@@ -597,7 +586,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           if (a.grad_edge)
             store_frag<K>(a.grad_edge + h * a.dim + edge_pos(a, q) * a.row_stride, f0, a.dim,
                           edge_grad);
-          if constexpr (kGat && kD != 0) store_signs<K, kD, kLanes>(a, h, q, z[u], sub, flane);
+          if constexpr (kGat && kD != 0)
+            if (s.lane == 0) *reinterpret_cast<Pack<uint32_t, K>*>(sign_words_at<K>(a, q)) = signs;
           if (flane == 0 && chunk == 0) *score_at(a.scores, a.num_edges, h, q) = {g, wc};
         }
       }
@@ -672,7 +662,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, backward_blocks_per_sm
           const int64_t e = window_col(perm_mine, slot);
           if constexpr (kSigns) {
             load_frag<K, kD>(at_row(v.grad_out, i, a), f0, a.dim, dout[u]);
-            signs[u] = load_signs<K, kD, kLanes>(a, h, e, s.lane % kLanes);
+            signs[u] = load_signs<K>(a, e, s.lane);
           } else {
             load_dst_side<K, kD>(a, v, i, true, dst[u], dout[u]);
           }

@@ -49,14 +49,15 @@ struct AttentionParams {
   void* grad_edge;
   void* att_partial;       // [partial rows, H, D] float/double, GATv2 destination passes
   void* scores;            // [H, E, 2] float/double: each edge's dLogit and weight, CSR order
-  // [H, E, attention_sign_words(p)] uint32 (GATv2 fast path): the sign of each pre-activation
+  // H * E * attention_sign_words(p) uint32 (GATv2 fast path): the sign of each pre-activation
   // z, written by the destination pass, so the source pass reads no x_dst or edge-term row.
+  // Per (heads a warp serves, edge): one word per lane feature slot, bit = lane.
   void* sign_bits;
 };
 
 // 32-bit words of z signs per (edge, head) at a fast-path head dimension (16 to 256): one
-// bit per feature, at least one word. The kernels' bit layout and the host's allocation both
-// come from here.
+// bit per feature, at least one word. The host allocates this many; the kernels check that
+// their layout fits it.
 constexpr int sign_words_for_dim(int64_t dim) { return dim > 32 ? int(dim / 32) : 1; }
 
 // 32-bit words of z signs per (edge, head) the GATv2 backward keeps (0: it keeps none, and
