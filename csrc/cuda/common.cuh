@@ -119,6 +119,8 @@ inline void check_launch(const char* what) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+constexpr int64_t kMaxGridY = 65535;  // CUDA's limit on gridDim.y and gridDim.z
+
 // Blocks for `work` threads of a grid-stride kernel, capped so huge inputs loop instead.
 inline unsigned grid_for(int64_t work, int threads) {
   const int64_t blocks = ceil_div(work, threads);

@@ -398,59 +398,13 @@ __global__ void minmax_gather_kernel(const index_t* __restrict__ heavy_rows, int
   }
 }
 
-constexpr int kScatterRunRows = 8;  // consecutive rows one thread of the scatter walks
-
-// acc[j[n], f + n] += g[n] for one packet of N features: a single sm_90 vector atomic when the
-// packet's features share their winning source (ties, such as the zeros a ReLU leaves, all go
-// to the smallest source), one atomic per feature otherwise (j < 0: no source, nothing to add).
-template <int N, typename acc_t, typename index_t>
-__device__ __forceinline__ void scatter_packet(acc_t* __restrict__ acc, const index_t (&j)[N],
-                                               const acc_t (&g)[N], int64_t width, int64_t f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (std::is_same_v<acc_t, float> && (N == 2 || N == 4)) {
-    bool shared = j[0] >= 0;
-#pragma unroll
-    for (int n = 1; n < N; ++n) shared &= j[n] == j[0];
-    if (shared) {
-      float* at = acc + int64_t(j[0]) * width + f;
-      if constexpr (N == 4)
-        atomicAdd(reinterpret_cast<float4*>(at), make_float4(g[0], g[1], g[2], g[3]));
-      else
-        atomicAdd(reinterpret_cast<float2*>(at), make_float2(g[0], g[1]));
-      return;
-    }
-  }
-#endif
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-    if (j[n] >= 0) atomicAdd(acc + int64_t(j[n]) * width + f + n, g[n]);
-}
-
-// One thread per packet of N consecutive features over a run of kScatterRunRows consecutive
-// rows (vector loads of arg and grad_out). While a packet's winning sources repeat from row to
-// row (hubs, ties) the thread sums locally and flushes one atomic per run of equal sources
-// instead of one per row.
-// Weighted: the packet's positions p = arg become sources col[p] and its gradients are scaled
-// by weight[p, head of f + n], so that the runs below compare sources.
-template <bool kWeighted, int N, typename scalar_t, typename index_t, typename acc_t>
-__device__ __forceinline__ void resolve_packet(index_t (&j)[N], acc_t (&g)[N],
-                                               const index_t* __restrict__ col,
-                                               const scalar_t* __restrict__ weight,
-                                               const index_t* __restrict__ perm, int64_t heads,
-                                               int64_t span, int64_t f) {
-  if constexpr (kWeighted) {
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-      if (j[n] >= 0) {
-        const int64_t p = j[n];
-        g[n] *= Scalar<scalar_t>::load(edge_weight(weight, perm, p, heads, (f + n) / span));
-        j[n] = col[p];
-      }
-    }
-  }
-}
-
-template <typename scalar_t, typename index_t, int N, bool kWeighted>
+// One thread per (row, feature): acc[j, f] += grad_out[i, f] at the winning source j = arg[i, f]
+// (j < 0: no source, nothing to add). Weighted: arg holds the winning CSR position p, whose
+// source is col[p] and whose gradient is scaled by weight[p, head of f]. A block spans the
+// features of one row (of several rows when narrow) and its threads' atomics all stay in flight:
+// measured against packets of features and runs of rows that merge repeated sources, this was
+// faster on every graph and input tried (ReLU ties included; see docs/minmax.md).
+template <typename scalar_t, typename index_t, bool kWeighted>
 __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
                                       const scalar_t* __restrict__ grad_out,
                                       const index_t* __restrict__ col,
@@ -458,49 +412,22 @@ __global__ void minmax_scatter_kernel(const index_t* __restrict__ arg,
                                       const index_t* __restrict__ perm, int64_t heads,
                                       int64_t span,
                                       typename Scalar<scalar_t>::acc* __restrict__ acc,
-                                      int64_t rows, int64_t width, int64_t work) {
+                                      int64_t rows, int64_t width) {
   using acc_t = typename Scalar<scalar_t>::acc;
-  const int64_t per_row = width / N;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < work;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t run = k / per_row, f = (k - run * per_row) * N;
-    const int64_t first = run * kScatterRunRows;
-    const int64_t last = min(rows, first + kScatterRunRows);
-    index_t run_j[N];
-    acc_t run_g[N];
-    {
-      const Packet<index_t, N> j = *reinterpret_cast<const Packet<index_t, N>*>(
-          arg + first * width + f);
-      load_packet<scalar_t, N>(grad_out + first * width + f, run_g);
-#pragma unroll
-      for (int n = 0; n < N; ++n) run_j[n] = j.v[n];
-      resolve_packet<kWeighted>(run_j, run_g, col, weight, perm, heads, span, f);
+  const int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (f >= width) return;
+  for (int64_t i = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; i < rows;
+       i += int64_t(gridDim.y) * blockDim.y) {
+    const int64_t at = i * width + f;
+    const int64_t p = arg[at];
+    if (p < 0) continue;
+    acc_t g = Scalar<scalar_t>::load(grad_out[at]);
+    int64_t j = p;
+    if constexpr (kWeighted) {
+      g *= Scalar<scalar_t>::load(edge_weight(weight, perm, p, heads, f / span));
+      j = col[p];
     }
-    for (int64_t i = first + 1; i < last; ++i) {
-      const Packet<index_t, N> packet = *reinterpret_cast<const Packet<index_t, N>*>(
-          arg + i * width + f);
-      index_t j[N];
-#pragma unroll
-      for (int n = 0; n < N; ++n) j[n] = packet.v[n];
-      acc_t g[N];
-      load_packet<scalar_t, N>(grad_out + i * width + f, g);
-      resolve_packet<kWeighted>(j, g, col, weight, perm, heads, span, f);
-      bool same = true;
-#pragma unroll
-      for (int n = 0; n < N; ++n) same &= j[n] == run_j[n];
-      if (same) {
-#pragma unroll
-        for (int n = 0; n < N; ++n) run_g[n] += g[n];
-      } else {
-        scatter_packet<N>(acc, run_j, run_g, width, f);
-#pragma unroll
-        for (int n = 0; n < N; ++n) {
-          run_j[n] = j[n];
-          run_g[n] = g[n];
-        }
-      }
-    }
-    scatter_packet<N>(acc, run_j, run_g, width, f);
+    atomicAdd(acc + j * width + f, g);
   }
 }
 
@@ -710,7 +637,7 @@ void minmax_heavy_args(FloatType type, CsrView csr, const void* heavy_rows, int6
   const int lanes = 1 << lanes_log2;
   const size_t shared = threads > lanes ? lanes * sizeof(unsigned long long) : 0;
   const int64_t chunks = ceil_div(max_degree > 0 ? max_degree : 1, edges_per_block);
-  const dim3 grid(unsigned(num_heavy), unsigned(chunks < 65535 ? chunks : 65535));
+  const dim3 grid(unsigned(num_heavy), unsigned(std::min(chunks, kMaxGridY)));
   const int64_t span = head_span(weights, width);
   cudaMemsetAsync(packed, is_max ? 0x00 : 0xff, num_heavy * width * sizeof(unsigned long long),
                   stream);
@@ -769,28 +696,24 @@ void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const 
                            int64_t width, cudaStream_t stream) {
   if (rows == 0 || width == 0) return;
   constexpr int kThreads = 256;
+  int threads_x = 1;  // a row's features, up to the block; the block's rest takes more rows
+  while (threads_x < width && threads_x < kThreads) threads_x *= 2;
+  const dim3 block(threads_x, kThreads / threads_x);
+  const dim3 grid(unsigned(ceil_div(width, threads_x)),
+                  unsigned(std::min<int64_t>(ceil_div(rows, block.y), kMaxGridY)));
   const int64_t span = head_span(weights, width);
   dispatch_float(type, [&](auto s) {
     using scalar_t = decltype(s);
     using acc_t = typename Scalar<scalar_t>::acc;
     dispatch_index(index64, [&](auto i) {
       using index_t = decltype(i);
-      // A packet must keep arg's, grad_out's and acc's rows aligned.
-      const int vec = std::min({packet_size(width, sizeof(index_t), arg, arg),
-                                packet_size(width, sizeof(scalar_t), grad_out, grad_out),
-                                packet_size(width, sizeof(acc_t), acc, acc)});
-      dispatch_vec(vec, [&](auto n) {
-        constexpr int N = decltype(n)::value;
-        const int64_t work = ceil_div(rows, kScatterRunRows) * (width / N);
-        dispatch_weighted(weights, [&](auto w) {
-          minmax_scatter_kernel<scalar_t, index_t, N, decltype(w)::value>
-              <<<grid_for(work, kThreads), kThreads, 0, stream>>>(
-                  static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
-                  static_cast<const index_t*>(col),
-                  static_cast<const scalar_t*>(weights.values),
-                  static_cast<const index_t*>(weights.perm), weights.heads, span,
-                  static_cast<acc_t*>(acc), rows, width, work);
-        });
+      dispatch_weighted(weights, [&](auto w) {
+        minmax_scatter_kernel<scalar_t, index_t, decltype(w)::value>
+            <<<grid, block, 0, stream>>>(
+                static_cast<const index_t*>(arg), static_cast<const scalar_t*>(grad_out),
+                static_cast<const index_t*>(col), static_cast<const scalar_t*>(weights.values),
+                static_cast<const index_t*>(weights.perm), weights.heads, span,
+                static_cast<acc_t*>(acc), rows, width);
       });
     });
   });
