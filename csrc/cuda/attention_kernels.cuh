@@ -481,7 +481,8 @@ __device__ __forceinline__ Packet<acc_t, 2>* score_at(acc_t* scores, int64_t edg
 
 // The GATv2 fast path keeps one bit per feature of each (edge, head): z > 0. A warp keeps K
 // words per edge for its heads (one, or two at D = 64): word k is the warp's ballot of its
-// lanes' k-th features (bit = lane), stored as it comes, with no per-head shifts.
+// lanes' k-th features (bit = lane), stored as it comes, with no per-head shifts. Both passes
+// launch one blockIdx.y per group of a warp's heads, which indexes the words here.
 template <int K, typename T, typename I>
 __device__ __forceinline__ uint32_t* sign_words_at(const Args<T, I>& a, int64_t e) {
   return a.sign_bits + (int64_t(blockIdx.y) * a.num_edges + e) * K;

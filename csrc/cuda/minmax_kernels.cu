@@ -696,8 +696,8 @@ void minmax_scatter_atomic(FloatType type, bool index64, const void* arg, const 
                            int64_t width, cudaStream_t stream) {
   if (rows == 0 || width == 0) return;
   constexpr int kThreads = 256;
-  int threads_x = 1;  // a row's features, up to the block; the block's rest takes more rows
-  while (threads_x < width && threads_x < kThreads) threads_x *= 2;
+  // A row's features, up to the block; the block's rest takes more rows.
+  const int threads_x = 1 << log2_lanes(width, kThreads);
   const dim3 block(threads_x, kThreads / threads_x);
   const dim3 grid(unsigned(ceil_div(width, threads_x)),
                   unsigned(std::min<int64_t>(ceil_div(rows, block.y), kMaxGridY)));
