@@ -52,14 +52,11 @@ at::Tensor spmm_snapshots_cuda(const at::Tensor& rowptr, const at::Tensor& share
   const bool shared_x = x.size(0) > 1 && x.stride(0) == 0 && x[0].is_contiguous();
   const auto xc = shared_x ? x : x.contiguous();
   const int64_t x_tstride = shared_x ? 0 : x.size(1) * x.size(2);
-  // The kernel stores every row that is one work item (rows without edges too: zeros), so
-  // only rows cut into several items, which add into the output, are zeroed first: a fill of
-  // the whole [T, N, F] output (347 MB at width 64 on ogbn-arxiv) is bytes a per-snapshot
-  // spmm never writes twice.
+  // Left uninitialised: spmm_snapshots zeroes the rows cut into several work items and the
+  // kernel stores every other row.
   auto out = at::empty({x.size(0), num_out, x.size(2)}, x.options());
   if (out.numel() == 0) return out;
   const auto work = split_work(rowptr, graph_key, transposed ? 1 : 0, kEdgesPerItem);
-  if (work->split_rows > 0) out.index_fill_(1, work->split_row.to(at::kLong), 0);
   // [num_src, T]: an edge's source scales of every snapshot share one sector.
   const c10::optional<at::Tensor> src_scale_nt =
       src_scale.has_value() ? c10::optional<at::Tensor>(src_scale->t().contiguous())
