@@ -128,6 +128,48 @@ def test_hub_rows_cut_into_work_items(device, dtype, width, shared):
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
 
 
+@pytest.fixture
+def nan_filled_empty():
+    """Deterministic algorithms on, so that torch fills the memory of every new empty tensor
+    with NaN (``torch.utils.deterministic.fill_uninitialized_memory``): whatever a kernel
+    leaves unwritten shows."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.utils.deterministic.fill_uninitialized_memory = fill
+    torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shared", [False, True])
+def test_every_output_row_is_written(nan_filled_empty, shared):
+    """On the GPU the output starts uninitialised and only rows cut into several work items
+    (hubs) are zeroed before the kernel: every other row, those without edges included, must
+    be written by it, forward and backward."""
+    assert torch.empty(8, device="cuda").isnan().all()  # the fill this test relies on
+    gen = torch.Generator().manual_seed(11)
+    hub_in = torch.stack([torch.randint(0, N - 10, (300,), generator=gen),
+                          torch.zeros(300, dtype=torch.long)])
+    lists = [torch.cat([hub_in[:, : 150 + 50 * t], random_edge_index(N - 10, N - 10, 80,
+                                                                   seed=t)], 1).cuda()
+             for t in range(3)]  # nodes N - 10 .. N - 1 have no edges
+    sg = SnapshotGraph(lists, N)
+    x = features(1 if shared else 3, 16, "cuda").requires_grad_()
+    xs = x.expand(3, -1, -1)
+    out = fastgnn.ops.spmm_snapshots(sg, xs, "both")
+    grad = torch.randn_like(out)
+    got, = torch.autograd.grad(out, x, grad)
+    xs_ref = x.detach().double().requires_grad_()
+    ref = per_snapshot(lists, xs_ref.expand(3, -1, -1), "both")
+    want, = torch.autograd.grad(ref, xs_ref, grad.double())
+    assert out[:, N - 10:].abs().sum() == 0
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_other_dtypes(device, dtype):

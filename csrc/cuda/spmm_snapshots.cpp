@@ -52,8 +52,9 @@ at::Tensor spmm_snapshots_cuda(const at::Tensor& rowptr, const at::Tensor& share
   const bool shared_x = x.size(0) > 1 && x.stride(0) == 0 && x[0].is_contiguous();
   const auto xc = shared_x ? x : x.contiguous();
   const int64_t x_tstride = shared_x ? 0 : x.size(1) * x.size(2);
-  // Rows of several items add into zeros (rows without edges are in no item's way either).
-  auto out = at::zeros({x.size(0), num_out, x.size(2)}, x.options());
+  // Left uninitialised: spmm_snapshots zeroes the rows cut into several work items and the
+  // kernel stores every other row.
+  auto out = at::empty({x.size(0), num_out, x.size(2)}, x.options());
   if (out.numel() == 0) return out;
   const auto work = split_work(rowptr, graph_key, transposed ? 1 : 0, kEdgesPerItem);
   // [num_src, T]: an edge's source scales of every snapshot share one sector.

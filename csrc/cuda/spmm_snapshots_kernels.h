@@ -18,7 +18,8 @@ namespace cuda {
 // type; the source one transposed to [num_src, T], the destination one [T, rows]) may be
 // null. A warp owns (work item, feature chunk, chunk of up to 8 snapshots) and reads each
 // edge's index, mask and source scales once for all snapshots of its chunk; an item whose row
-// has several items (item_slot >= 0) adds into out with atomics, so out must hold zeros.
+// has several items (item_slot >= 0) adds into out with atomics after those rows are zeroed
+// here, and every other row is stored: out needs no initial value.
 void spmm_snapshots(FloatType type, CsrView csr, SplitWorkView work, const void* shared_end,
                     const int64_t* mask,
                     const void* x, const void* src_scale_nt, const void* dst_scale, void* out,
