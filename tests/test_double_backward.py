@@ -68,8 +68,12 @@ def test_second_backward_raises_and_first_is_unchanged(device, case):
     fn, leaves = once_differentiable_cases(g, device)[case]
     grads, second = _second_backward(fn, leaves)
     plain = torch.autograd.grad((fn(*leaves) ** 2).sum(), leaves)
+    # the CUDA min/max backward adds into the winning sources with atomics, in an order that
+    # varies from call to call: equal to rounding there, bit for bit elsewhere
+    atomic = device == "cuda" and case in ("max", "min, weighted")
+    tolerance = {} if atomic else dict(rtol=0, atol=0)
     for with_graph, without in zip(grads, plain):
-        torch.testing.assert_close(with_graph.detach(), without, rtol=0, atol=0)
+        torch.testing.assert_close(with_graph.detach(), without, **tolerance)
     with pytest.raises(RuntimeError, match=r"derivative for fastgnn::\w+ is not implemented"):
         second()
 
