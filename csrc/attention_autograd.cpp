@@ -82,6 +82,8 @@ class Attention : public torch::autograd::Function<Attention<Op>> {
                             edge_term.value_or(at::Tensor()), seed_tensor.value_or(at::Tensor()),
                             light_rows.value_or(at::Tensor()), heavy_rows.value_or(at::Tensor()),
                             out, lse});
+    // the backward ignores lse's gradient: not materialising it saves a [T, H] fill a call
+    ctx->set_materialize_grads(false);
     ctx->saved_data["coef"] = coef;
     ctx->saved_data["dropout"] = dropout;
     ctx->saved_data["seed"] = seed;
@@ -94,6 +96,8 @@ class Attention : public torch::autograd::Function<Attention<Op>> {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow(Op::kBackward, "")
                                .template typed<BackwardOp>();
+    variable_list out(kForwardArguments);  // one per forward argument
+    if (!grads[0].defined()) return out;
     const auto saved = ctx->get_saved_variables();
     TORCH_CHECK(saved[kTPerm].defined(),
                 "fastgnn attention: the forward ran without gradient tracking of its inputs, so "
@@ -106,7 +110,6 @@ class Attention : public torch::autograd::Function<Attention<Op>> {
         data.at("coef").toDouble(), data.at("dropout").toDouble(), data.at("seed").toInt(),
         optional(saved[kSeedTensor]), data.at("offset").toInt(), optional(saved[kLightRows]),
         optional(saved[kHeavyRows]), data.at("heavy_warps").toInt());
-    variable_list out(kForwardArguments);  // one per forward argument
     out[kFirstFeature] = std::get<0>(features);
     out[kFirstFeature + 1] = std::get<1>(features);
     out[kFirstFeature + 2] = std::get<2>(features);

@@ -67,14 +67,17 @@ class Maxk : public torch::autograd::Function<Maxk> {
       std::tie(values, indices) = maxk_call(x, k);
     }
     ctx->mark_non_differentiable({indices});
+    // else autograd zero-fills a gradient for indices every backward
+    ctx->set_materialize_grads(false);
     ctx->save_for_backward({indices});
     ctx->saved_data["width"] = x.sym_size(1);
     return {values, indices};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const at::Tensor indices = ctx->get_saved_variables()[0];
     const at::Tensor& grad = grads[0];
+    if (!grad.defined()) return {at::Tensor(), at::Tensor()};
+    const at::Tensor indices = ctx->get_saved_variables()[0];
     const at::Tensor grad_x =
         at::zeros_symint({grad.sym_size(0), ctx->saved_data["width"].toSymInt()}, grad.options())
             .scatter_(1, indices.to(at::kLong), grad);

@@ -67,6 +67,8 @@ class MinmaxAggregate : public torch::autograd::Function<MinmaxAggregate> {
                                        last_wins, ignore_nan);
     }
     ctx->mark_non_differentiable({arg});
+    // else autograd zero-fills a gradient for arg, a [T, F] integer fill every backward
+    ctx->set_materialize_grads(false);
     // x only when the weights want a gradient
     ctx->save_for_backward({arg, t_rowptr.value_or(at::Tensor()), t_col.value_or(at::Tensor()),
                             rowptr, col, weight.value_or(at::Tensor()),
@@ -77,8 +79,9 @@ class MinmaxAggregate : public torch::autograd::Function<MinmaxAggregate> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &arg = saved[0], &rowptr = saved[3], &col = saved[4], &weight = saved[5];
-    const at::Tensor grad = grads[0].contiguous();
     variable_list out(15);  // one per forward argument
+    if (!grads[0].defined()) return out;
+    const at::Tensor grad = grads[0].contiguous();
     // needs_input_grad counts the tensors given: rowptr, col, then x
     if (ctx->needs_input_grad(2)) {
       const bool weighted = weight.defined();

@@ -290,10 +290,13 @@ class _Minmax(torch.autograd.Function):
         ctx.save_for_backward(edge_index, arg)
         ctx.sizes = (num_src, num_dst)
         ctx.mark_non_differentiable(arg)
+        ctx.set_materialize_grads(False)  # no zero-filled [T, F] gradient for arg
         return out, arg
 
     @staticmethod
     def backward(ctx, grad_out, _grad_arg):
+        if grad_out is None:
+            return (None,) * 5
         edge_index, arg = ctx.saved_tensors
         return None, _minmax_backward_op(edge_index, arg, grad_out, *ctx.sizes), None, None, None
 
@@ -331,10 +334,13 @@ class _Attention(torch.autograd.Function):
         ctx.save_for_backward(edge_index, a, b, c, out, lse, seed_tensor)
         ctx.options = (op, coef, self_loops, dropout)
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zero-filled [T, H] gradient for lse
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, _grad_lse):
+        if grad_out is None:
+            return (None,) * 10
         edge_index, a, b, c, out, lse, seed_tensor = ctx.saved_tensors
         grads = _attention_backward_op(edge_index, grad_out, out, lse, a, b, c, *ctx.options,
                                        seed_tensor)
