@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastgnn
 from fastgnn import datasets
@@ -117,3 +118,22 @@ def minmax_opcheck_plans(g, device):
         plans.append((light, heavy, g.max_in_degree, minmax.encode_config(4, 32)))
         plans.append((None, None, 0, minmax.encode_config(4, 0, split_chunk=8)))
     return plans
+
+
+# ops that make zero-filled tensors: what autograd runs to materialise a missing gradient
+ZERO_FILLS = {torch.ops.aten.zeros, torch.ops.aten.zeros_like, torch.ops.aten.new_zeros,
+              torch.ops.aten.zero_, torch.ops.aten.fill_}
+
+
+class ZeroFills(TorchDispatchMode):
+    """The (shape, dtype) of every tensor a zero-filling op returns while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in ZERO_FILLS and isinstance(out, torch.Tensor):
+            self.made.append((tuple(out.shape), out.dtype))
+        return out

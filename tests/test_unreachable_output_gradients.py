@@ -1,40 +1,22 @@
 """Ops with a second output no loss reaches (min/max's winners, MaxK's column indices,
-attention's log-sum-exp) do not have autograd zero-fill a gradient for it in every backward:
-for min/max that was a [T, F] integer fill beside the scatter, 8% of the backward's GPU time
-on tolokers at width 512 (H200). The gradients stay the reference's."""
+attention's log-sum-exp; the WSB attention's lse in tests/test_wsb_attention.py) do not have
+autograd zero-fill a gradient for it in every backward: for min/max that was a [T, F] integer
+fill beside the scatter, 8% of the backward's GPU time on tolokers at width 512 (H200). The
+gradients stay the reference's."""
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastgnn
 from fastgnn import _native, ops
-from conftest import devices, random_graph
-
-ZERO_FILLS = {torch.ops.aten.zeros, torch.ops.aten.zeros_like, torch.ops.aten.new_zeros,
-              torch.ops.aten.zero_, torch.ops.aten.fill_}
-
-
-class _ZeroFills(TorchDispatchMode):
-    """The (shape, dtype) of every tensor a zero-filling op returns while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.made = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.overloadpacket in ZERO_FILLS and isinstance(out, torch.Tensor):
-            self.made.append((tuple(out.shape), out.dtype))
-        return out
-
+from conftest import ZeroFills, devices, random_graph
 
 def _backward_fills(fn, leaves):
     """The zero fills of one backward of ``fn(*leaves)``, and the gradients."""
     out = fn(*leaves)
     grad = torch.randn_like(out)
-    with _ZeroFills() as fills:
+    with ZeroFills() as fills:
         grads = torch.autograd.grad(out, leaves, grad)
     return fills.made, grads, grad
 

@@ -10,7 +10,7 @@ import torch
 import fastgnn
 from fastgnn import _native, reference, tuning
 from fastgnn.ops import attention, wsb, wsb_attention
-from tests.conftest import random_graph
+from tests.conftest import ZeroFills, random_graph
 
 pytestmark = pytest.mark.skipif(not _native.has_op("wsb_graph_attention_forward"),
                                 reason="native extension not built")
@@ -173,6 +173,16 @@ def test_gradients_through_the_csr_backward_match_the_reference(name):
     expected_grads = torch.autograd.grad(expected, (q, k, v), dout)
     for grad, expected_grad in zip(grads, expected_grads):
         torch.testing.assert_close(grad, expected_grad)
+
+
+def test_no_gradient_is_filled_for_lse():
+    """lse is an output no loss reaches: autograd does not zero-fill a gradient for it."""
+    g = GRAPHS["random"]
+    q, k, v = _features(g, 2, 32, torch.float64, requires_grad=True)
+    out, lse = _wsb(g, q, k, v, grad=True)
+    with ZeroFills() as fills:
+        torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert (tuple(lse.shape), lse.dtype) not in fills.made, fills.made
 
 
 def test_gradcheck_float64():

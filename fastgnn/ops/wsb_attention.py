@@ -152,9 +152,12 @@ def _setup(ctx, inputs, output):
     q, k, v, scale = inputs[6:10]
     ctx.save_for_backward(*inputs[:6], q, k, v, *inputs[10:18], out, lse)
     ctx.scale, ctx.heavy_warps = scale, inputs[18]
+    ctx.set_materialize_grads(False)  # the backward ignores lse's: no [T, H] zero fill a call
 
 
 def _backward(ctx, grad_out, _grad_lse):
+    if grad_out is None:
+        return (None,) * 19
     (tile_ptr, tile_cols, tile_counts, work, splits, edge_starts, q, k, v, rowptr, col,
      edge_perm, t_rowptr, t_col, t_perm, light, heavy, out, lse) = ctx.saved_tensors
     if t_perm is None:
