@@ -114,18 +114,24 @@ def test_hub_rows_cut_into_work_items(device, dtype, width, shared):
     hub_in = torch.stack([torch.randint(0, N, (400,), generator=gen), torch.zeros(400, dtype=torch.long)])
     lists = [torch.cat([hub_in, hub_in.flip(0), hub_in[:, : 100 + 50 * t]], 1).to(device)
              for t in range(3)]
-    sg = SnapshotGraph(lists, N)
-    x = features(1 if shared else 3, width, device, dtype=dtype).requires_grad_()
-    xs = x.expand(3, -1, -1)
-    out = fastgnn.ops.spmm_snapshots(sg, xs, "both")
+    x = features(1 if shared else 3, width, device, dtype=dtype)
+    _check_three_snapshots(lists, x, tol=1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def _check_three_snapshots(lists, x, tol):
+    """spmm_snapshots of three snapshots, norm "both", on ``x`` ([3, N, F], or [1, N, F]
+    shared), forward and x's gradient, against the per-snapshot reference in float64; the
+    output."""
+    x = x.requires_grad_()
+    out = fastgnn.ops.spmm_snapshots(SnapshotGraph(lists, N), x.expand(3, -1, -1), "both")
     grad = torch.randn_like(out)
     got, = torch.autograd.grad(out, x, grad)
     xs_ref = x.detach().double().requires_grad_()
     ref = per_snapshot(lists, xs_ref.expand(3, -1, -1), "both")
     want, = torch.autograd.grad(ref, xs_ref, grad.double())
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    return out
 
 
 @pytest.fixture
@@ -156,18 +162,8 @@ def test_every_output_row_is_written(nan_filled_empty, shared):
     lists = [torch.cat([hub_in[:, : 150 + 50 * t], random_edge_index(N - 10, N - 10, 80,
                                                                    seed=t)], 1).cuda()
              for t in range(3)]  # nodes N - 10 .. N - 1 have no edges
-    sg = SnapshotGraph(lists, N)
-    x = features(1 if shared else 3, 16, "cuda").requires_grad_()
-    xs = x.expand(3, -1, -1)
-    out = fastgnn.ops.spmm_snapshots(sg, xs, "both")
-    grad = torch.randn_like(out)
-    got, = torch.autograd.grad(out, x, grad)
-    xs_ref = x.detach().double().requires_grad_()
-    ref = per_snapshot(lists, xs_ref.expand(3, -1, -1), "both")
-    want, = torch.autograd.grad(ref, xs_ref, grad.double())
+    out = _check_three_snapshots(lists, features(1 if shared else 3, 16, "cuda"), tol=1e-5)
     assert out[:, N - 10:].abs().sum() == 0
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("device", devices())
