@@ -82,7 +82,9 @@ class Attention : public torch::autograd::Function<Attention<Op>> {
                             edge_term.value_or(at::Tensor()), seed_tensor.value_or(at::Tensor()),
                             light_rows.value_or(at::Tensor()), heavy_rows.value_or(at::Tensor()),
                             out, lse});
-    // the backward ignores lse's gradient: not materialising it saves a [T, H] fill a call
+    // lse is the backward's statistics, not a result: no gradient, and none materialised (a
+    // [T, H] fill a call)
+    ctx->mark_non_differentiable({lse});
     ctx->set_materialize_grads(false);
     ctx->saved_data["coef"] = coef;
     ctx->saved_data["dropout"] = dropout;
