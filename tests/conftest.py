@@ -1,6 +1,7 @@
 """Shared fixtures: devices, random graphs with the awkward cases, real datasets."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -118,6 +119,19 @@ def minmax_opcheck_plans(g, device):
         plans.append((light, heavy, g.max_in_degree, minmax.encode_config(4, 32)))
         plans.append((None, None, 0, minmax.encode_config(4, 0, split_chunk=8)))
     return plans
+
+
+@contextlib.contextmanager
+def deterministic_algorithms():
+    """``torch.use_deterministic_algorithms(True, warn_only=True)`` inside, the previous
+    setting after: fastgnn's GPU backwards then pull instead of adding with atomics."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
 
 
 # ops that make zero-filled tensors: what autograd runs to materialise a missing gradient

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fastgnn
-from conftest import random_graph
+from conftest import deterministic_algorithms, random_graph
 
 pytest.importorskip("torch_geometric")
 from fastgnn.bench import training  # noqa: E402
@@ -26,10 +26,8 @@ def _case(model_name: str):
 
 @pytest.fixture
 def deterministic():
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    yield
-    torch.use_deterministic_algorithms(previous)
+    with deterministic_algorithms():
+        yield
 
 
 def _loss(model, case, device, precision) -> float:

@@ -4,12 +4,14 @@ returning zeros (which they did, with only a warning), while a first backward wi
 create_graph=True still gives the ordinary gradients."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import fastgnn
 from fastgnn import _native, ops
-from conftest import devices, random_edge_index, random_graph
+from conftest import deterministic_algorithms, devices, random_edge_index, random_graph
 
 HEADS, DIM = 2, 4
 
@@ -66,14 +68,14 @@ def test_spmm_is_twice_differentiable(device, weighted):
 def test_second_backward_raises_and_first_is_unchanged(device, case):
     g, _ = random_graph(30, 120, seed=4, device=device)
     fn, leaves = once_differentiable_cases(g, device)[case]
-    grads, second = _second_backward(fn, leaves)
-    plain = torch.autograd.grad((fn(*leaves) ** 2).sum(), leaves)
-    # the CUDA min/max backward adds into the winning sources with atomics, in an order that
-    # varies from call to call: equal to rounding there, bit for bit elsewhere
-    atomic = device == "cuda" and case in ("max", "min, weighted")
-    tolerance = {} if atomic else dict(rtol=0, atol=0)
+    # the CUDA min/max backward's atomics add in an order that varies from call to call: the
+    # deterministic pull there, so that two calls can be equal bit for bit
+    pull = device == "cuda" and case in ("max", "min, weighted")
+    with deterministic_algorithms() if pull else contextlib.nullcontext():
+        grads, second = _second_backward(fn, leaves)
+        plain = torch.autograd.grad((fn(*leaves) ** 2).sum(), leaves)
     for with_graph, without in zip(grads, plain):
-        torch.testing.assert_close(with_graph.detach(), without, **tolerance)
+        torch.testing.assert_close(with_graph.detach(), without, rtol=0, atol=0)
     with pytest.raises(RuntimeError, match=r"derivative for fastgnn::\w+ is not implemented"):
         second()
 

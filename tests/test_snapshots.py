@@ -8,7 +8,7 @@ from fastgnn import reference
 from fastgnn.graph import NORMS
 from fastgnn.snapshots import SnapshotGraph
 
-from conftest import devices, random_edge_index
+from conftest import deterministic_algorithms, devices, random_edge_index
 
 N = 50
 
@@ -139,14 +139,13 @@ def nan_filled_empty():
     """Deterministic algorithms on, so that torch fills the memory of every new empty tensor
     with NaN (``torch.utils.deterministic.fill_uninitialized_memory``): whatever a kernel
     leaves unwritten shows."""
-    before = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    yield
-    torch.utils.deterministic.fill_uninitialized_memory = fill
-    torch.use_deterministic_algorithms(before, warn_only=warn_only)
+    with deterministic_algorithms():
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 @pytest.mark.gpu
