@@ -11,8 +11,10 @@ venv="$cache/venv-$(echo "$requirements" | sha1sum | cut -c1-12)"
 if [ ! -f "$venv/.complete" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
+  # No pip cache: torch 2.2.1 from PyPI brings about 2.5 GB of CUDA wheels, which the venv
+  # already holds once installed (CI disks have run out of space).
   # shellcheck disable=SC2086
-  "$venv/bin/python" -m pip install -q $requirements
+  "$venv/bin/python" -m pip install -q --no-cache-dir $requirements
   touch "$venv/.complete"
 fi
 tree=$(mktemp -d)
