@@ -6,9 +6,13 @@
 // feature); a pass over the transposed CSR then pulls the source-side gradients from those
 // (no atomics, no second logit). Everything is deterministic for any thread count.
 //
-// Inputs are converted once to the accumulation type (float, double for double), so the
-// kernels see float or double only; half/bfloat16 cost one node-sized (and, for edge_term,
-// one edge-sized) conversion.
+// Inputs are converted once to the accumulation type (float, double for double), which costs
+// one node-sized (and, for edge_term, one edge-sized) conversion for float16/bfloat16, with
+// one exception: the dot-product forward reads float16/bfloat16 features as they are when
+// every input has that dtype (as under autocast), converting values as it loads them, and
+// writes its output in that dtype. Converting on load costs per edge, the copy per node:
+// GATv2, which would convert each source row twice and the destination row for every edge,
+// ran 1.2-1.4x slower that way on tolokers, the dot product no slower (docs/efficiency.md).
 #include "attention_seed.h"
 #include "cpu/attention_backward.h"
 #include "cpu/cpu_common.h"
@@ -42,16 +46,16 @@ FASTGNN_ALWAYS_INLINE T positive(T v) {
 constexpr int kPrefetchAhead = 4;  // edges between a prefetch_row and the use of its row
 
 // edge_term [E, H, D] in input edge order, read at CSR position e through edge_perm.
-template <typename acc_t, typename index_t>
+template <typename feat_t, typename index_t>
 struct EdgeTerm {
-  const acc_t* data;     // null: no edge term
+  const feat_t* data;    // null: no edge term
   const index_t* perm;   // null: CSR order is input order
   int64_t heads, dim;
 
   FASTGNN_ALWAYS_INLINE int64_t at(int64_t e, int64_t h) const {
     return ((perm ? int64_t(perm[e]) : e) * heads + h) * dim;
   }
-  FASTGNN_ALWAYS_INLINE const acc_t* row(int64_t e, int64_t h) const {
+  FASTGNN_ALWAYS_INLINE const feat_t* row(int64_t e, int64_t h) const {
     return data ? data + at(e, h) : nullptr;
   }
 };
@@ -200,14 +204,15 @@ struct Gatv2 {
   FASTGNN_ALWAYS_INLINE void prefetch_destination(int64_t /*i*/) const {}
 };
 
-// Dot product: logit = scale * <q[i], k[j] (+ edge)>; the value is v[j] (+ edge).
-template <typename acc_t, typename index_t>
+// Dot product: logit = scale * <q[i], k[j] (+ edge)>; the value is v[j] (+ edge). The
+// features (feat_t) are float16/bfloat16 as given in the forward, else acc_t.
+template <typename acc_t, typename index_t, typename feat_t = acc_t>
 struct DotProduct {
   static constexpr bool kEdgeInValues = true;
-  const acc_t* q;
-  const acc_t* k;
-  const acc_t* v;
-  EdgeTerm<acc_t, index_t> edge;
+  const feat_t* q;
+  const feat_t* k;
+  const feat_t* v;
+  EdgeTerm<feat_t, index_t> edge;
   acc_t scale;
   int64_t heads, dim;
 
@@ -222,34 +227,43 @@ struct DotProduct {
   // Leaves the key (k[j] + edge) in `z`.
   FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h,
                                     acc_t* FASTGNN_RESTRICT z) const {
-    const acc_t* FASTGNN_RESTRICT qi = q + (i * heads + h) * dim;
-    const acc_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
-    const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    const feat_t* FASTGNN_RESTRICT qi = q + (i * heads + h) * dim;
+    const feat_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
+    const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
     acc_t s = 0;
     if (ed) {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
-        z[d] = kj[d] + ed[d];
-        s += qi[d] * z[d];
+        z[d] = acc_t(kj[d]) + acc_t(ed[d]);
+        s += acc_t(qi[d]) * z[d];
       }
     } else {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
-        z[d] = kj[d];
-        s += qi[d] * kj[d];
+        z[d] = acc_t(kj[d]);
+        s += acc_t(qi[d]) * z[d];
       }
     }
     return s * scale;
   }
 
   FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h, acc_t* scratch) const {
-    const acc_t* vj = v + (j * heads + h) * dim;
-    const acc_t* ed = edge.row(e, h);
-    if (!ed) return vj;
+    const feat_t* vj = v + (j * heads + h) * dim;
+    const feat_t* ed = edge.row(e, h);
+    if constexpr (std::is_same_v<feat_t, acc_t>) {
+      if (!ed) return vj;
+    }
+    if (ed) {
 #pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) scratch[d] = vj[d] + ed[d];
+      for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]) + acc_t(ed[d]);
+    } else {
+#pragma omp simd
+      for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]);
+    }
     return scratch;
   }
+
+  // The backward's members (the backward converts its inputs: feat_t is acc_t there).
 
   FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
                                             const acc_t* dout, acc_t* z, acc_t* scratch,
@@ -290,9 +304,9 @@ struct ForwardScratch {
       : acc(heads * dim), z(dim), value(dim), peak(heads), total(heads) {}
 };
 
-template <typename acc_t, typename index_t, typename Policy>
+template <typename acc_t, typename index_t, typename Policy, typename out_t>
 FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
-                                        const index_t* col, const DropoutSpec& drop, acc_t* out,
+                                        const index_t* col, const DropoutSpec& drop, out_t* out,
                                         acc_t* lse, ForwardScratch<acc_t>& scratch,
                                         int64_t begin, int64_t end) {
   const int64_t heads = p.heads, dim = p.dim;
@@ -328,10 +342,10 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
       }
     }
     for (int64_t h = 0; h < heads; ++h) {
-      acc_t* o = out + (i * heads + h) * dim;
+      out_t* o = out + (i * heads + h) * dim;
       const acc_t* a = acc + h * dim;
       const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
-      for (int64_t d = 0; d < dim; ++d) o[d] = a[d] * inv;
+      for (int64_t d = 0; d < dim; ++d) o[d] = out_t(a[d] * inv);
       lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
     }
   }
@@ -339,16 +353,16 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
 
 constexpr int64_t kRowChunk = 16;  // rows a thread takes at a time
 
-template <typename acc_t, typename index_t, typename Policy>
+template <typename acc_t, typename index_t, typename Policy, typename out_t>
 void attention_forward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
-                       const DropoutSpec& drop, acc_t* out, acc_t* lse) {
+                       const DropoutSpec& drop, out_t* out, acc_t* lse) {
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel num_threads(num_threads())
   {
     ForwardScratch<acc_t> scratch(p.heads, p.dim);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
-      on_best_isa<forward_rows<acc_t, index_t, Policy>>(
+      on_best_isa<forward_rows<acc_t, index_t, Policy, out_t>>(
           p, rowptr, col, drop, out, lse, scratch, c * kRowChunk,
           std::min(rows, (c + 1) * kRowChunk));
     }
@@ -589,17 +603,19 @@ void attention_backward(const Policy& p, const index_t* rowptr, const index_t* c
 // ---- torch-facing glue ---------------------------------------------------------------------
 
 struct Inputs {
-  at::Tensor rowptr, col, edge_perm, edge_term;
+  at::Tensor rowptr, col, edge_perm, edge_term;  // edge_term in `read`
   at::ScalarType acc;
+  at::ScalarType read;  // what the kernels read features in: acc, or their float16/bfloat16
   int64_t rows, heads, dim;
 };
 
-at::Tensor to_acc(const at::Tensor& t, at::ScalarType acc) { return t.to(acc).contiguous(); }
-
+// read_half: the caller's kernels read float16/bfloat16 features as they are, which they then
+// do when every feature input (`others` too) has the source side's dtype.
 Inputs prepare(const at::Tensor& rowptr, const at::Tensor& col,
                const c10::optional<at::Tensor>& edge_perm, const at::Tensor& dst_side,
                const at::Tensor& src_side, const c10::optional<at::Tensor>& edge_term,
-               const char* op) {
+               const char* op, bool read_half = false,
+               std::initializer_list<at::Tensor> others = {}) {
   check_csr(rowptr, col, op);
   TORCH_CHECK(dst_side.dim() == 3 && src_side.dim() == 3 &&
                   dst_side.size(1) == src_side.size(1) && dst_side.size(2) == src_side.size(2),
@@ -611,6 +627,10 @@ Inputs prepare(const at::Tensor& rowptr, const at::Tensor& col,
   in.rowptr = rowptr;
   in.col = col;
   in.acc = dst_side.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::ScalarType features = src_side.scalar_type();
+  bool same = !edge_term.has_value() || edge_term->scalar_type() == features;
+  for (const auto& t : others) same = same && t.scalar_type() == features;
+  in.read = read_half && is_half(features) && same ? features : in.acc;
   in.rows = rows;
   in.heads = src_side.size(1);
   in.dim = src_side.size(2);
@@ -623,14 +643,14 @@ Inputs prepare(const at::Tensor& rowptr, const at::Tensor& col,
     TORCH_CHECK(edge_term->dim() == 3 && edge_term->size(0) == col.numel() &&
                     edge_term->size(1) == in.heads && edge_term->size(2) == in.dim,
                 op, ": edge_term must be [E, H, D]");
-    in.edge_term = to_acc(*edge_term, in.acc);
+    in.edge_term = as_type(*edge_term, in.read);
   }
   return in;
 }
 
-template <typename acc_t, typename index_t>
-EdgeTerm<acc_t, index_t> edge_view(const Inputs& in) {
-  return {in.edge_term.defined() ? in.edge_term.data_ptr<acc_t>() : nullptr,
+template <typename feat_t, typename index_t>
+EdgeTerm<feat_t, index_t> edge_view(const Inputs& in) {
+  return {in.edge_term.defined() ? in.edge_term.data_ptr<feat_t>() : nullptr,
           in.edge_perm.defined() ? in.edge_perm.data_ptr<index_t>() : nullptr, in.heads, in.dim};
 }
 
@@ -645,22 +665,32 @@ void dispatch(const Inputs& in, const char* op, F&& f) {
   });
 }
 
-template <typename MakePolicy>
+// make_policy(acc_t{}, index_t{}, feat_t{}) gives the policy over features in `in.read`
+// (feat_t: acc_t, or with kReadsHalf the float16/bfloat16 type); the output comes in that
+// dtype, converted to out_type where it differs.
+template <bool kReadsHalf, typename MakePolicy>
 std::tuple<at::Tensor, at::Tensor> run_forward(const Inputs& in, at::ScalarType out_type,
                                                const DropoutSpec& drop, const char* op,
                                                MakePolicy&& make_policy) {
-  auto opts = at::TensorOptions().dtype(in.acc);
-  auto out = at::empty({in.rows, in.heads, in.dim}, opts);
-  auto lse = at::empty({in.rows, in.heads}, opts);
+  auto out = at::empty({in.rows, in.heads, in.dim}, at::TensorOptions().dtype(in.read));
+  auto lse = at::empty({in.rows, in.heads}, at::TensorOptions().dtype(in.acc));
   dispatch(in, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
-    const auto policy = make_policy(acc_t{}, index_t{});
-    attention_forward<acc_t, index_t>(policy, in.rowptr.data_ptr<index_t>(),
-                                      in.col.data_ptr<index_t>(), in.rows, drop,
-                                      out.data_ptr<acc_t>(), lse.data_ptr<acc_t>());
+    const auto run = [&](auto f) {
+      using feat_t = decltype(f);
+      attention_forward<acc_t, index_t>(make_policy(acc_t{}, index_t{}, feat_t{}),
+                                        in.rowptr.data_ptr<index_t>(), in.col.data_ptr<index_t>(),
+                                        in.rows, drop, out.data_ptr<feat_t>(),
+                                        lse.data_ptr<acc_t>());
+    };
+    if constexpr (kReadsHalf && std::is_same_v<acc_t, float>) {
+      if (in.read == at::kHalf) return run(at::Half{});
+      if (in.read == at::kBFloat16) return run(at::BFloat16{});
+    }
+    run(acc_t{});
   });
-  return {out.to(out_type), lse};
+  return {as_type(out, out_type), lse};
 }
 
 // Gradient buffers in the accumulation type; key and value alias for GATv2 (both x_src).
@@ -691,7 +721,7 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || num_src == in.rows, op, ": a symmetric graph must be square");
   if (!symmetric) check_csr(*t_rowptr, *t_col, op);
-  auto gout = to_acc(grad_out, in.acc);
+  auto gout = as_type(grad_out, in.acc);
   auto lse_c = lse.to(in.acc).contiguous();
   const auto delta = attention_delta_cpu(gout, out);
   auto t_perm_c = t_perm.contiguous();
@@ -753,10 +783,11 @@ std::tuple<at::Tensor, at::Tensor> gatv2_forward_cpu(
   const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_forward");
   TORCH_CHECK(att.dim() == 2 && att.size(0) == in.heads && att.size(1) == in.dim,
               "gatv2_forward: att must be [H, D]");
-  auto xd = to_acc(x_dst, in.acc), xs = to_acc(x_src, in.acc), a = to_acc(att, in.acc);
+  auto xd = as_type(x_dst, in.acc), xs = as_type(x_src, in.acc), a = as_type(att, in.acc);
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              x_src.device(), "gatv2_forward");
-  return run_forward(in, x_src.scalar_type(), drop, "gatv2_forward", [&](auto acc, auto idx) {
+  return run_forward<false>(in, x_src.scalar_type(), drop, "gatv2_forward",
+                            [&](auto acc, auto idx, auto /*feat: acc_t*/) {
     using acc_t = decltype(acc);
     using index_t = decltype(idx);
     return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(), a.data_ptr<acc_t>(),
@@ -777,7 +808,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
   const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_backward");
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              x_src.device(), "gatv2_backward");
-  auto xd = to_acc(x_dst, in.acc), xs = to_acc(x_src, in.acc), a = to_acc(att, in.acc);
+  auto xd = as_type(x_dst, in.acc), xs = as_type(x_src, in.acc), a = as_type(att, in.acc);
   auto opts = at::TensorOptions().dtype(in.acc);
   Grads grads;
   grads.dst = at::zeros(xd.sizes(), opts);
@@ -807,20 +838,23 @@ std::tuple<at::Tensor, at::Tensor> graph_attention_forward_cpu(
     const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
-  const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_forward");
+  const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_forward",
+                            true, {v});
   TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(),
               "graph_attention_forward: v must match k");
-  auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
+  auto qc = as_type(q, in.read), kc = as_type(k, in.read), vc = as_type(v, in.read);
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              q.device(), "graph_attention_forward");
-  return run_forward(in, v.scalar_type(), drop, "graph_attention_forward",
-                     [&](auto acc, auto idx) {
-                       using acc_t = decltype(acc);
-                       using index_t = decltype(idx);
-                       return DotProduct<acc_t, index_t>{
-                           qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(), vc.data_ptr<acc_t>(),
-                           edge_view<acc_t, index_t>(in), acc_t(scale), in.heads, in.dim};
-                     });
+  return run_forward<true>(in, v.scalar_type(), drop, "graph_attention_forward",
+                           [&](auto acc, auto idx, auto feat) {
+                             using acc_t = decltype(acc);
+                             using index_t = decltype(idx);
+                             using feat_t = decltype(feat);
+                             return DotProduct<acc_t, index_t, feat_t>{
+                                 qc.data_ptr<feat_t>(), kc.data_ptr<feat_t>(),
+                                 vc.data_ptr<feat_t>(), edge_view<feat_t, index_t>(in),
+                                 acc_t(scale), in.heads, in.dim};
+                           });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_cpu(
@@ -835,7 +869,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
   const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_backward");
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              q.device(), "graph_attention_backward");
-  auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
+  auto qc = as_type(q, in.acc), kc = as_type(k, in.acc), vc = as_type(v, in.acc);
   Grads grads = dot_product_grads(qc, kc, vc);
   grads.edge = edge_grad_buffer(in);
   run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), drop, grads,
@@ -863,7 +897,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_from(
   const Inputs in = prepare(rowptr, col, c10::nullopt, q, k, c10::nullopt, op);
   TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(), op,
               ": v must match k");
-  auto qc = to_acc(q, in.acc), kc = to_acc(k, in.acc), vc = to_acc(v, in.acc);
+  auto qc = as_type(q, in.acc), kc = as_type(k, in.acc), vc = as_type(v, in.acc);
   Grads grads = dot_product_grads(qc, kc, vc);
   const DestinationPass with_features = [&](const DestinationBuffers& buffers) {
     DestinationBuffers full = buffers;

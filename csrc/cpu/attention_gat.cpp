@@ -13,6 +13,9 @@
 // alpha_dst[i] and copies it to alpha_edge[e].
 // The per-node scalar sums are kept in double: they are cheap, and they cancel (sum_j alpha
 // (<dOut_i, x_j> - delta_i) is 0 without dropout), so float partial sums would cost accuracy.
+// The forward reads float16/bfloat16 inputs as they are when all have that dtype (as under
+// autocast), accumulating in float and writing its output in that dtype; the backward
+// converts its inputs to float once.
 #include "attention_seed.h"
 #include "cpu/cpu_common.h"
 
@@ -22,19 +25,21 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace fastgnn {
 namespace cpu {
 namespace {
 
-template <typename acc_t, typename index_t>
+// Features (feat_t) are float16/bfloat16 as given in the forward, else acc_t.
+template <typename acc_t, typename index_t, typename feat_t = acc_t>
 struct GatInputs {
-  const acc_t* alpha_dst;   // [T, H]
-  const acc_t* x_src;       // [S, H, D]
-  const acc_t* alpha_src;   // [S, H]
-  const acc_t* alpha_edge;  // [E, H] input edge order, or null
-  const index_t* edge_perm; // CSR position -> input position, or null
+  const feat_t* alpha_dst;   // [T, H]
+  const feat_t* x_src;       // [S, H, D]
+  const feat_t* alpha_src;   // [S, H]
+  const feat_t* alpha_edge;  // [E, H] input edge order, or null
+  const index_t* edge_perm;  // CSR position -> input position, or null
   acc_t slope;
   int64_t heads, dim;
 
@@ -43,13 +48,13 @@ struct GatInputs {
   }
   // Pre-activation of edge j -> i at CSR position e.
   acc_t z(int64_t i, int64_t j, int64_t e, int64_t h) const {
-    acc_t v = alpha_src[j * heads + h] + alpha_dst[i * heads + h];
-    if (alpha_edge) v += alpha_edge[edge_at(e, h)];
+    acc_t v = acc_t(alpha_src[j * heads + h]) + acc_t(alpha_dst[i * heads + h]);
+    if (alpha_edge) v += acc_t(alpha_edge[edge_at(e, h)]);
     return v;
   }
   acc_t leaky(acc_t v) const { return v > 0 ? v : v * slope; }
   acc_t leaky_slope(acc_t v) const { return v > 0 ? acc_t(1) : slope; }
-  const acc_t* row(int64_t j, int64_t h) const { return x_src + (j * heads + h) * dim; }
+  const feat_t* row(int64_t j, int64_t h) const { return x_src + (j * heads + h) * dim; }
 };
 
 template <typename acc_t>
@@ -60,20 +65,20 @@ acc_t dot(const acc_t* __restrict__ a, const acc_t* __restrict__ b, int64_t n) {
   return s;
 }
 
-template <typename acc_t, typename index_t>
-void gat_forward_rows(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
-                      const index_t* col, int64_t rows, const DropoutSpec& drop, acc_t* out,
+template <typename acc_t, typename index_t, typename feat_t>
+void gat_forward_rows(const GatInputs<acc_t, index_t, feat_t>& p, const index_t* rowptr,
+                      const index_t* col, int64_t rows, const DropoutSpec& drop, feat_t* out,
                       acc_t* lse) {
   const int64_t heads = p.heads, dim = p.dim;
   const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> peak(heads), total(heads);
+    std::vector<acc_t> peak(heads), total(heads), row(heads * dim);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i) {
       std::fill(peak.begin(), peak.end(), neg_inf);
       std::fill(total.begin(), total.end(), acc_t(0));
-      acc_t* o = out + i * heads * dim;
+      acc_t* o = row.data();
       std::fill(o, o + heads * dim, acc_t(0));
       for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e)
         for (int64_t h = 0; h < heads; ++h)
@@ -85,16 +90,17 @@ void gat_forward_rows(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
           total[h] += w;
           const acc_t wc = w * drop.factor<acc_t>(e, h);
           if (wc == 0) continue;
-          const acc_t* __restrict__ x = p.row(j, h);
+          const feat_t* __restrict__ x = p.row(j, h);
           acc_t* __restrict__ oh = o + h * dim;
 #pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) oh[d] += wc * x[d];
+          for (int64_t d = 0; d < dim; ++d) oh[d] += wc * acc_t(x[d]);
         }
       }
       for (int64_t h = 0; h < heads; ++h) {
         const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
-        acc_t* oh = o + h * dim;
-        for (int64_t d = 0; d < dim; ++d) oh[d] *= inv;
+        const acc_t* oh = o + h * dim;
+        feat_t* to = out + (i * heads + h) * dim;
+        for (int64_t d = 0; d < dim; ++d) to[d] = feat_t(oh[d] * inv);
         lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
       }
     }
@@ -179,24 +185,28 @@ void gat_destination_pass(const index_t* rowptr, const index_t* edge_perm, int64
 // ---- torch-facing glue ---------------------------------------------------------------------
 
 struct Prepared {
-  at::Tensor alpha_dst, x_src, alpha_src, alpha_edge, edge_perm;
+  at::Tensor alpha_dst, x_src, alpha_src, alpha_edge, edge_perm;  // in `read`
   at::ScalarType acc;
+  at::ScalarType read;  // what the kernels read features in: acc, or their float16/bfloat16
   int64_t heads, dim;
 
-  template <typename acc_t, typename index_t>
-  GatInputs<acc_t, index_t> view(double slope) const {
-    return {alpha_dst.data_ptr<acc_t>(), x_src.data_ptr<acc_t>(), alpha_src.data_ptr<acc_t>(),
-            alpha_edge.defined() ? alpha_edge.data_ptr<acc_t>() : nullptr,
+  template <typename acc_t, typename index_t, typename feat_t = acc_t>
+  GatInputs<acc_t, index_t, feat_t> view(double slope) const {
+    return {alpha_dst.data_ptr<feat_t>(), x_src.data_ptr<feat_t>(), alpha_src.data_ptr<feat_t>(),
+            alpha_edge.defined() ? alpha_edge.data_ptr<feat_t>() : nullptr,
             edge_perm.defined() ? edge_perm.data_ptr<index_t>() : nullptr, acc_t(slope), heads,
             dim};
   }
 };
 
-// Checks and float views of the features; `dst_rows` destinations, `col` the edges.
+// Checks and views of the features, in float (double for double) or, with read_half, as
+// given when they are float16/bfloat16 and alpha_edge has their dtype too; `dst_rows`
+// destinations, `col` the edges.
 Prepared prepare(int64_t dst_rows, const at::Tensor& col,
                  const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
                  const at::Tensor& x_src, const at::Tensor& alpha_src,
-                 const c10::optional<at::Tensor>& alpha_edge, const char* op) {
+                 const c10::optional<at::Tensor>& alpha_edge, const char* op,
+                 bool read_half = false) {
   TORCH_CHECK(x_src.dim() == 3, op, ": x_src must be [S, H, D]");
   const int64_t heads = x_src.size(1);
   TORCH_CHECK(alpha_src.dim() == 2 && alpha_src.size(0) == x_src.size(0) &&
@@ -209,17 +219,22 @@ Prepared prepare(int64_t dst_rows, const at::Tensor& col,
                   alpha_src.scalar_type() == x_src.scalar_type(),
               op, ": feature dtypes differ");
   Prepared r;
-  r.acc = x_src.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::ScalarType features = x_src.scalar_type();
+  r.acc = features == at::kDouble ? at::kDouble : at::kFloat;
+  r.read = read_half && is_half(features) &&
+                   (!alpha_edge.has_value() || alpha_edge->scalar_type() == features)
+               ? features
+               : r.acc;
   r.heads = heads;
   r.dim = x_src.size(2);
-  r.alpha_dst = alpha_dst.to(r.acc).contiguous();
-  r.x_src = x_src.to(r.acc).contiguous();
-  r.alpha_src = alpha_src.to(r.acc).contiguous();
+  r.alpha_dst = as_type(alpha_dst, r.read);
+  r.x_src = as_type(x_src, r.read);
+  r.alpha_src = as_type(alpha_src, r.read);
   if (alpha_edge.has_value()) {
     TORCH_CHECK(alpha_edge->dim() == 2 && alpha_edge->size(0) == col.numel() &&
                     alpha_edge->size(1) == heads,
                 op, ": alpha_edge must be [E, H]");
-    r.alpha_edge = alpha_edge->to(r.acc).contiguous();
+    r.alpha_edge = as_type(*alpha_edge, r.read);
   }
   if (edge_perm.has_value()) {
     TORCH_CHECK(edge_perm->scalar_type() == col.scalar_type() && edge_perm->numel() == col.numel(),
@@ -251,20 +266,27 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cpu(
   check_csr(rowptr, col, "gat_forward");
   const int64_t rows = rowptr.numel() - 1;
   const Prepared r = prepare(rows, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
-                             "gat_forward");
-  auto opts = at::TensorOptions().dtype(r.acc);
-  auto out = at::empty({rows, r.heads, r.dim}, opts);
-  auto lse = at::empty({rows, r.heads}, opts);
+                             "gat_forward", true);
+  auto out = at::empty({rows, r.heads, r.dim}, at::TensorOptions().dtype(r.read));
+  auto lse = at::empty({rows, r.heads}, at::TensorOptions().dtype(r.acc));
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, r.heads,
                                              x_src.device(), "gat_forward");
   dispatch(r, col, "gat_forward", [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
-    gat_forward_rows<acc_t, index_t>(r.view<acc_t, index_t>(negative_slope),
-                                     rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), rows,
-                                     drop, out.data_ptr<acc_t>(), lse.data_ptr<acc_t>());
+    const auto run = [&](auto feat) {
+      using feat_t = decltype(feat);
+      gat_forward_rows<acc_t, index_t, feat_t>(
+          r.view<acc_t, index_t, feat_t>(negative_slope), rowptr.data_ptr<index_t>(),
+          col.data_ptr<index_t>(), rows, drop, out.data_ptr<feat_t>(), lse.data_ptr<acc_t>());
+    };
+    if constexpr (std::is_same_v<acc_t, float>) {
+      if (r.read == at::kHalf) return run(at::Half{});
+      if (r.read == at::kBFloat16) return run(at::BFloat16{});
+    }
+    run(acc_t{});
   });
-  return {out.to(x_src.scalar_type()), lse};
+  return {as_type(out, x_src.scalar_type()), lse};
 }
 
 // The source pass over rows [row_begin, row_begin + x_src.size(0)) of the walked CSR (rowptr,

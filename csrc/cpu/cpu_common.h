@@ -31,6 +31,14 @@ inline void check_csr(const at::Tensor& rowptr, const at::Tensor& col, const cha
   TORCH_CHECK(rowptr.numel() >= 1, op, ": rowptr needs at least one entry");
 }
 
+// `t` in `type`, contiguous; no op at all where it already is (the profiler would show a
+// no-op `to` as a cast).
+inline at::Tensor as_type(const at::Tensor& t, at::ScalarType type) {
+  return (t.scalar_type() == type ? t : t.to(type)).contiguous();
+}
+
+inline bool is_half(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
+
 // <grad_out[i, h], out[i, h]> of two [T, H, D] tensors, as [T, H] in the statistics dtype
 // (float; double for double), summed in double and rounded once: the attention backwards
 // subtract it from close values. The CPU kernel of `attention_delta_backward`
