@@ -111,14 +111,9 @@ def _cast_events(run, device):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("name", ["spmm", "aggregate-max", "gatv2", "graph-attention", "gat",
                                   "edge-softmax", "maxk"])
-def test_no_casts_around_ops_fed_in_the_autocast_dtype(device, name, request):
+def test_no_casts_around_ops_fed_in_the_autocast_dtype(device, name):
     """Features arriving in bfloat16 (as a linear layer's output under autocast does) reach
     the kernels as they are: no cast or copy op is dispatched around the call."""
-    if device == "cpu" and name == "gatv2":
-        request.node.add_marker(pytest.mark.xfail(
-            strict=True, reason="the CPU GATv2 forward converts half features to float32 once: "
-            "read as they are, each source row is converted twice an edge and the destination "
-            "row once an edge, 1.2-1.4x slower on tolokers (docs/efficiency.md)"))
     g = _graph(device)
     op, _, inputs = _calls(g, device)[name]
     inputs = [t.to(torch.bfloat16) for t in inputs]

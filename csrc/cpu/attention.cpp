@@ -6,13 +6,11 @@
 // feature); a pass over the transposed CSR then pulls the source-side gradients from those
 // (no atomics, no second logit). Everything is deterministic for any thread count.
 //
-// Inputs are converted once to the accumulation type (float, double for double), which costs
-// one node-sized (and, for edge_term, one edge-sized) conversion for float16/bfloat16, with
-// one exception: the dot-product forward reads float16/bfloat16 features as they are when
-// every input has that dtype (as under autocast), converting values as it loads them, and
-// writes its output in that dtype. Converting on load costs per edge, the copy per node:
-// GATv2, which would convert each source row twice and the destination row for every edge,
-// ran 1.2-1.4x slower that way on tolokers, the dot product no slower (docs/efficiency.md).
+// The forwards read float16/bfloat16 features as they are when every input has that dtype (as
+// under autocast), accumulating in float and writing the output in that dtype: each
+// destination's row is converted once for all its edges, each source row once an edge (GATv2
+// keeps it for the value). The backwards convert their inputs once to the accumulation type
+// (float, double for double).
 #include "attention_seed.h"
 #include "cpu/attention_backward.h"
 #include "cpu/cpu_common.h"
@@ -60,6 +58,20 @@ struct EdgeTerm {
   }
 };
 
+// n values of `row` as acc_t: the row itself when feat_t is acc_t, else converted into
+// `buffer`.
+template <typename acc_t, typename feat_t>
+FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, int64_t n,
+                                          acc_t* FASTGNN_RESTRICT buffer) {
+  if constexpr (std::is_same_v<acc_t, feat_t>) {
+    return row;
+  } else {
+#pragma omp simd
+    for (int64_t d = 0; d < n; ++d) buffer[d] = acc_t(row[d]);
+    return buffer;
+  }
+}
+
 template <typename acc_t>
 FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b,
                                 int64_t n) {
@@ -69,14 +81,15 @@ FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FA
   return s;
 }
 
-// GATv2: logit = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge)); the value is x_src[j].
-template <typename acc_t, typename index_t>
+// GATv2: logit = att . LeakyReLU(x_dst[i] + x_src[j] (+ edge)); the value is x_src[j]. The
+// features (feat_t) are float16/bfloat16 as given in the forward, else acc_t; att is acc_t.
+template <typename acc_t, typename index_t, typename feat_t = acc_t>
 struct Gatv2 {
   static constexpr bool kEdgeInValues = false;
-  const acc_t* x_dst;
-  const acc_t* x_src;
+  const feat_t* x_dst;
+  const feat_t* x_src;
   const acc_t* att;
-  EdgeTerm<acc_t, index_t> edge;
+  EdgeTerm<feat_t, index_t> edge;
   acc_t slope;
   int64_t heads, dim;
 
@@ -95,37 +108,50 @@ struct Gatv2 {
     return slope + (acc_t(1) - slope) * positive(v);
   }
 
-  // Leaves the pre-activation z in `z` for the gradient.
-  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h,
-                                    acc_t* FASTGNN_RESTRICT z) const {
-    const acc_t* FASTGNN_RESTRICT xd = x_dst + (i * heads + h) * dim;
-    const acc_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
+  // Destination i's features as acc_t ([H, D]): themselves, or converted into `buffer`.
+  FASTGNN_ALWAYS_INLINE const acc_t* destination(int64_t i, acc_t* buffer) const {
+    return as_acc<acc_t>(x_dst + i * heads * dim, heads * dim, buffer);
+  }
+
+  // The forward's logit, from the destination's head-h row `xd` (from destination()). With
+  // half features it leaves the source row, converted, in `source` for value().
+  FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* FASTGNN_RESTRICT xd, int64_t j,
+                                            int64_t e, int64_t h,
+                                            acc_t* FASTGNN_RESTRICT source) const {
+    const feat_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
-    const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    constexpr bool kConverts = !std::is_same_v<feat_t, acc_t>;
     acc_t s = 0;
     if (ed) {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
-        const acc_t v = xd[d] + xs[d] + ed[d];
-        z[d] = v;
-        s += a[d] * leaky(v);
+        const acc_t x = acc_t(xs[d]);
+        if constexpr (kConverts) source[d] = x;
+        s += a[d] * leaky(xd[d] + x + acc_t(ed[d]));
       }
     } else {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
-        const acc_t v = xd[d] + xs[d];
-        z[d] = v;
-        s += a[d] * leaky(v);
+        const acc_t x = acc_t(xs[d]);
+        if constexpr (kConverts) source[d] = x;
+        s += a[d] * leaky(xd[d] + x);
       }
     }
     return s;
   }
 
+  // The forward's value, after forward_logit (which converted it, for half features).
   FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t /*e*/, int64_t h,
-                                           acc_t* /*scratch*/) const {
-    return x_src + (j * heads + h) * dim;
+                                           const acc_t* source, acc_t* /*scratch*/) const {
+    if constexpr (std::is_same_v<feat_t, acc_t>) {
+      return x_src + (j * heads + h) * dim;
+    } else {
+      return source;
+    }
   }
 
+  // The backward's members (it converts its inputs: feat_t is acc_t there).
   // The backward's logit (leaving z) and <dout, value>, in one pass over the source row.
   FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
                                             const acc_t* FASTGNN_RESTRICT dout,
@@ -224,10 +250,27 @@ struct DotProduct {
     prefetch_row(q + i * heads * dim, heads * dim);
   }
 
-  // Leaves the key (k[j] + edge) in `z`.
+  // Destination i's queries as acc_t ([H, D]): themselves, or converted into `buffer`.
+  FASTGNN_ALWAYS_INLINE const acc_t* destination(int64_t i, acc_t* buffer) const {
+    return as_acc<acc_t>(q + i * heads * dim, heads * dim, buffer);
+  }
+
+  // The forward's logit, from the destination's head-h query `qi` (from destination());
+  // `source` takes the key.
+  FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* qi, int64_t j, int64_t e, int64_t h,
+                                            acc_t* source) const {
+    return logit_at(qi, j, e, h, source);
+  }
+
+  // The backward's (feat_t is acc_t there): leaves the key (k[j] + edge) in `z`.
   FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h,
                                     acc_t* FASTGNN_RESTRICT z) const {
-    const feat_t* FASTGNN_RESTRICT qi = q + (i * heads + h) * dim;
+    return logit_at(q + (i * heads + h) * dim, j, e, h, z);
+  }
+
+  // <qi, k[j] (+ edge)> * scale, leaving the key in `z`.
+  FASTGNN_ALWAYS_INLINE acc_t logit_at(const acc_t* FASTGNN_RESTRICT qi, int64_t j, int64_t e,
+                                       int64_t h, acc_t* FASTGNN_RESTRICT z) const {
     const feat_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
     const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
     acc_t s = 0;
@@ -235,19 +278,20 @@ struct DotProduct {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
         z[d] = acc_t(kj[d]) + acc_t(ed[d]);
-        s += acc_t(qi[d]) * z[d];
+        s += qi[d] * z[d];
       }
     } else {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
         z[d] = acc_t(kj[d]);
-        s += acc_t(qi[d]) * z[d];
+        s += qi[d] * z[d];
       }
     }
     return s * scale;
   }
 
-  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h, acc_t* scratch) const {
+  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h,
+                                           const acc_t* /*source*/, acc_t* scratch) const {
     const feat_t* vj = v + (j * heads + h) * dim;
     const feat_t* ed = edge.row(e, h);
     if constexpr (std::is_same_v<feat_t, acc_t>) {
@@ -268,7 +312,7 @@ struct DotProduct {
   FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
                                             const acc_t* dout, acc_t* z, acc_t* scratch,
                                             acc_t& value_dot) const {
-    value_dot = dot(dout, value(j, e, h, scratch), dim);
+    value_dot = dot(dout, value(j, e, h, nullptr, scratch), dim);
     return logit(i, j, e, h, z);
   }
 
@@ -299,9 +343,10 @@ struct DotProduct {
 // One thread's buffers for the forward pass.
 template <typename acc_t>
 struct ForwardScratch {
-  std::vector<acc_t> acc, z, value, peak, total;
+  std::vector<acc_t> acc, destination, source, value, peak, total;
   ForwardScratch(int64_t heads, int64_t dim)
-      : acc(heads * dim), z(dim), value(dim), peak(heads), total(heads) {}
+      : acc(heads * dim), destination(heads * dim), source(dim), value(dim), peak(heads),
+        total(heads) {}
 };
 
 template <typename acc_t, typename index_t, typename Policy, typename out_t>
@@ -318,11 +363,12 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
     std::fill(acc, acc + heads * dim, acc_t(0));
     std::fill(peak, peak + heads, neg_inf);
     std::fill(total, total + heads, acc_t(0));
+    const acc_t* dst = p.destination(i, scratch.destination.data());
     for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t logit = p.logit(i, j, e, h, scratch.z.data());
+        const acc_t logit = p.forward_logit(dst + h * dim, j, e, h, scratch.source.data());
         acc_t* FASTGNN_RESTRICT a = acc + h * dim;
         if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
           const acc_t corr = std::exp(peak[h] - logit);
@@ -335,7 +381,8 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
         total[h] += w;
         const acc_t wc = w * drop.factor<acc_t>(e, h);
         if (wc != 0) {
-          const acc_t* FASTGNN_RESTRICT val = p.value(j, e, h, scratch.value.data());
+          const acc_t* FASTGNN_RESTRICT val =
+              p.value(j, e, h, scratch.source.data(), scratch.value.data());
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
         }
@@ -666,9 +713,9 @@ void dispatch(const Inputs& in, const char* op, F&& f) {
 }
 
 // make_policy(acc_t{}, index_t{}, feat_t{}) gives the policy over features in `in.read`
-// (feat_t: acc_t, or with kReadsHalf the float16/bfloat16 type); the output comes in that
-// dtype, converted to out_type where it differs.
-template <bool kReadsHalf, typename MakePolicy>
+// (feat_t: acc_t, or the float16/bfloat16 type); the output comes in that dtype, converted to
+// out_type where it differs.
+template <typename MakePolicy>
 std::tuple<at::Tensor, at::Tensor> run_forward(const Inputs& in, at::ScalarType out_type,
                                                const DropoutSpec& drop, const char* op,
                                                MakePolicy&& make_policy) {
@@ -684,7 +731,7 @@ std::tuple<at::Tensor, at::Tensor> run_forward(const Inputs& in, at::ScalarType 
                                         in.rows, drop, out.data_ptr<feat_t>(),
                                         lse.data_ptr<acc_t>());
     };
-    if constexpr (kReadsHalf && std::is_same_v<acc_t, float>) {
+    if constexpr (std::is_same_v<acc_t, float>) {
       if (in.read == at::kHalf) return run(at::Half{});
       if (in.read == at::kBFloat16) return run(at::BFloat16{});
     }
@@ -780,19 +827,30 @@ std::tuple<at::Tensor, at::Tensor> gatv2_forward_cpu(
     int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
-  const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_forward");
+  const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_forward",
+                            true, {att});
   TORCH_CHECK(att.dim() == 2 && att.size(0) == in.heads && att.size(1) == in.dim,
               "gatv2_forward: att must be [H, D]");
-  auto xd = as_type(x_dst, in.acc), xs = as_type(x_src, in.acc), a = as_type(att, in.acc);
+  auto xd = as_type(x_dst, in.read), xs = as_type(x_src, in.read), a = as_type(att, in.read);
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              x_src.device(), "gatv2_forward");
-  return run_forward<false>(in, x_src.scalar_type(), drop, "gatv2_forward",
-                            [&](auto acc, auto idx, auto /*feat: acc_t*/) {
+  std::vector<float> att_float;  // att for half features, converted here (H x D values)
+  return run_forward(in, x_src.scalar_type(), drop, "gatv2_forward",
+                           [&](auto acc, auto idx, auto feat) {
     using acc_t = decltype(acc);
     using index_t = decltype(idx);
-    return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(), a.data_ptr<acc_t>(),
-                                 edge_view<acc_t, index_t>(in), acc_t(negative_slope), in.heads,
-                                 in.dim};
+    using feat_t = decltype(feat);
+    const acc_t* att_acc;
+    if constexpr (std::is_same_v<feat_t, acc_t>) {
+      att_acc = a.data_ptr<acc_t>();
+    } else {
+      const feat_t* given = a.data_ptr<feat_t>();
+      att_float.assign(given, given + a.numel());
+      att_acc = att_float.data();
+    }
+    return Gatv2<acc_t, index_t, feat_t>{xd.data_ptr<feat_t>(), xs.data_ptr<feat_t>(), att_acc,
+                                         edge_view<feat_t, index_t>(in), acc_t(negative_slope),
+                                         in.heads, in.dim};
   });
 }
 
@@ -845,7 +903,7 @@ std::tuple<at::Tensor, at::Tensor> graph_attention_forward_cpu(
   auto qc = as_type(q, in.read), kc = as_type(k, in.read), vc = as_type(v, in.read);
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              q.device(), "graph_attention_forward");
-  return run_forward<true>(in, v.scalar_type(), drop, "graph_attention_forward",
+  return run_forward(in, v.scalar_type(), drop, "graph_attention_forward",
                            [&](auto acc, auto idx, auto feat) {
                              using acc_t = decltype(acc);
                              using index_t = decltype(idx);
