@@ -12,6 +12,7 @@ import fastgnn
 from fastgnn import _native, ops
 from conftest import ZeroFills, devices, random_graph
 
+
 def _backward_fills(fn, leaves):
     """The zero fills of one backward of ``fn(*leaves)``, and the gradients."""
     out = fn(*leaves)
@@ -56,4 +57,3 @@ def test_no_gradient_is_filled_for_the_unreachable_output(device, case):
         want = torch.autograd.grad(fn(*leaves), leaves, grad)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
-

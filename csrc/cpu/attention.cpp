@@ -294,16 +294,9 @@ struct DotProduct {
                                            const acc_t* /*source*/, acc_t* scratch) const {
     const feat_t* vj = v + (j * heads + h) * dim;
     const feat_t* ed = edge.row(e, h);
-    if constexpr (std::is_same_v<feat_t, acc_t>) {
-      if (!ed) return vj;
-    }
-    if (ed) {
+    if (!ed) return as_acc<acc_t>(vj, dim, scratch);
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]) + acc_t(ed[d]);
-    } else {
-#pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]);
-    }
+    for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]) + acc_t(ed[d]);
     return scratch;
   }
 
@@ -675,9 +668,9 @@ Inputs prepare(const at::Tensor& rowptr, const at::Tensor& col,
   in.col = col;
   in.acc = dst_side.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const at::ScalarType features = src_side.scalar_type();
-  bool same = !edge_term.has_value() || edge_term->scalar_type() == features;
+  bool same = read_half && (!edge_term.has_value() || edge_term->scalar_type() == features);
   for (const auto& t : others) same = same && t.scalar_type() == features;
-  in.read = read_half && is_half(features) && same ? features : in.acc;
+  in.read = read_type(features, same, in.acc);
   in.rows = rows;
   in.heads = src_side.size(1);
   in.dim = src_side.size(2);
@@ -724,18 +717,13 @@ std::tuple<at::Tensor, at::Tensor> run_forward(const Inputs& in, at::ScalarType 
   dispatch(in, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
-    const auto run = [&](auto f) {
+    dispatch_read<acc_t>(in.read, [&](auto f) {
       using feat_t = decltype(f);
       attention_forward<acc_t, index_t>(make_policy(acc_t{}, index_t{}, feat_t{}),
                                         in.rowptr.data_ptr<index_t>(), in.col.data_ptr<index_t>(),
                                         in.rows, drop, out.data_ptr<feat_t>(),
                                         lse.data_ptr<acc_t>());
-    };
-    if constexpr (std::is_same_v<acc_t, float>) {
-      if (in.read == at::kHalf) return run(at::Half{});
-      if (in.read == at::kBFloat16) return run(at::BFloat16{});
-    }
-    run(acc_t{});
+    });
   });
   return {as_type(out, out_type), lse};
 }

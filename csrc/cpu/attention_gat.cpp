@@ -25,7 +25,6 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
 namespace fastgnn {
@@ -221,10 +220,9 @@ Prepared prepare(int64_t dst_rows, const at::Tensor& col,
   Prepared r;
   const at::ScalarType features = x_src.scalar_type();
   r.acc = features == at::kDouble ? at::kDouble : at::kFloat;
-  r.read = read_half && is_half(features) &&
-                   (!alpha_edge.has_value() || alpha_edge->scalar_type() == features)
-               ? features
-               : r.acc;
+  r.read = read_type(
+      features, read_half && (!alpha_edge.has_value() || alpha_edge->scalar_type() == features),
+      r.acc);
   r.heads = heads;
   r.dim = x_src.size(2);
   r.alpha_dst = as_type(alpha_dst, r.read);
@@ -274,17 +272,12 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cpu(
   dispatch(r, col, "gat_forward", [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
-    const auto run = [&](auto feat) {
+    dispatch_read<acc_t>(r.read, [&](auto feat) {
       using feat_t = decltype(feat);
       gat_forward_rows<acc_t, index_t, feat_t>(
           r.view<acc_t, index_t, feat_t>(negative_slope), rowptr.data_ptr<index_t>(),
           col.data_ptr<index_t>(), rows, drop, out.data_ptr<feat_t>(), lse.data_ptr<acc_t>());
-    };
-    if constexpr (std::is_same_v<acc_t, float>) {
-      if (r.read == at::kHalf) return run(at::Half{});
-      if (r.read == at::kBFloat16) return run(at::BFloat16{});
-    }
-    run(acc_t{});
+    });
   });
   return {as_type(out, x_src.scalar_type()), lse};
 }

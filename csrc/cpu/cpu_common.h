@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <type_traits>
+
 #include "cpu/kernel_common.h"
 
 namespace fastgnn {
@@ -37,7 +39,22 @@ inline at::Tensor as_type(const at::Tensor& t, at::ScalarType type) {
   return (t.scalar_type() == type ? t : t.to(type)).contiguous();
 }
 
-inline bool is_half(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
+// The dtype a forward reads its features in: their own when float16/bfloat16 and every input
+// has it (`all_same`, as under autocast), else the accumulation type `acc`.
+inline at::ScalarType read_type(at::ScalarType features, bool all_same, at::ScalarType acc) {
+  return all_same && (features == at::kHalf || features == at::kBFloat16) ? features : acc;
+}
+
+// Calls f(feat_t{}) with feat_t the C++ type of `read` (from read_type): at::Half,
+// at::BFloat16, or acc_t itself.
+template <typename acc_t, typename F>
+void dispatch_read(at::ScalarType read, F&& f) {
+  if constexpr (std::is_same_v<acc_t, float>) {
+    if (read == at::kHalf) return f(at::Half{});
+    if (read == at::kBFloat16) return f(at::BFloat16{});
+  }
+  f(acc_t{});
+}
 
 // <grad_out[i, h], out[i, h]> of two [T, H, D] tensors, as [T, H] in the statistics dtype
 // (float; double for double), summed in double and rounded once: the attention backwards
