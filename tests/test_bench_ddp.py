@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("lightning")
 pytest.importorskip("torch_geometric")
+pytest.importorskip("jsonargparse")
 
 from conftest import PROJECT_ROOT as ROOT, project_env  # noqa: E402
 spec = importlib.util.spec_from_file_location("bench_ddp", os.path.join(ROOT, "scripts",

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("lightning")
 pytest.importorskip("torch_geometric")
+pytest.importorskip("jsonargparse")
 
 from fastgnn.zoo.compare import seed_overrides  # noqa: E402
 
