@@ -22,18 +22,6 @@ from fastgnn.bench import graphs, measure  # noqa: E402
 BACKWARD = torch.ops.fastgnn.minmax_aggregate_backward
 
 
-def busy_ms(run, device: torch.device, calls: int = 10) -> float:
-    """GPU kernel time per call of ``run`` (profiler, summed over the kernels)."""
-    run()
-    measure.sync(device)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            run()
-        measure.sync(device)
-    total_us = sum(e.device_time_total for e in prof.key_averages())
-    return total_us / calls / 1e3
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -71,7 +59,8 @@ def main(argv=None) -> int:
             raw_ms = measure.time_forward(raw, device, warmup=3, repeats=args.repeats)
             autograd_ms = measure.time_backward(forward, [x], grad, device, warmup=3,
                                                 repeats=args.repeats)
-            busy = busy_ms(raw, device) if device.type == "cuda" else float("nan")
+            busy = (measure.profiled_kernel_ms(raw, device, warmup=1, calls=10)
+                    if device.type == "cuda" else float("nan"))
             print(f"| {width} | {kind} | {raw_ms:.4f} | {autograd_ms:.4f} | {busy:.4f} |")
     return 0
 

@@ -5,13 +5,17 @@ aggregation, GATv2 and the Graph Transformer, forward and forward + backward thr
 each library under its own tuner (the release's ``autotune=True``, which times the forward).
 
     python3 scripts/bench_vs_release.py [--graphs tolokers,ogbn-arxiv,flickr]
-        [--minmax 128,256,512] [--attention gatv2:4x64,gatv2:8x128,dot:4x64,dot:8x128]
+        [--minmax 128,256,512] [--reduce max,min]
+        [--attention gatv2:4x64,gatv2:8x128,dot:4x64,dot:8x128] [--backward-kernels]
 
 The release is not a dependency: build it yourself (``TURBO_GNN_FORCE_BUILD=TRUE pip install
 --no-build-isolation <its checkout>``); without it the script says so and exits 2. Each pair
 is also checked for equal outputs (max abs difference printed), so a faster but different op
 cannot pass unnoticed. Times are medians of back-to-back batches (``fastgnn.bench.measure``),
-the two libraries alternating row by row on the same inputs.
+the two libraries alternating row by row on the same inputs. ``--backward-kernels`` times
+the backward's GPU kernels alone instead (``torch.profiler``, summed per call of
+``torch.autograd.grad`` from a fixed output gradient, so no gradient accumulation): the
+device work of each library, free of the host time that hides it at small sizes.
 """
 from __future__ import annotations
 
@@ -52,6 +56,14 @@ def time_pair(op: Op, leaves, device) -> Tuple[float, float]:
     return fwd, both
 
 
+def time_backward_kernels(op: Op, leaves, device) -> float:
+    """GPU kernel ms of one backward through autograd, from one forward's graph."""
+    out = op()
+    grad = torch.randn_like(out)
+    return measure.profiled_kernel_ms(
+        lambda: torch.autograd.grad(out, leaves, grad, retain_graph=True), device)
+
+
 def minmax_ops(turbo, tuned: dict, g, tg, width: int, reduce: str, device):
     x = torch.randn(g.num_src_nodes, width, device=device, requires_grad=True)
     ours = lambda: fastgnn.ops.aggregate(g, x, reduce)  # noqa: E731
@@ -78,15 +90,20 @@ def attention_ops(turbo, tuned: dict, g, tg, kind: str, heads: int, dim: int, de
     return ours, theirs, [q, k, v]
 
 
-def row(name: str, config: str, ours: Op, theirs: Op, leaves, device) -> str:
-    theirs_ms = time_pair(theirs, leaves, device)  # the release first: its tuner runs here
-    ours_ms = time_pair(ours, leaves, device)
+def row(name: str, config: str, ours: Op, theirs: Op, leaves, device,
+        backward_kernels: bool) -> str:
+    if backward_kernels:
+        theirs_ms = time_backward_kernels(theirs, leaves, device)  # its tuner runs here
+        ours_ms = time_backward_kernels(ours, leaves, device)
+        cells = [f"{ours_ms:.4f}", f"{theirs_ms:.4f}", f"{theirs_ms / ours_ms:.2f}x"]
+    else:
+        theirs_ms = time_pair(theirs, leaves, device)  # the release first: its tuner runs here
+        ours_ms = time_pair(ours, leaves, device)
+        cells = [f"{ours_ms[0]:.3f}", f"{theirs_ms[0]:.3f}", f"{theirs_ms[0] / ours_ms[0]:.2f}x",
+                 f"{ours_ms[1]:.3f}", f"{theirs_ms[1]:.3f}", f"{theirs_ms[1] / ours_ms[1]:.2f}x"]
     with torch.no_grad():
         diff = (ours().float() - theirs().float()).abs().max().item()
-    cells = [f"{ours_ms[0]:.3f}", f"{theirs_ms[0]:.3f}", f"{theirs_ms[0] / ours_ms[0]:.2f}x",
-             f"{ours_ms[1]:.3f}", f"{theirs_ms[1]:.3f}", f"{theirs_ms[1] / ours_ms[1]:.2f}x",
-             f"{diff:.1e}"]
-    return f"| {name} | {config} | " + " | ".join(cells) + " |"
+    return f"| {name} | {config} | " + " | ".join(cells + [f"{diff:.1e}"]) + " |"
 
 
 def main() -> int:
@@ -94,10 +111,15 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graphs", default="tolokers,ogbn-arxiv,flickr")
     p.add_argument("--minmax", default="128,256,512", help="widths ('' for none)")
-    p.add_argument("--reduce", default="max", choices=("min", "max"))
+    p.add_argument("--reduce", default="max", help="min, max, or both as 'max,min'")
     p.add_argument("--attention", default="gatv2:4x64,gatv2:8x128,dot:4x64,dot:8x128",
                    help="<gatv2|dot>:<heads>x<head dim> ('' for none)")
+    p.add_argument("--backward-kernels", action="store_true",
+                   help="time the backward's GPU kernels alone (torch.profiler)")
     args = p.parse_args()
+    reduces = args.reduce.split(",")
+    if not set(reduces) <= {"min", "max"}:
+        p.error(f"--reduce: expected min, max or both, got {args.reduce!r}")
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
@@ -112,22 +134,32 @@ def main() -> int:
     tuned = dict(autotune=True)
     quick = dict(autotune=True, autotune_config=turbo.AutotuneConfig(warmup=2, iters=5))
     device = torch.device("cuda")
-    print(f"{report.describe_run(device)}; ms per call through autograd, float32; "
-          "speedup = release / fastgnn\n")
-    print("| graph | op | fastgnn fwd | release fwd | speedup | fastgnn fwd+bwd | "
-          "release fwd+bwd | speedup | max abs diff |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    if args.backward_kernels:
+        print(f"{report.describe_run(device)}; GPU kernel ms per backward call "
+              "(torch.profiler), float32; speedup = release / fastgnn\n")
+        print("| graph | op | fastgnn bwd kernels | release bwd kernels | speedup | "
+              "max abs diff |")
+        print("|---|---|---|---|---|---|")
+    else:
+        print(f"{report.describe_run(device)}; ms per call through autograd, float32; "
+              "speedup = release / fastgnn\n")
+        print("| graph | op | fastgnn fwd | release fwd | speedup | fastgnn fwd+bwd | "
+              "release fwd+bwd | speedup | max abs diff |")
+        print("|---|---|---|---|---|---|---|---|---|")
     for name in args.graphs.split(","):
         g = graphs.load(name).graph.to(device)
         tg = release_graph(turbo, g, device)
-        for width in filter(None, args.minmax.split(",")):
-            ours, theirs, leaves = minmax_ops(turbo, quick, g, tg, int(width), args.reduce, device)
-            print(row(name, f"{args.reduce} {width}", ours, theirs, leaves, device), flush=True)
+        for reduce in reduces:
+            for width in filter(None, args.minmax.split(",")):
+                ours, theirs, leaves = minmax_ops(turbo, quick, g, tg, int(width), reduce, device)
+                print(row(name, f"{reduce} {width}", ours, theirs, leaves, device,
+                          args.backward_kernels), flush=True)
         for config in filter(None, args.attention.split(",")):
             kind, shape = config.split(":")
             heads, dim = (int(v) for v in shape.split("x"))
             ours, theirs, leaves = attention_ops(turbo, tuned, g, tg, kind, heads, dim, device)
-            print(row(name, config, ours, theirs, leaves, device), flush=True)
+            print(row(name, config, ours, theirs, leaves, device, args.backward_kernels),
+                  flush=True)
     return 0
 
 

@@ -198,6 +198,22 @@ def time_kernels(fn: Callable[[], object], device: torch.device, warmup: int,
     return _time_batches(lambda: graph.replay, device, 1, repeats) / BATCH
 
 
+def profiled_kernel_ms(fn: Callable[[], object], device: torch.device, warmup: int = 5,
+                       calls: int = 20) -> float:
+    """Milliseconds of GPU kernels per call of ``fn``: every CUDA kernel, copy and memset that
+    ``torch.profiler`` records over ``calls`` calls, summed. Unlike :func:`time_kernels` it
+    needs no CUDA graph capture, so it also times code that cannot be captured (a library
+    that syncs or allocates on the host)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        sync(device)
+    return sum(e.device_time_total for e in prof.key_averages()) / calls / 1e3
+
+
 def time_backward(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,
                   device: torch.device, warmup: int, repeats: int) -> float:
     def prepare() -> Callable[[], object]:
