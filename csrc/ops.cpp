@@ -149,7 +149,10 @@ TORCH_LIBRARY(fastgnn, m) {
   // alpha_src_rows being those sources' features; it reads no other source row, writes each
   // walked edge's logit gradient into grad_logit ([E, H], statistics dtype, CSR order) and
   // returns the rows' gradients. delta [T, H] = <grad_out, out> per destination and head.
-  // light_rows/heavy_rows are row buckets relative to row_begin (CUDA only). The destination
+  // light_rows/heavy_rows are row buckets relative to row_begin (CUDA only). With logit_slot
+  // ([E], index dtype, by walked position) each walked edge's logit gradient goes to row
+  // logit_slot[q] of grad_logit ([n, H]) instead, so that a range of sources can fill a buffer
+  // of its own edges (on CUDA the slots are trusted, as src_perm is). The destination
   // step sums grad_logit over each CSR row into grad_alpha_dst ([T, H], dtype) and, with
   // with_edge, copies it to grad_alpha_edge in input edge order. attention_delta_backward
   // gives delta from grad_out and out ([T, H, D] each).
@@ -158,7 +161,7 @@ TORCH_LIBRARY(fastgnn, m) {
         "Tensor col, Tensor src_perm, Tensor? edge_perm, Tensor alpha_dst, Tensor x_rows, "
         "Tensor alpha_src_rows, Tensor? alpha_edge, float negative_slope, float dropout, "
         "int seed, Tensor? seed_tensor, int offset, int row_begin, Tensor? light_rows, "
-        "Tensor? heavy_rows, int heavy_warps, Tensor(a!) grad_logit) "
+        "Tensor? heavy_rows, int heavy_warps, Tensor(a!) grad_logit, Tensor? logit_slot=None) "
         "-> (Tensor grad_x_rows, Tensor grad_alpha_src_rows)");
   m.def("gat_destination_backward(Tensor rowptr, Tensor grad_logit, Tensor? edge_perm, "
         "bool with_edge, ScalarType dtype, Tensor? light_rows, Tensor? heavy_rows, "

@@ -297,6 +297,66 @@ def test_opcheck():
                           (rowptr, grad_logit, perm, True, torch.float32, None, None, 1))
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kind", list(GRAPHS))
+def test_range_logit_buffers_equal_the_whole_backward(kind, device):
+    """Each source range writes its edges' logit gradients into a buffer of its own
+    (logit_slot), and the destinations' gradient sums the ranges' destination passes."""
+    g = GRAPHS[kind](device)
+    heads, ranges = 3, 4
+    whole, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, _,
+               rowptr, _) = whole_and_steps(g.to("cpu"), heads, 5, False, ranges)
+    on = lambda *ts: [t.to(device) for t in ts]  # noqa: E731
+    grad_out, lse, delta, t_perm, perm, alpha_dst, x, alpha_src = on(
+        grad_out, lse, delta, t_perm, perm, alpha_dst, x, alpha_src)
+    walked = on(*walked)
+    bounds = torch.linspace(0, g.num_src_nodes, ranges + 1).long().tolist()
+    slot, rowptrs, edges = _gat_layer._range_logits(
+        g, attention_ops.structure_args(g, True), list(zip(bounds[:-1], bounds[1:])))
+    assert sum(edges) == g.num_edges
+    grad_x, grad_src = torch.empty_like(x), torch.empty_like(alpha_src)
+    grad_dst = torch.zeros_like(alpha_dst)
+    for i, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        buffer = torch.full((edges[i], heads), float("nan"), dtype=x.dtype, device=device)
+        grad_x[begin:end], grad_src[begin:end] = torch.ops.fastgnn.gat_source_backward(
+            grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[begin:end],
+            alpha_src[begin:end], None, 0.2, 0.0, 0, None, 0, begin, None, None, 1, buffer, slot)
+        part, _ = torch.ops.fastgnn.gat_destination_backward(
+            rowptrs[i], buffer, None, False, torch.float64, None, None, 1)
+        grad_dst += part
+    for a, b in zip((grad_dst, grad_x, grad_src), whole[:3]):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "opcheck"),
+                    reason="torch.library.opcheck needs torch 2.4")
+def test_opcheck_with_logit_slots():
+    g = GRAPHS["directed"]("cpu")
+    _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, _, _,
+           _) = whole_and_steps(g, 2, 4, False, ranges=1)
+    slot, _, edges = _gat_layer._range_logits(g, attention_ops.structure_args(g, True),
+                                              [(0, 20), (20, g.num_src_nodes)])
+    buffer = torch.empty(edges[0], 2, dtype=torch.float64)
+    torch.library.opcheck(torch.ops.fastgnn.gat_source_backward, (
+        grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[:20], alpha_src[:20], None,
+        0.2, 0.0, 0, None, 0, 0, None, None, 1, buffer, slot))
+
+
+def test_logit_slots_outside_the_buffer_raise():
+    g = GRAPHS["directed"]("cpu")
+    _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, _, _,
+           _) = whole_and_steps(g, 2, 4, False, ranges=1)
+    slot, _, edges = _gat_layer._range_logits(g, attention_ops.structure_args(g, True),
+                                              [(0, 20), (20, g.num_src_nodes)])
+    call = lambda buffer, slot: torch.ops.fastgnn.gat_source_backward(  # noqa: E731
+        grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[:20], alpha_src[:20], None,
+        0.2, 0.0, 0, None, 0, 0, None, None, 1, buffer, slot)
+    with pytest.raises(RuntimeError, match="outside grad_logit's"):
+        call(torch.empty(edges[0] - 1, 2, dtype=torch.float64), slot)
+    with pytest.raises(RuntimeError, match="logit_slot must be"):
+        call(torch.empty(edges[0], 2, dtype=torch.float64), slot[:-1])
+
+
 def test_source_rows_outside_the_csr_raise():
     g = GRAPHS["directed"]("cpu")
     _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, alpha_edge,

@@ -119,11 +119,12 @@ struct GatSourceGrads {
 // Source side of the backward over `rows` rows of the walked CSR (the transposed CSR, or on a
 // symmetric graph the CSR itself): row n is the source of edge src_perm[q] into col[q], and
 // `p`'s x_src and alpha_src start at row n = 0. Writes each walked edge's dz into grad_logit
-// and the gradients of the rows' x_src and alpha_src; reads x_src of its own row only.
+// (at its CSR position, or at logit_slot[q]) and the gradients of the rows' x_src and
+// alpha_src; reads x_src of its own row only.
 template <typename acc_t, typename index_t>
 void gat_source_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
-                     const index_t* col, const index_t* src_perm, int64_t rows,
-                     const DropoutSpec& drop, const GatSourceGrads<acc_t>& g) {
+                     const index_t* col, const index_t* src_perm, const index_t* logit_slot,
+                     int64_t rows, const DropoutSpec& drop, const GatSourceGrads<acc_t>& g) {
   const int64_t heads = p.heads, dim = p.dim;
 #pragma omp parallel num_threads(num_threads())
   {
@@ -135,6 +136,7 @@ void gat_source_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
       std::fill(gx_row, gx_row + heads * dim, acc_t(0));
       for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
         const int64_t m = col[q], e = src_perm[q];
+        acc_t* logit_row = g.grad_logit + (logit_slot ? int64_t(logit_slot[q]) : e) * heads;
         for (int64_t h = 0; h < heads; ++h) {  // edge n -> m at forward CSR position e
           const acc_t z = p.z(m, n, e, h);
           const acc_t alpha = std::exp(p.leaky(z) - g.lse[m * heads + h]);
@@ -144,7 +146,7 @@ void gat_source_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
           const double dz = (double(wc) * dval - double(alpha) * double(g.delta[m * heads + h])) *
                             double(p.leaky_slope(z));
           sum_src[h] += dz;
-          g.grad_logit[e * heads + h] = acc_t(dz);
+          logit_row[h] = acc_t(dz);
           if (wc == 0) continue;
           acc_t* __restrict__ gx = gx_row + h * dim;
 #pragma omp simd
@@ -282,6 +284,23 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cpu(
   return {as_type(out, x_src.scalar_type()), lse};
 }
 
+// logit_slot must be a contiguous [E] tensor of the index dtype whose walked rows' entries
+// are rows of a `slots`-row grad_logit.
+void check_logit_slots(const at::Tensor& logit_slot, const at::Tensor& rowptr,
+                       const at::Tensor& col, int64_t row_begin, int64_t rows, int64_t slots,
+                       const char* op) {
+  TORCH_CHECK(logit_slot.scalar_type() == col.scalar_type() && logit_slot.is_contiguous() &&
+                  logit_slot.numel() == col.numel(),
+              op, ": logit_slot must be a contiguous [E] tensor of the index dtype");
+  FASTGNN_DISPATCH_INDEX(col.scalar_type(), op, [&] {
+    const index_t* ptr = rowptr.data_ptr<index_t>();
+    const index_t* slot = logit_slot.data_ptr<index_t>();
+    for (int64_t q = ptr[row_begin]; q < ptr[row_begin + rows]; ++q)
+      TORCH_CHECK(slot[q] >= 0 && slot[q] < slots, op, ": logit_slot[", q, "] = ", slot[q],
+                  " is outside grad_logit's ", slots, " rows");
+  });
+}
+
 // The source pass over rows [row_begin, row_begin + x_src.size(0)) of the walked CSR (rowptr,
 // col, src_perm); x_src and alpha_src hold those rows. Fills grad_logit at the walked edges and
 // returns the rows' gradients in the statistics dtype.
@@ -289,16 +308,24 @@ std::tuple<at::Tensor, at::Tensor> source_pass(
     const Prepared& r, const at::Tensor& grad_out, const at::Tensor& lse,
     const at::Tensor& delta, const at::Tensor& rowptr, const at::Tensor& col,
     const at::Tensor& src_perm, int64_t row_begin, double negative_slope,
-    const DropoutSpec& drop, const at::Tensor& grad_logit, const char* op) {
+    const DropoutSpec& drop, const at::Tensor& grad_logit,
+    const c10::optional<at::Tensor>& logit_slot, const char* op) {
   check_csr(rowptr, col, op);
   const int64_t rows = r.x_src.size(0);
   TORCH_CHECK(row_begin >= 0 && row_begin + rows <= rowptr.numel() - 1, op,
               ": rows [", row_begin, ", ", row_begin + rows, ") outside the walked CSR");
   TORCH_CHECK(src_perm.numel() == col.numel() && src_perm.scalar_type() == col.scalar_type(), op,
               ": the source permutation must have one entry per edge and the index dtype");
-  TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
-                  grad_logit.numel() == col.numel() * r.heads,
-              op, ": grad_logit must be a contiguous [E, H] tensor of the statistics dtype");
+  if (logit_slot.has_value()) {
+    TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
+                    grad_logit.dim() == 2 && grad_logit.size(1) == r.heads,
+                op, ": grad_logit must be a contiguous [n, H] tensor of the statistics dtype");
+    check_logit_slots(*logit_slot, rowptr, col, row_begin, rows, grad_logit.size(0), op);
+  } else {
+    TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
+                    grad_logit.numel() == col.numel() * r.heads,
+                op, ": grad_logit must be a contiguous [E, H] tensor of the statistics dtype");
+  }
   auto opts = at::TensorOptions().dtype(r.acc);
   auto gout = grad_out.to(r.acc).contiguous();
   auto lse_c = lse.to(r.acc).contiguous();
@@ -312,10 +339,10 @@ std::tuple<at::Tensor, at::Tensor> source_pass(
     const GatSourceGrads<acc_t> g{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
                                   delta_c.data_ptr<acc_t>(), grad_logit.data_ptr<acc_t>(),
                                   grad_x.data_ptr<acc_t>(), grad_src.data_ptr<acc_t>()};
-    gat_source_pass<acc_t, index_t>(r.view<acc_t, index_t>(negative_slope),
-                                    rowptr.data_ptr<index_t>() + row_begin,
-                                    col.data_ptr<index_t>(), perm.data_ptr<index_t>(), rows,
-                                    drop, g);
+    gat_source_pass<acc_t, index_t>(
+        r.view<acc_t, index_t>(negative_slope), rowptr.data_ptr<index_t>() + row_begin,
+        col.data_ptr<index_t>(), perm.data_ptr<index_t>(),
+        logit_slot.has_value() ? logit_slot->data_ptr<index_t>() : nullptr, rows, drop, g);
   });
   return {grad_x, grad_src};
 }
@@ -403,7 +430,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu(
       attention_dropout(dropout, seed, seed_tensor, offset, r.heads, x_src.device(), op);
   auto [grad_x, grad_src] =
       source_pass(r, grad_out, lse, delta, symmetric ? rowptr : *t_rowptr,
-                  symmetric ? col : *t_col, t_perm, 0, negative_slope, drop, grad_logit, op);
+                  symmetric ? col : *t_col, t_perm, 0, negative_slope, drop, grad_logit,
+                  c10::nullopt, op);
   const auto type = x_src.scalar_type();
   auto [grad_dst, grad_edge] =
       destination_pass(rowptr, grad_logit, edge_perm, r.alpha_edge.defined(), type, op);
@@ -420,14 +448,15 @@ std::tuple<at::Tensor, at::Tensor> gat_source_backward_cpu(
     int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset, int64_t row_begin,
     const c10::optional<at::Tensor>& /*light_rows*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/,
-    const at::Tensor& grad_logit) {
+    const at::Tensor& grad_logit, const c10::optional<at::Tensor>& logit_slot) {
   const char* op = "gat_source_backward";
   const Prepared r = prepare(alpha_dst.size(0), col, edge_perm, alpha_dst, x_rows,
                              alpha_src_rows, alpha_edge, op);
   const DropoutSpec drop =
       attention_dropout(dropout, seed, seed_tensor, offset, r.heads, x_rows.device(), op);
   auto [grad_x, grad_src] = source_pass(r, grad_out, lse, delta, rowptr, col, src_perm,
-                                        row_begin, negative_slope, drop, grad_logit, op);
+                                        row_begin, negative_slope, drop, grad_logit, logit_slot,
+                                        op);
   return {grad_x.to(x_rows.scalar_type()), grad_src.to(x_rows.scalar_type())};
 }
 

@@ -253,7 +253,8 @@ std::tuple<at::Tensor, at::Tensor> gat_source_backward_cuda(
     const c10::optional<at::Tensor>& alpha_edge, double negative_slope, double dropout,
     int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset, int64_t row_begin,
     const c10::optional<at::Tensor>& light_rows, const c10::optional<at::Tensor>& heavy_rows,
-    int64_t heavy_warps, const at::Tensor& grad_logit) {
+    int64_t heavy_warps, const at::Tensor& grad_logit,
+    const c10::optional<at::Tensor>& logit_slot) {
   const char* op = "gat_source_backward";
   const c10::cuda::CUDAGuard guard(x_rows.device());
   TORCH_CHECK(x_rows.dim() == 3, op, ": x_rows must be [rows, H, D]");
@@ -267,8 +268,19 @@ std::tuple<at::Tensor, at::Tensor> gat_source_backward_cuda(
                        seed_tensor, offset, light_rows, heavy_rows, heavy_warps, op);
   check_source_perm(src_perm, walked, op);
   TORCH_CHECK(grad_logit.is_cuda() && grad_logit.scalar_type() == r.acc &&
-                  grad_logit.is_contiguous() && grad_logit.numel() == walked.nnz * r.p.heads,
-              op, ": grad_logit must be a contiguous [E, H] GPU tensor of the statistics dtype");
+                  grad_logit.is_contiguous(),
+              op, ": grad_logit must be a contiguous GPU tensor of the statistics dtype");
+  at::Tensor slot;
+  if (logit_slot.has_value()) {  // its values are trusted, as src_perm's are
+    TORCH_CHECK(grad_logit.dim() == 2 && grad_logit.size(1) == r.p.heads, op,
+                ": grad_logit must be [n, H]");
+    TORCH_CHECK(logit_slot->is_cuda() && logit_slot->scalar_type() == col.scalar_type() &&
+                    logit_slot->numel() == walked.nnz,
+                op, ": logit_slot must be an [E] GPU tensor of the index dtype");
+    slot = logit_slot->contiguous();
+  } else {
+    TORCH_CHECK(grad_logit.numel() == walked.nnz * r.p.heads, op, ": grad_logit must be [E, H]");
+  }
   TORCH_CHECK(delta.scalar_type() == r.acc && delta.is_contiguous() &&
                   delta.numel() == alpha_dst.size(0) * r.p.heads,
               op, ": delta must be a contiguous [T, H] tensor of the statistics dtype");
@@ -278,6 +290,7 @@ std::tuple<at::Tensor, at::Tensor> gat_source_backward_cuda(
   auto grad_x = at::empty_like(r.x_src);
   auto grad_src = at::empty_like(r.alpha_src);
   bind_source(r.p, gout, lse_c, delta, perm, grad_logit, grad_x, grad_src);
+  r.p.logit_slot = slot.defined() ? slot.data_ptr() : nullptr;
   source_pass(r.p, r.dst_sets, delta.options());
   return {grad_x, grad_src};
 }

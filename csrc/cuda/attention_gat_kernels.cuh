@@ -40,6 +40,7 @@ struct Args {
   const I* rowptr;
   const I* col;
   const I* src_perm;
+  const I* logit_slot;
   const I* rows;
   int64_t num_rows;
   int warps_per_row;   // of one block: the group that owns a row (or a row's piece)
@@ -369,6 +370,12 @@ __global__ void forward_merge_kernel(const Args<T, I> a) {
   if (m.f == 0) a.lse[r * a.heads + m.h] = total > 0 ? top + log(total) : acc_t(-INFINITY);
 }
 
+// The grad_logit row of walked edge q, at forward CSR position e.
+template <typename T, typename I>
+__device__ __forceinline__ int64_t logit_row(const Args<T, I>& a, int64_t q, int64_t e) {
+  return a.logit_slot ? int64_t(a.logit_slot[q]) : e;
+}
+
 // Source side of the backward: the walked row n is the source of edge src_perm[q] into col[q].
 // Gradients of x_src and alpha_src, and grad_logit of each walked edge (its leader lane).
 template <typename T, typename I, int K, int G>
@@ -408,7 +415,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) backward_kernel(const 
         const acc_t wc = alpha * dropout.template factor<acc_t>(e, h);
         const double dz = logit_grad(a, z, alpha, wc, dval, m, h);
         sum_src += dz;
-        if (s.leader) a.grad_logit[e * heads + h] = acc_t(dz);
+        if (s.leader) a.grad_logit[logit_row(a, base + t, e) * heads + h] = acc_t(dz);
 #pragma unroll
         for (int k = 0; k < K; ++k) grad_x[k] += wc * dout[k];
       }
@@ -582,7 +589,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
       const acc_t wc = alpha * dropout.template factor<acc_t>(e[u], h);
       const double dz = logit_grad(a, z[u], alpha, wc, dval, m[u], h);
       sum_src += dz;
-      if (t.leader) a.grad_logit[e[u] * heads + h] = acc_t(dz);
+      if (t.leader) a.grad_logit[logit_row(a, base + u, e[u]) * heads + h] = acc_t(dz);
 #pragma unroll
       for (int k = 0; k < K; ++k) grad_x[k] += wc * dout[u][k];
     }
@@ -682,6 +689,7 @@ Args<T, I> make_args(const GatParams& p, const RowSet& rows, int chunks, int lan
   a.rowptr = static_cast<const I*>(p.csr.rowptr);
   a.col = static_cast<const I*>(p.csr.col);
   a.src_perm = static_cast<const I*>(p.src_perm);
+  a.logit_slot = static_cast<const I*>(p.logit_slot);
   a.rows = static_cast<const I*>(rows.rows);
   a.num_rows = rows.num_rows;
   a.warps_per_row = std::min(rows.warps_per_row, kWarpsPerBlock);

@@ -16,6 +16,7 @@ struct GatParams {
   FloatType type;
   CsrView csr;             // the CSR walked (forward CSR, or transposed CSR for a source pass)
   const void* src_perm;    // source passes: CSR position of each walked edge
+  const void* logit_slot;  // source passes: grad_logit row of each walked edge (null: src_perm)
   const void* edge_perm;   // CSR position -> input position (null: identity)
   const void* alpha_dst;
   const void* x_src;

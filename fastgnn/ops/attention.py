@@ -379,7 +379,7 @@ if _native.has_op("gatv2_forward"):
 
 def _gat_source_fake(grad_out, lse, delta, rowptr, col, src_perm, edge_perm, alpha_dst, x_rows,
                      alpha_src_rows, alpha_edge, slope, dropout, seed, seed_tensor, offset,
-                     row_begin, light, heavy, heavy_warps, grad_logit):
+                     row_begin, light, heavy, heavy_warps, grad_logit, logit_slot=None):
     return x_rows.new_empty(x_rows.shape), alpha_src_rows.new_empty(alpha_src_rows.shape)
 
 
