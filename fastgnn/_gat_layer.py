@@ -9,9 +9,10 @@ own row of ``h``), and each range's ``grad_h`` becomes its share of ``grad_x`` a
 at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows, once the range
 has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
 range's ``grad_h``. Without edge scores, whose gradient is an ``[E, H]`` output anyway, the
-per-edge logit gradients also go a range at a time: each range fills a buffer of its own edges
-(``logit_slot``) and ``gat_destination_backward`` adds them to the destination scores'
-gradient, in range order (deterministic). See docs/gat.md for the measured peaks.
+per-edge logit gradients are bounded the same way: consecutive source ranges whose edges'
+logit gradients fit ``RANGE_BYTES`` share a buffer of their own edges (``logit_slot``), and
+``gat_destination_backward`` adds each such group to the destination scores' gradient, in
+order (deterministic). See docs/gat.md for the measured peaks.
 
 It runs by default on the CPU, where it is also faster (ogbn-arxiv at width 256, 2 threads:
 backward 468-490 against 629 ms, the ranges reusing memory that fresh node-sized buffers
@@ -147,24 +148,27 @@ class _GatLayer(torch.autograd.Function):
         ranges = _source_ranges(g, plan, rows, width, h.element_size())
         dst_buckets = attention.plan_buckets(g, plan)
         destination = _library.op("gat_destination_backward")
-        if alpha_edge is None:  # one buffer of a range's edges, reused by every range
-            slot, range_rowptrs, range_edges = _range_logits(g, graph, ranges)
-            buffer = delta.new_empty((max(range_edges, default=0), heads))
+        if alpha_edge is None:  # one buffer of a group's edges, reused by every group
+            slot, groups = _logit_groups(g, graph, ranges, heads * delta.element_size())
+            buffer = delta.new_empty((max(edges for _, _, edges in groups), heads))
+            group = iter(groups)
+            last, group_rowptr, group_edges = next(group)
         else:
             slot, grad_logit = None, delta.new_empty((g.num_edges, heads))
         grad_dst = None
         for i, (begin, end, light, heavy, warps) in enumerate(ranges):
             if slot is not None:
-                grad_logit = buffer[:range_edges[i]]
+                grad_logit = buffer[:group_edges]
             grad_h, grad_src_rows = _library.op("gat_source_backward")(
                 grad_out, lse, delta, *walked, t_perm, edge_perm, alpha_dst,
                 h[begin:end].view(end - begin, heads, channels), alpha_src[begin:end], alpha_edge,
                 ctx.negative_slope, ctx.dropout, 0, seed_tensor, 0, begin, light, heavy, warps,
                 grad_logit, slot)
-            if slot is not None:  # the range's share of the destination scores' gradient
-                part, _ = destination(range_rowptrs[i], grad_logit, None, False, delta.dtype,
+            if slot is not None and i == last:  # the group's share of the destinations' gradient
+                part, _ = destination(group_rowptr, grad_logit, None, False, delta.dtype,
                                       *dst_buckets)
                 grad_dst = part if grad_dst is None else grad_dst.add_(part)
+                last, group_rowptr, group_edges = next(group, (None, None, None))
             grad_src[begin:end] = grad_src_rows
             grad_h = grad_h.view(end - begin, width)
             if need_weight:
@@ -211,26 +215,37 @@ def _source_ranges(g: Graph, plan: str, rows: int, width: int,
     return g.cached(("gat_source_ranges", plan, step), build)
 
 
-def _range_logits(g: Graph, graph: tuple, ranges: List[tuple]) -> tuple:
-    """``(logit_slot, rowptrs, edges)`` for the source ranges: a walked edge's row in its range's
-    logit buffer (``logit_slot [E]``: the buffer holds the range's edges in forward CSR order),
-    and each range's CSR over the destinations (``rowptrs``, ``[T + 1]`` each) and edge count.
-    Cached on the graph per range split."""
+
+def _logit_groups(g: Graph, graph: tuple, ranges: List[tuple], bytes_per_edge: int) -> tuple:
+    """``(logit_slot, groups)``: the source ranges in groups of consecutive ranges whose edges'
+    logit gradients fit ``RANGE_BYTES`` (at least one range each), as ``(last range index,
+    CSR over the destinations [T + 1], edge count)``; and each walked edge's row in its group's
+    buffer (``logit_slot [E]``: a buffer holds its group's edges in forward CSR order). Cached
+    on the graph per range split."""
     rowptr, _, _, t_rowptr, _, t_perm = graph
     walked_rowptr = rowptr if t_rowptr is None else t_rowptr
 
     def build():
+        bounds = walked_rowptr[[r[0] for r in ranges] + [ranges[-1][1]]].tolist()
+        lasts, first = [], 0  # group ends, greedily
+        for i in range(len(ranges)):
+            if i + 1 == len(ranges) or \
+                    (bounds[i + 2] - bounds[first]) * bytes_per_edge > RANGE_BYTES:
+                lasts.append(i)
+                first = i + 1
         destination_of = torch.repeat_interleave(
             torch.arange(g.num_dst_nodes, device=rowptr.device), rowptr.diff())
-        bounds = walked_rowptr[[r[0] for r in ranges] + [ranges[-1][1]]].tolist()
         slot = torch.empty_like(t_perm)
-        rowptrs, edges = [], []
-        for first, last in zip(bounds, bounds[1:]):
-            positions = t_perm[first:last].long()  # forward CSR positions of the range's edges
-            slot[first:last][torch.argsort(positions)] = torch.arange(
-                last - first, dtype=slot.dtype, device=slot.device)
+        groups, begin = [], 0
+        for last in lasts:
+            lo, hi = bounds[begin], bounds[last + 1]
+            positions = t_perm[lo:hi].long()  # forward CSR positions of the group's edges
+            slot[lo:hi][torch.argsort(positions)] = torch.arange(
+                hi - lo, dtype=slot.dtype, device=slot.device)
             counts = torch.bincount(destination_of[positions], minlength=g.num_dst_nodes)
-            rowptrs.append(torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(rowptr.dtype))
-            edges.append(last - first)
-        return slot, rowptrs, edges
-    return g.cached(("gat_range_logits", tuple(r[0] for r in ranges)), build)
+            groups.append((last, torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(
+                rowptr.dtype), hi - lo))
+            begin = last + 1
+        return slot, groups
+    key = ("gat_logit_groups", tuple(r[0] for r in ranges), bytes_per_edge, RANGE_BYTES)
+    return g.cached(key, build)

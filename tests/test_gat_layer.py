@@ -299,9 +299,11 @@ def test_opcheck():
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("kind", list(GRAPHS))
-def test_range_logit_buffers_equal_the_whole_backward(kind, device):
-    """Each source range writes its edges' logit gradients into a buffer of its own
-    (logit_slot), and the destinations' gradient sums the ranges' destination passes."""
+@pytest.mark.parametrize("range_bytes", [1000, 2**30])  # a group a range; one group
+def test_logit_groups_equal_the_whole_backward(kind, device, range_bytes, monkeypatch):
+    """Groups of source ranges write their edges' logit gradients into a buffer of their own
+    (logit_slot), and the destinations' gradient sums the groups' destination passes."""
+    monkeypatch.setattr(_gat_layer, "RANGE_BYTES", range_bytes)
     g = GRAPHS[kind](device)
     heads, ranges = 3, 4
     whole, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, _,
@@ -311,21 +313,35 @@ def test_range_logit_buffers_equal_the_whole_backward(kind, device):
         grad_out, lse, delta, t_perm, perm, alpha_dst, x, alpha_src)
     walked = on(*walked)
     bounds = torch.linspace(0, g.num_src_nodes, ranges + 1).long().tolist()
-    slot, rowptrs, edges = _gat_layer._range_logits(
-        g, attention_ops.structure_args(g, True), list(zip(bounds[:-1], bounds[1:])))
-    assert sum(edges) == g.num_edges
+    slot, groups = _gat_layer._logit_groups(g, attention_ops.structure_args(g, True),
+                                            list(zip(bounds[:-1], bounds[1:])), heads * 8)
+    assert [last for last, _, _ in groups] == ([0, 1, 2, 3] if range_bytes == 1000 else [3])
+    assert sum(edges for _, _, edges in groups) == g.num_edges
     grad_x, grad_src = torch.empty_like(x), torch.empty_like(alpha_src)
     grad_dst = torch.zeros_like(alpha_dst)
+    group = iter(groups)
+    last, group_rowptr, edges = next(group)
+    buffer = torch.full((edges, heads), float("nan"), dtype=x.dtype, device=device)
     for i, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-        buffer = torch.full((edges[i], heads), float("nan"), dtype=x.dtype, device=device)
         grad_x[begin:end], grad_src[begin:end] = torch.ops.fastgnn.gat_source_backward(
             grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[begin:end],
             alpha_src[begin:end], None, 0.2, 0.0, 0, None, 0, begin, None, None, 1, buffer, slot)
-        part, _ = torch.ops.fastgnn.gat_destination_backward(
-            rowptrs[i], buffer, None, False, torch.float64, None, None, 1)
-        grad_dst += part
+        if i == last:
+            part, _ = torch.ops.fastgnn.gat_destination_backward(
+                group_rowptr, buffer, None, False, torch.float64, None, None, 1)
+            grad_dst += part
+            last, group_rowptr, edges = next(group, (None, None, 0))
+            buffer = torch.full((edges, heads), float("nan"), dtype=x.dtype, device=device)
     for a, b in zip((grad_dst, grad_x, grad_src), whole[:3]):
         torch.testing.assert_close(a.cpu(), b, atol=1e-12, rtol=1e-12)
+
+
+def _first_group(g):
+    """The directed graph's logit slots over two source ranges, a group each, and the first
+    group's edge count."""
+    slot, groups = _gat_layer._logit_groups(g, attention_ops.structure_args(g, True),
+                                            [(0, 20), (20, g.num_src_nodes)], 16)
+    return slot, groups[0][2]
 
 
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"),
@@ -334,9 +350,8 @@ def test_opcheck_with_logit_slots():
     g = GRAPHS["directed"]("cpu")
     _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, _, _,
            _) = whole_and_steps(g, 2, 4, False, ranges=1)
-    slot, _, edges = _gat_layer._range_logits(g, attention_ops.structure_args(g, True),
-                                              [(0, 20), (20, g.num_src_nodes)])
-    buffer = torch.empty(edges[0], 2, dtype=torch.float64)
+    slot, edges = _first_group(g)
+    buffer = torch.empty(edges, 2, dtype=torch.float64)
     torch.library.opcheck(torch.ops.fastgnn.gat_source_backward, (
         grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[:20], alpha_src[:20], None,
         0.2, 0.0, 0, None, 0, 0, None, None, 1, buffer, slot))
@@ -346,15 +361,14 @@ def test_logit_slots_outside_the_buffer_raise():
     g = GRAPHS["directed"]("cpu")
     _, _, (grad_out, lse, delta, walked, t_perm, perm, alpha_dst, x, alpha_src, _, _,
            _) = whole_and_steps(g, 2, 4, False, ranges=1)
-    slot, _, edges = _gat_layer._range_logits(g, attention_ops.structure_args(g, True),
-                                              [(0, 20), (20, g.num_src_nodes)])
+    slot, edges = _first_group(g)
     call = lambda buffer, slot: torch.ops.fastgnn.gat_source_backward(  # noqa: E731
         grad_out, lse, delta, *walked, t_perm, perm, alpha_dst, x[:20], alpha_src[:20], None,
         0.2, 0.0, 0, None, 0, 0, None, None, 1, buffer, slot)
     with pytest.raises(RuntimeError, match="outside grad_logit's"):
-        call(torch.empty(edges[0] - 1, 2, dtype=torch.float64), slot)
+        call(torch.empty(edges - 1, 2, dtype=torch.float64), slot)
     with pytest.raises(RuntimeError, match="logit_slot must be"):
-        call(torch.empty(edges[0], 2, dtype=torch.float64), slot[:-1])
+        call(torch.empty(edges, 2, dtype=torch.float64), slot[:-1])
 
 
 def test_source_rows_outside_the_csr_raise():
