@@ -42,6 +42,9 @@ from fastgnn.ops._common import check_graph
 #: projection that fits one range runs as separate nodes: splitting it would save little memory
 #: and cost host time (each range is a few more launches and a smaller GEMM)
 RANGE_BYTES = 64 * 2**20
+#: FASTGNN_GAT_RANGE_MB, read once at import: RANGE_BYTES in MiB (smaller ranges hold less
+#: memory and cost backward time; docs/gat.md measures the trade)
+RANGE_MB = os.environ.get("FASTGNN_GAT_RANGE_MB")
 #: FASTGNN_GAT_LOW_MEMORY, read once at import (every GAT layer call asks): "1" runs this node
 #: everywhere, "0" nowhere, unset on the CPU only
 LOW_MEMORY = os.environ.get("FASTGNN_GAT_LOW_MEMORY")
@@ -62,12 +65,22 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
     weight = _one_node_weight(x, linear, *atts)
     if weight is None or _library.is_compiling() \
             or backends.select("gat_attention", x.device).backend != "native" \
-            or x.shape[0] * weight.shape[0] * x.element_size() <= RANGE_BYTES:
+            or x.shape[0] * weight.shape[0] * x.element_size() <= range_bytes():
         return None
     if any(t is not None and t.dtype != x.dtype for t in (alpha_dst, alpha_edge)):
         return None
     return _gat_layer(g, x, weight, _stacked(atts, heads, weight.shape[0] // heads), alpha_dst,
                       float(negative_slope), float(dropout), alpha_edge)
+
+
+def range_bytes() -> int:
+    """The bytes of ``grad_h`` one source range may take: ``RANGE_MB`` MiB where it is set."""
+    if RANGE_MB is None:
+        return RANGE_BYTES
+    if not RANGE_MB.isdigit() or int(RANGE_MB) == 0:
+        raise ValueError(f"FASTGNN_GAT_RANGE_MB must be a positive whole number of MiB, got "
+                         f"{RANGE_MB!r}")
+    return int(RANGE_MB) * 2**20
 
 
 def low_memory_requested(device: torch.device) -> bool:
@@ -198,7 +211,7 @@ def _source_ranges(g: Graph, plan: str, rows: int, width: int,
     out-degree (hub sources get several warps: a range's launch lasts as long as its longest
     row) restricted to each range and counted from its start. Cached on the graph per plan and
     range length."""
-    count = max(1, math.ceil(rows * width * element_size / RANGE_BYTES))
+    count = max(1, math.ceil(rows * width * element_size / range_bytes()))
     step = max(1, math.ceil(rows / count))
 
     def build():
@@ -230,7 +243,7 @@ def _logit_groups(g: Graph, graph: tuple, ranges: List[tuple], bytes_per_edge: i
         lasts, first = [], 0  # group ends, greedily
         for i in range(len(ranges)):
             if i + 1 == len(ranges) or \
-                    (bounds[i + 2] - bounds[first]) * bytes_per_edge > RANGE_BYTES:
+                    (bounds[i + 2] - bounds[first]) * bytes_per_edge > range_bytes():
                 lasts.append(i)
                 first = i + 1
         destination_of = torch.repeat_interleave(
@@ -247,5 +260,5 @@ def _logit_groups(g: Graph, graph: tuple, ranges: List[tuple], bytes_per_edge: i
                 rowptr.dtype), hi - lo))
             begin = last + 1
         return slot, groups
-    key = ("gat_logit_groups", tuple(r[0] for r in ranges), bytes_per_edge, RANGE_BYTES)
+    key = ("gat_logit_groups", tuple(r[0] for r in ranges), bytes_per_edge, range_bytes())
     return g.cached(key, build)

@@ -200,6 +200,19 @@ def test_low_memory_setting_is_read_from_the_environment_at_import():
     assert shown == "1"
 
 
+def test_range_size_is_read_from_the_environment(monkeypatch):
+    code = "import fastgnn._gat_layer as m; print(m.range_bytes())"
+    env = {**os.environ, "FASTGNN_GAT_RANGE_MB": "8"}
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert shown == str(8 * 2**20)
+    layer, g, x, _, _ = make_case("directed", "cpu", 12, 3, 4, dtype=torch.float32)
+    for bad in ("0", "8.5", "-1", "lots"):
+        monkeypatch.setattr(_gat_layer, "RANGE_MB", bad)
+        with pytest.raises(ValueError, match="FASTGNN_GAT_RANGE_MB"):
+            gat_layer(g, x, layer.lin, 3, (layer.att_src, layer.att_dst), None, 0.2, 0.0)
+
+
 def test_other_projections_and_settings_return_none(monkeypatch):
     layer, g, x, _, _ = make_case("directed", "cpu", 12, 3, 4, dtype=torch.float32)
     atts = (layer.att_src, layer.att_dst)
