@@ -10,7 +10,7 @@ at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows,
 has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
 range's ``grad_h``. Without edge scores, whose gradient is an ``[E, H]`` output anyway, the
 per-edge logit gradients are bounded the same way: consecutive source ranges whose edges'
-logit gradients fit ``RANGE_BYTES`` share a buffer of their own edges (``logit_slot``), and
+logit gradients fit the range size share a buffer of their own edges (``logit_slot``), and
 ``gat_destination_backward`` adds each such group to the destination scores' gradient, in
 order (deterministic). See docs/gat.md for the measured peaks.
 
@@ -59,7 +59,7 @@ def gat_layer(g: Graph, x: torch.Tensor, linear: torch.nn.Module, heads: int,
     With ``atts = (att_src, att_dst)`` the destination scores are ``(h * att_dst).sum(-1)`` of
     the first T rows (``alpha_dst`` None); with ``atts = (att_src,)`` they are ``alpha_dst``.
     None where the node is not asked for (``low_memory_requested``) or does not apply, or
-    where the projection fits one range (``RANGE_BYTES``): the caller runs the separate ones."""
+    where the projection fits one range (``range_bytes()``): the caller runs the separate ones."""
     if not low_memory_requested(x.device):
         return None
     weight = _one_node_weight(x, linear, *atts)
@@ -207,7 +207,7 @@ class _GatLayer(torch.autograd.Function):
 def _source_ranges(g: Graph, plan: str, rows: int, width: int,
                    element_size: int) -> List[tuple]:
     """``(begin, end, light_rows, heavy_rows, heavy_warps)`` of each source range: ranges of at
-    most ``RANGE_BYTES`` of ``grad_h``, with the launch plan's buckets of the sources by
+    most ``range_bytes()`` of ``grad_h``, with the launch plan's buckets of the sources by
     out-degree (hub sources get several warps: a range's launch lasts as long as its longest
     row) restricted to each range and counted from its start. Cached on the graph per plan and
     range length."""
@@ -228,10 +228,9 @@ def _source_ranges(g: Graph, plan: str, rows: int, width: int,
     return g.cached(("gat_source_ranges", plan, step), build)
 
 
-
 def _logit_groups(g: Graph, graph: tuple, ranges: List[tuple], bytes_per_edge: int) -> tuple:
     """``(logit_slot, groups)``: the source ranges in groups of consecutive ranges whose edges'
-    logit gradients fit ``RANGE_BYTES`` (at least one range each), as ``(last range index,
+    logit gradients fit ``range_bytes()`` (at least one range each), as ``(last range index,
     CSR over the destinations [T + 1], edge count)``; and each walked edge's row in its group's
     buffer (``logit_slot [E]``: a buffer holds its group's edges in forward CSR order). Cached
     on the graph per range split."""
