@@ -9,10 +9,11 @@ own row of ``h``), and each range's ``grad_h`` becomes its share of ``grad_x`` a
 at once. Where ``grad_x`` has ``h``'s shape it is written over ``h``'s own rows, once the range
 has been read: the backward then holds the output, ``h`` (turned into ``grad_x``) and one
 range's ``grad_h``. Without edge scores, whose gradient is an ``[E, H]`` output anyway, the
-per-edge logit gradients are bounded the same way: consecutive source ranges whose edges'
-logit gradients fit the range size share a buffer of their own edges (``logit_slot``), and
-``gat_destination_backward`` adds each such group to the destination scores' gradient, in
-order (deterministic). See docs/gat.md for the measured peaks.
+per-edge logit gradients are bounded the same way where they do not fit one range:
+consecutive source ranges whose edges' logit gradients fit the range size share a buffer of
+their own edges (``logit_slot``), and ``gat_destination_backward`` adds each such group to
+the destination scores' gradient, in order (deterministic). See docs/gat.md for the measured
+peaks.
 
 It runs by default on the CPU, where it is also faster (ogbn-arxiv at width 256, 2 threads:
 backward 468-490 against 629 ms, the ranges reusing memory that fresh node-sized buffers
@@ -161,7 +162,8 @@ class _GatLayer(torch.autograd.Function):
         ranges = _source_ranges(g, plan, rows, width, h.element_size())
         dst_buckets = attention.plan_buckets(g, plan)
         destination = _library.op("gat_destination_backward")
-        if alpha_edge is None:  # one buffer of a group's edges, reused by every group
+        if alpha_edge is None and g.num_edges * heads * delta.element_size() > range_bytes():
+            # one buffer of a group's edges, reused by every group
             slot, groups = _logit_groups(g, graph, ranges, heads * delta.element_size())
             buffer = delta.new_empty((max(edges for _, _, edges in groups), heads))
             group = iter(groups)

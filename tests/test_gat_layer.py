@@ -122,6 +122,21 @@ def test_matches_separate_nodes(kind, pair, edge, range_bytes, device, monkeypat
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kind", list(GRAPHS))
+def test_logits_that_fit_one_range_take_one_buffer(kind, device, monkeypatch):
+    """Logit gradients below the range size (here 11.8-19.6 kB) stay one [E, H] buffer with
+    one destination pass, while the projection (24-29 kB) still goes in ranges."""
+    monkeypatch.setattr(_gat_layer, "RANGE_BYTES", 21000)
+
+    def no_groups(*args):
+        raise AssertionError("logit groups built for logits that fit one range")
+    monkeypatch.setattr(_gat_layer, "_logit_groups", no_groups)
+    case = make_case(kind, device, 60, 3, 20)
+    assert_same(run(fused, *case, slope=0.2, dropout=0.0),
+                run(separate, *case, slope=0.2, dropout_mask=None), 1e-10, 1e-10)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("in_width,x_grad", [(12, True), (7, True), (20, True), (12, False)],
                          ids=["F=HC", "F<HC", "F>HC", "no-x-grad"])
 def test_input_widths(in_width, x_grad, device, monkeypatch):
