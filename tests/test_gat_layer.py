@@ -178,12 +178,13 @@ def test_second_backward_through_a_retained_graph(device):
 
 @pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
-def test_dropout_matches_reference_with_same_mask(device, monkeypatch):
+@pytest.mark.parametrize("edge", [False, True], ids=["logit-groups", "alpha_edge"])
+def test_dropout_matches_reference_with_same_mask(device, edge, monkeypatch):
     seed = 4321
     monkeypatch.setattr(attention_ops, "draw_seed_tensor",
                         lambda dev: torch.tensor([seed], device=dev))
     monkeypatch.setattr(_gat_layer, "RANGE_BYTES", 700)
-    case = make_case("directed", device, 12, 3, 4, edge=True)
+    case = make_case("directed", device, 12, 3, 4, edge=edge)
     g = case[1]
     mask = attention_ops.dropout_mask(g, 3, 0.5, seed, 0)
     assert 0 < float(mask.mean()) < 1
@@ -192,19 +193,22 @@ def test_dropout_matches_reference_with_same_mask(device, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["directed", "symmetric"])
-def test_gradcheck(kind, monkeypatch):
+@pytest.mark.parametrize("edge", [False, True], ids=["logit-groups", "alpha_edge"])
+def test_gradcheck(kind, edge, monkeypatch):
     monkeypatch.setattr(_gat_layer, "RANGE_BYTES", 200)
     g = random_graph(10, 30, seed=4)[0] if kind == "directed" else symmetric_graph(10, 20, 4)
     layer = Layer(6, 2, 3, torch.float64)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(10, 6, generator=gen, dtype=torch.float64, requires_grad=True)
-    edge = torch.randn(g.num_edges, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    scores = torch.randn(g.num_edges, 2, generator=gen, dtype=torch.float64,
+                         requires_grad=True)
 
-    def fn(x, weight, att_src, att_dst, edge):
+    def fn(x, weight, att_src, att_dst, *alpha_edge):
         atts = torch.stack([att_src.view(2, 3), att_dst.view(2, 3)], dim=-1)
-        return _gat_layer._gat_layer(g, x, weight, atts, None, 0.2, 0.0, edge)
+        return _gat_layer._gat_layer(g, x, weight, atts, None, 0.2, 0.0,
+                                     alpha_edge[0] if alpha_edge else None)
     assert torch.autograd.gradcheck(fn, (x, layer.lin.weight, layer.att_src, layer.att_dst,
-                                         edge))
+                                         *([scores] if edge else [])))
 
 
 def test_low_memory_setting_is_read_from_the_environment_at_import():
