@@ -59,8 +59,8 @@ def main(argv=None) -> int:
             raw_ms = measure.time_forward(raw, device, warmup=3, repeats=args.repeats)
             autograd_ms = measure.time_backward(forward, [x], grad, device, warmup=3,
                                                 repeats=args.repeats)
-            busy = (measure.profiled_kernel_ms(raw, device, warmup=1, calls=10)
-                    if device.type == "cuda" else float("nan"))
+            busy = measure.busy_ms(raw, device, calls=10) if device.type == "cuda" \
+                else float("nan")
             print(f"| {width} | {kind} | {raw_ms:.4f} | {autograd_ms:.4f} | {busy:.4f} |")
     return 0
 

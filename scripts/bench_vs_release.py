@@ -60,8 +60,12 @@ def time_backward_kernels(op: Op, leaves, device) -> float:
     """GPU kernel ms of one backward through autograd, from one forward's graph."""
     out = op()
     grad = torch.randn_like(out)
-    return measure.profiled_kernel_ms(
-        lambda: torch.autograd.grad(out, leaves, grad, retain_graph=True), device)
+
+    def backward():
+        return torch.autograd.grad(out, leaves, grad, retain_graph=True)
+    for _ in range(5):  # warm-up: caches, allocator
+        backward()
+    return measure.busy_ms(backward, device, calls=20)
 
 
 def minmax_ops(turbo, tuned: dict, g, tg, width: int, reduce: str, device):

@@ -198,20 +198,25 @@ def time_kernels(fn: Callable[[], object], device: torch.device, warmup: int,
     return _time_batches(lambda: graph.replay, device, 1, repeats) / BATCH
 
 
-def profiled_kernel_ms(fn: Callable[[], object], device: torch.device, warmup: int = 5,
-                       calls: int = 20) -> float:
-    """Milliseconds of GPU kernels per call of ``fn``: every CUDA kernel, copy and memset that
-    ``torch.profiler`` records over ``calls`` calls, summed. Unlike :func:`time_kernels` it
-    needs no CUDA graph capture, so it also times code that cannot be captured (a library
-    that syncs or allocates on the host)."""
-    for _ in range(warmup):
-        fn()
+def busy_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    """Device busy time per call of ``fn`` over ``calls`` calls. CUDA: the summed duration of
+    every kernel, copy and memset that ``torch.profiler`` records (no CUDA graph capture, so
+    it also times code that syncs or allocates on the host); CPU: the process's CPU time over
+    all threads."""
     sync(device)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    if device.type != "cuda":
+        started = time.process_time()
+        for _ in range(calls):
+            fn()
+        return (time.process_time() - started) * 1e3 / calls
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
         for _ in range(calls):
             fn()
         sync(device)
-    return sum(e.device_time_total for e in prof.key_averages()) / calls / 1e3
+    cuda = torch.autograd.DeviceType.CUDA
+    total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == cuda)
+    return total_us / 1e3 / calls
 
 
 def time_backward(forward: Forward, inputs: Sequence[torch.Tensor], grad_output: torch.Tensor,

@@ -20,7 +20,6 @@ median of samples, a sample being ``BATCH`` back-to-back steps on CUDA, one step
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
@@ -169,25 +168,6 @@ def _logits(model: torch.nn.Module, case: StepCase, device: torch.device,
         return model(case.x, case.edge_index).float()
 
 
-def busy_ms(step: Callable[[], None], device: torch.device, steps: int) -> float:
-    """Device busy time per step over ``steps`` steps (the module docstring says what is
-    summed)."""
-    measure.sync(device)
-    if device.type != "cuda":
-        started = time.process_time()
-        for _ in range(steps):
-            step()
-        return (time.process_time() - started) * 1e3 / steps
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(steps):
-            step()
-        measure.sync(device)
-    cuda = torch.autograd.DeviceType.CUDA
-    total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == cuda)
-    return total_us / 1e3 / steps
-
-
 def measure_step(impl: StepImplementation, case: StepCase, expected: Optional[torch.Tensor],
                  device: torch.device, precision: str, warmup: int,
                  repeats: int) -> Dict[str, object]:
@@ -205,7 +185,7 @@ def measure_step(impl: StepImplementation, case: StepCase, expected: Optional[to
         make = make_graphed_step if impl.cuda_graph else make_step
         step = make(model, case, device, precision)
         fields["wall_ms"] = measure.time_forward(step, device, max(warmup, 1), repeats)
-        fields["busy_ms"] = busy_ms(step, device, max(repeats, 1))
+        fields["busy_ms"] = measure.busy_ms(step, device, max(repeats, 1))
         fields["busy_kind"] = BUSY_CUDA if device.type == "cuda" else BUSY_CPU
         if impl.cuda_graph:  # a replay allocates in the graph's pool, out of sight
             fields["peak_mb"] = None
