@@ -247,8 +247,6 @@ def _logit_groups(g: Graph, graph: tuple, ranges: List[tuple], bytes_per_edge: i
                     (bounds[i + 2] - bounds[first]) * bytes_per_edge > range_bytes():
                 lasts.append(i)
                 first = i + 1
-        destination_of = torch.repeat_interleave(
-            torch.arange(g.num_dst_nodes, device=rowptr.device), rowptr.diff())
         slot = torch.empty_like(t_perm)
         groups, begin = [], 0
         for last in lasts:
@@ -256,7 +254,7 @@ def _logit_groups(g: Graph, graph: tuple, ranges: List[tuple], bytes_per_edge: i
             positions = t_perm[lo:hi].long()  # forward CSR positions of the group's edges
             slot[lo:hi][torch.argsort(positions)] = torch.arange(
                 hi - lo, dtype=slot.dtype, device=slot.device)
-            counts = torch.bincount(destination_of[positions], minlength=g.num_dst_nodes)
+            counts = torch.bincount(g.row[positions].long(), minlength=g.num_dst_nodes)
             groups.append((last, torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(
                 rowptr.dtype), hi - lo))
             begin = last + 1

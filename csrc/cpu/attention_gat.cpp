@@ -316,16 +316,13 @@ std::tuple<at::Tensor, at::Tensor> source_pass(
               ": rows [", row_begin, ", ", row_begin + rows, ") outside the walked CSR");
   TORCH_CHECK(src_perm.numel() == col.numel() && src_perm.scalar_type() == col.scalar_type(), op,
               ": the source permutation must have one entry per edge and the index dtype");
-  if (logit_slot.has_value()) {
-    TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
-                    grad_logit.dim() == 2 && grad_logit.size(1) == r.heads,
-                op, ": grad_logit must be a contiguous [n, H] tensor of the statistics dtype");
+  TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
+                  grad_logit.dim() == 2 && grad_logit.size(1) == r.heads,
+              op, ": grad_logit must be a contiguous [n, H] tensor of the statistics dtype");
+  if (logit_slot.has_value())
     check_logit_slots(*logit_slot, rowptr, col, row_begin, rows, grad_logit.size(0), op);
-  } else {
-    TORCH_CHECK(grad_logit.scalar_type() == r.acc && grad_logit.is_contiguous() &&
-                    grad_logit.numel() == col.numel() * r.heads,
-                op, ": grad_logit must be a contiguous [E, H] tensor of the statistics dtype");
-  }
+  else
+    TORCH_CHECK(grad_logit.size(0) == col.numel(), op, ": grad_logit must be [E, H]");
   auto opts = at::TensorOptions().dtype(r.acc);
   auto gout = grad_out.to(r.acc).contiguous();
   auto lse_c = lse.to(r.acc).contiguous();
