@@ -4,10 +4,12 @@
   scripts/bench.py --device cpu --quick --out bench-out          # < 2 minutes on a small CPU
   scripts/bench.py --device cuda --out benchmarks/results        # the GPU suite
   scripts/bench.py --device cuda --training --out benchmarks/results  # training steps
+  scripts/bench.py --device cuda --graphs tolokers --precisions fp32,bf16,fp16  # half vs fp32
   scripts/bench.py report benchmarks/results/<date>-<device>.jsonl --readme README.md
 
 A run writes ``<out>/<date>-<device>.jsonl`` (one row per graph x workload x width x
-implementation), ``<date>-<device>.md`` (speedup and result tables) and the speedup and memory
+implementation, and x precision for op workloads), ``<date>-<device>.md`` (speedup, half
+against float32 and result tables) and the speedup and memory
 plots. ``report`` regenerates the table and plots from a JSON lines file and, with --readme,
 rewrites the README section between ``<!-- bench:begin -->`` and ``<!-- bench:end -->``.
 """
@@ -48,6 +50,10 @@ def run_parser() -> argparse.ArgumentParser:
                    "the op and layer suite")
     p.add_argument("--compile", action="store_true",
                    help="training steps: add a row of the enabled model under torch.compile")
+    p.add_argument("--precisions", type=_csv,
+                   help="op workloads' feature dtypes, comma-separated from "
+                   f"{', '.join(suite.OP_PRECISIONS)} (default fp32); the results then compare "
+                   "each half-precision row with its float32 row")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     p.add_argument("--data-root",
                    help="datasets folder (default: FASTGNN_DATA or ../shared/datasets)")
@@ -101,6 +107,16 @@ def main_run(argv) -> int:
     if unknown:
         print(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
+    precisions = args.precisions or ["fp32"]
+    unknown = [p for p in precisions if p not in suite.OP_PRECISIONS]
+    if unknown:
+        print(f"unknown precisions {unknown}; known: {', '.join(suite.OP_PRECISIONS)}",
+              file=sys.stderr)
+        return 2
+    if args.training and args.precisions:
+        print("--precisions sets op workloads' dtypes; --training runs fp32 and bf16 "
+              "(autocast) steps by itself", file=sys.stderr)
+        return 2
     os.makedirs(args.out, exist_ok=True)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     suffix = "-training" if args.training else ""
@@ -112,7 +128,7 @@ def main_run(argv) -> int:
                          args.widths or default_widths,
                          warmup if args.warmup is None else args.warmup,
                          repeats if args.repeats is None else args.repeats, jsonl, args.seed,
-                         args.heads, args.compile)
+                         args.heads, args.compile, precisions)
     print(f"fastgnn bench on {report.device_name(device)}; results -> {jsonl}")
     rows = suite.run(opts)
     regenerate(rows, prefix, args.readme)

@@ -172,6 +172,69 @@ def test_layer_row_runs_when_enable_swaps_the_class(tmp_path, monkeypatch):
     assert row["status"] == "ok" and row["check"].startswith("matches pyg-stock"), row
 
 
+def test_half_precision_rows_are_checked_on_the_same_values_and_compared(tmp_path):
+    """--precisions: each half-precision op row is checked against the float32 oracle on its
+    own (rounded) values, so maxima, top-k picks and LeakyReLU signs agree, then compared with
+    its float32 row in the results."""
+    out = tmp_path / "out"
+    assert _bench_cli().main(["--device", "cpu", "--graphs", TINY, "--workloads",
+                              "aggregate-max,gatv2-attention,maxk-spmm-k8", "--widths", "16",
+                              "--precisions", "fp32,bf16,fp16", "--warmup", "0",
+                              "--repeats", "1", "--out", str(out)]) == 0
+    jsonl = next(p for p in os.listdir(out) if p.endswith(".jsonl"))
+    rows = [json.loads(line) for line in open(out / jsonl)]
+    native = [r for r in rows if r["implementation"] == "fastgnn-native"]
+    assert sorted(r["precision"] for r in native) == sorted(["fp32", "bf16", "fp16"] * 3)
+    for row in native:
+        assert row["status"] == "ok", row
+        if row["precision"] != "fp32":
+            tol = suite.HALF_RTOL[suite.OP_PRECISIONS[row["precision"]]]
+            assert f"(float32, within {tol:g})" in row["check"]
+    compared = report.precision_comparisons(rows)
+    assert {(c["workload"], c["precision"]) for c in compared
+            if c["implementation"] == "fastgnn-native"} == {
+        (w, p) for w in ("aggregate-max", "gatv2-attention", "maxk-spmm-k8")
+        for p in ("bf16", "fp16")}
+    table = (out / jsonl.replace(".jsonl", ".md")).read_text()
+    assert "## Half precision against float32" in table and "| 4x4 bf16 |" in table
+
+
+def test_half_precision_check_still_catches_a_wrong_result(tmp_path):
+    g = graphs.load(TINY).graph
+    x = torch.randn(g.num_src_nodes, 8).bfloat16().requires_grad_()
+    reference_x = x.detach().float().requires_grad_()
+    twin = Case([reference_x], lambda: reference.spmm(g, reference_x, norm="both"), [])
+    case = Case([x], lambda: reference.spmm(g, x, norm="both"), [
+        Implementation("right", FASTGNN, lambda: reference.spmm(g, x, norm="both")),
+        Implementation("wrong", FASTGNN, lambda: 1.2 * reference.spmm(g, x, norm="both"))])
+    rows = []
+    suite.run_case(case, _options(tmp_path), lambda **f: rows.append(f), reference=twin)
+    status = {r["implementation"]: r["status"] for r in rows}
+    assert status == {"right": "ok", "wrong": "mismatch"}
+
+
+def test_half_precision_slower_rows_are_marked():
+    def row(precision, fwd, bwd, impl="fastgnn-native"):
+        return dict(graph="g", workload="spmm-both", level="op", width=64, heads=4,
+                    implementation=impl, precision=precision, status="ok", fwd_ms=fwd, bwd_ms=bwd)
+    rows = [row("fp32", 1.0, 1.0), row("bf16", 1.0, 1.2), row("fp16", 0.5, 1.0),
+            row("bf16", 1.0, 1.0, impl="no-fp32-row")]
+    found = {c["precision"]: c for c in report.precision_comparisons(rows)}
+    assert set(found) == {"bf16", "fp16"}
+    assert found["bf16"]["slower"] and found["bf16"]["speedup"] == pytest.approx(2 / 2.2)
+    assert not found["fp16"]["slower"] and found["fp16"]["fwd_speedup"] == 2.0
+    assert found["bf16"]["width"] == "64"
+    assert "**yes**" in report.precision_table(rows)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--precisions", "fp8"], "unknown precisions ['fp8']"),
+    (["--training", "--precisions", "bf16"], "--precisions sets op workloads' dtypes")])
+def test_bad_precisions_are_refused(tmp_path, capsys, argv, message):
+    assert _bench_cli().main(["--device", "cpu", "--out", str(tmp_path)] + argv) == 2
+    assert message in capsys.readouterr().err
+
+
 # ---- the correctness gate and failures ---------------------------------------------------------
 def test_wrong_implementation_is_caught_and_not_timed(tmp_path):
     g, x, case = _spmm_case([])

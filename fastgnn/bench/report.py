@@ -75,11 +75,15 @@ _MULTI_HEAD = ("gatv2", "graph-attention", "transformerconv", "gat-attention", "
 
 
 def shape(row: Dict[str, object]) -> str:
-    """The feature shape a row ran at: the width, or heads x head dim for attention."""
+    """The feature shape a row ran at: the width, or heads x head dim for attention, followed
+    by the precision of an op row whose features were not float32."""
     width, heads = row.get("width"), row.get("heads")
     if width and heads and any(key in (row.get("workload") or "") for key in _MULTI_HEAD):
-        return f"{heads}x{max(1, width // heads)}"
-    return str(width)
+        text = f"{heads}x{max(1, width // heads)}"
+    else:
+        text = str(width)
+    half = row.get("level") == "op" and row.get("precision") not in (None, "fp32")
+    return f"{text} {row['precision']}" if half else text
 
 
 def make_row(env: Dict[str, object], **fields) -> Dict[str, object]:
@@ -191,6 +195,48 @@ def speedup_table(rows: List[Dict]) -> str:
                       "bwd speedup", "fwd+bwd speedup", "memory ratio"], lines)
 
 
+#: A half-precision op row is marked slower when its fwd + bwd time exceeds the float32 row's
+#: by more than this fraction (what repeated runs of one row move by).
+HALF_SLOWER = 0.05
+
+
+def precision_comparisons(rows: Iterable[Dict]) -> List[Dict]:
+    """Each successful half-precision op row against the float32 row of the same graph,
+    workload, shape and implementation: how many times faster it is (< 1: slower)."""
+    rows = [r for r in rows if r.get("level") == "op" and r["status"] == "ok"]
+    base = {(r["graph"], r["workload"], shape(r), r["implementation"]): r for r in rows
+            if r.get("precision") == "fp32"}
+    found = []
+    for row in rows:
+        if row.get("precision") in (None, "fp32"):
+            continue
+        width = shape(dict(row, precision="fp32"))
+        fp32 = base.get((row["graph"], row["workload"], width, row["implementation"]))
+        if fp32 is None:
+            continue
+        speedup = _ratio(_total(fp32), _total(row))
+        found.append({
+            "graph": row["graph"], "workload": row["workload"], "width": width,
+            "precision": row["precision"], "implementation": row["implementation"],
+            "fwd_speedup": _ratio(fp32["fwd_ms"], row["fwd_ms"]),
+            "bwd_speedup": _ratio(fp32["bwd_ms"], row["bwd_ms"]), "speedup": speedup,
+            "slower": speedup is not None and speedup < 1 / (1 + HALF_SLOWER),
+        })
+    return found
+
+
+def precision_table(rows: List[Dict]) -> str:
+    """Half precision against float32, per op row (``--precisions``)."""
+    lines = [[c["graph"], c["workload"], c["width"], c["precision"], c["implementation"],
+              c["fwd_speedup"], c["bwd_speedup"], c["speedup"], "**yes**" if c["slower"] else "no"]
+             for c in precision_comparisons(rows)]
+    if not lines:
+        return "_No half-precision op row with a float32 row to compare with._"
+    return _markdown(["graph", "workload", "width", "precision", "implementation",
+                      "fwd speedup over fp32", "bwd speedup over fp32", "fwd+bwd speedup",
+                      f"slower (by over {HALF_SLOWER:.0%})"], lines)
+
+
 def step_table(rows: List[Dict]) -> str:
     """Training steps: fastgnn.enable against stock PyG, wall time per step."""
     lines = [[c["graph"], c["workload"], c["precision"], c["implementation"], c["stock_ms"],
@@ -255,6 +301,7 @@ def table_markdown(rows: List[Dict]) -> str:
         "# fastgnn benchmark", summary(rows), "## Graphs", graph_table(rows),
         "## Layers: stock PyG against fastgnn.enable", layer_table(rows),
         "## Speedups against the best baseline", speedup_table(rows),
+        "## Half precision against float32", precision_table(rows),
         "## Training steps", step_table(rows), "## Training-step results", step_results(rows),
         "## All results", results_table(rows)]) + "\n"
 

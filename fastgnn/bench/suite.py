@@ -32,6 +32,11 @@ CUDA_DEFAULT = (["cora", "tolokers", "ogbn-arxiv", "flickr", "roads-ny", "powerl
 # Training steps (--training): input width 128, hidden 256 (fastgnn.bench.training).
 TRAINING_QUICK = (["cora"], STEPS, [128], 1, 3)
 TRAINING = (["tolokers", "ogbn-arxiv", "flickr", "roads-ny"], STEPS, [128], 2, 10)
+# Feature dtypes of op workloads (--precisions); layers and training steps run float32 (steps
+# add bf16 under autocast themselves). A half-precision case is checked against the float32
+# oracle on the same values, within HALF_RTOL of the largest expected magnitude.
+OP_PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+HALF_RTOL = {torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
 
 @dataclass
@@ -46,6 +51,7 @@ class Options:
     seed: int = 0
     heads: int = 4
     compile: bool = False  # training steps: add a torch.compile row
+    precisions: Sequence[str] = ("fp32",)  # op workloads' feature dtypes (OP_PRECISIONS)
 
 
 def default_suite(device: torch.device, quick: bool, steps: bool = False):
@@ -61,14 +67,16 @@ _CHECK_NOTES = {"elementwise": "", "norm": " (gradients by relative norm: LeakyR
 
 
 def _measure(impl: Implementation, case: Case, expected: Optional[measure.Expected],
-             grad_output: torch.Tensor, opts: Options) -> Dict[str, object]:
+             grad_output: torch.Tensor, opts: Options, rtol: float,
+             oracle_note: str = "") -> Dict[str, object]:
     """Checks then times one implementation; returns the row fields it determines."""
     fields: Dict[str, object] = {}
     try:
         if expected is not None:
-            measure.check(impl.forward, case.inputs, grad_output, expected, case.rtol,
+            measure.check(impl.forward, case.inputs, grad_output, expected, rtol,
                           impl.grad_check)
-            fields["check"] = f"matches {case.oracle_name}" + _CHECK_NOTES[impl.grad_check]
+            fields["check"] = (f"matches {case.oracle_name}{oracle_note}"
+                               + _CHECK_NOTES[impl.grad_check])
         fields["fwd_ms"] = measure.time_forward(impl.forward, opts.device, opts.warmup,
                                                 opts.repeats)
         fields["bwd_ms"] = measure.time_backward(impl.forward, case.inputs, grad_output,
@@ -115,9 +123,20 @@ def _oracle(case: Case, runnable: List[Implementation]) -> _Oracle:
     return _Oracle(failure=(status, f"nothing ran, oracle included (last: {message})"))
 
 
-def run_case(case: Case, opts: Options, emit: Callable[..., None]) -> None:
+def run_case(case: Case, opts: Options, emit: Callable[..., None],
+             reference: Optional[Case] = None) -> None:
+    """Checks and times every implementation of ``case``. A half-precision case is checked
+    within HALF_RTOL, against ``reference``'s oracle where given: the same workload built in
+    float32 on the same values."""
     runnable = [impl for impl in case.implementations if impl.skip is None]
-    oracle = _oracle(case, runnable) if runnable else _Oracle()
+    oracle = _oracle(reference or case, runnable) if runnable else _Oracle()
+    rtol, note, grad_output = case.rtol, "", oracle.grad_output
+    dtype = case.inputs[0].dtype
+    if dtype in HALF_RTOL:
+        rtol = max(rtol, HALF_RTOL[dtype])
+        note = f" ({'float32, ' if reference is not None else ''}within {HALF_RTOL[dtype]:g})"
+        if grad_output is not None:
+            grad_output = grad_output.to(dtype)
     for impl in case.implementations:
         if impl.skip is not None:
             fields = dict(status="skipped", error=impl.skip)
@@ -125,7 +144,7 @@ def run_case(case: Case, opts: Options, emit: Callable[..., None]) -> None:
             fields = dict(status=oracle.failure[0], error=oracle.failure[1])
         else:
             fields = dict(check=oracle.check, setup_ms=impl.setup_ms)
-            fields.update(_measure(impl, case, oracle.expected, oracle.grad_output, opts))
+            fields.update(_measure(impl, case, oracle.expected, grad_output, opts, rtol, note))
         emit(implementation=impl.name, kind=impl.kind, backend=impl.backend, **fields)
 
 
@@ -154,22 +173,36 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
                     edges=bench_graph.stats["edges"])
     for width in opts.widths:
         for name in opts.workloads:
-            context = Context(bench_graph, width, opts.device, opts.seed, opts.heads,
-                              opts.compile)
+            op = WORKLOADS[name].level == "op"
+            for precision in opts.precisions if op else [None]:
+                context = Context(bench_graph, width, opts.device, opts.seed, opts.heads,
+                                  opts.compile, OP_PRECISIONS[precision or "fp32"])
+                tag = {"precision": precision} if op else {}
 
-            def case_emit(context=context, name=name, width=width, **fields):
-                # the kernels the native fastgnn ops tuned on this case's graph
-                native = fields.get("backend") == "native" and context.has("graph")
-                tuned = tuning.choices(context.graph) if native else {}
-                emit(**on_graph, workload=name, level=WORKLOADS[name].level, width=width,
-                     heads=opts.heads, tuned=tuned or None, **fields)
-            case = _build(name, context, case_emit)
-            if isinstance(case, training.StepCase):
-                training.run_case(case, opts.device, opts.warmup, opts.repeats, case_emit)
-            elif case is not None:
-                run_case(case, opts, case_emit)
-                del case
-            measure.release_memory(opts.device)
+                def case_emit(context=context, name=name, width=width, tag=tag, **fields):
+                    # the kernels the native fastgnn ops tuned on this case's graph
+                    native = fields.get("backend") == "native" and context.has("graph")
+                    tuned = tuning.choices(context.graph) if native else {}
+                    emit(**on_graph, workload=name, level=WORKLOADS[name].level, width=width,
+                         heads=opts.heads, tuned=tuned or None, **tag, **fields)
+                case = _build(name, context, case_emit)
+                if isinstance(case, training.StepCase):
+                    training.run_case(case, opts.device, opts.warmup, opts.repeats, case_emit)
+                elif case is not None:
+                    run_case(case, opts, case_emit, _float32_twin(name, context))
+                    del case
+                measure.release_memory(opts.device)
+
+
+def _float32_twin(name: str, context: Context) -> Optional[Case]:
+    """For a half-precision context, the workload built again in float32 from the same
+    draws, rounded to the half dtype (its oracle checks the half case's arithmetic on the
+    same values); None in float32 or when it cannot be built."""
+    if context.dtype == torch.float32:
+        return None
+    twin = Context(context.bench_graph, context.width, context.device, context.seed,
+                   context.heads, context.compile, rounded_to=context.dtype)
+    return _build(name, twin, lambda **fields: None)
 
 
 def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, object]]:

@@ -64,6 +64,10 @@ class Context:
     seed: int = 0
     heads: int = HEADS  # attention workloads split the width into heads x (width // heads)
     compile: bool = False  # training steps: also time the enabled model under torch.compile
+    dtype: torch.dtype = torch.float32  # op workloads' features (bench.py --precisions)
+    # draws rounded to this dtype first: the float32 twin of a half-precision case, whose
+    # oracle then sees the half case's values (the same maxima, top-k and LeakyReLU signs)
+    rounded_to: Optional[torch.dtype] = None
     _cache: Dict[str, object] = field(default_factory=dict)
     _draws: int = 0
 
@@ -98,11 +102,15 @@ class Context:
         return self._cache[key]
 
     def features(self, *shape: int) -> torch.Tensor:
-        """Seeded random features that require grad (same values for every implementation;
-        each call of a build draws the next tensor of the seeded sequence)."""
+        """Seeded random features in ``dtype`` that require grad (same values for every
+        implementation; each call of a build draws the next tensor of the seeded sequence, so
+        contexts that differ only in ``dtype`` draw the same values, rounded to it)."""
         self._draws += 1
         gen = torch.Generator().manual_seed(self.seed * 1000 + self._draws)
-        return torch.randn(shape, generator=gen).to(self.device).requires_grad_()
+        draw = torch.randn(shape, generator=gen)
+        if self.rounded_to is not None:
+            draw = draw.to(self.rounded_to)
+        return draw.to(self.device, self.dtype).requires_grad_()
 
 
 @dataclass
