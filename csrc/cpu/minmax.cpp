@@ -74,18 +74,39 @@ struct Lanes {
   typedef int32_t i32 __attribute__((vector_size(4 * W)));
   typedef float f32_unaligned __attribute__((vector_size(4 * W), aligned(4)));
   typedef int32_t i32_unaligned __attribute__((vector_size(4 * W), aligned(4)));
+  typedef uint16_t u16 __attribute__((vector_size(2 * W)));  // bfloat16 bits
+  typedef uint32_t u32 __attribute__((vector_size(4 * W)));
 };
 
 constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its use
 
-// float32 features with int32 sources, the common case: features [f0, f0 + W * kVecs) of one
-// row over edges [begin, end), the running values and sources held in vector registers.
-template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, int kVecs>
+// W values of a float32 or bfloat16 row as float lanes: bfloat16's bits are the upper half of
+// the float32 it stands for, so a widening and a shift convert it exactly.
+template <int W, typename feat_t>
+inline __attribute__((always_inline)) typename Lanes<W>::f32 load_lanes(const feat_t* p) {
+  using L = Lanes<W>;
+  if constexpr (std::is_same_v<feat_t, float>) {
+    return *reinterpret_cast<const typename L::f32_unaligned*>(p);
+  } else {
+    static_assert(std::is_same_v<feat_t, c10::BFloat16>, "float32 or bfloat16 rows");
+    typename L::u16 bits;
+    std::memcpy(&bits, p, sizeof(bits));
+    return (typename L::f32)(__builtin_convertvector(bits, typename L::u32) << 16);
+  }
+}
+
+// float32 (or, unweighted, bfloat16) features with int32 sources, the common case: features
+// [f0, f0 + W * kVecs) of one row over edges [begin, end), the running values (float) and
+// sources held in vector registers.
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, int kVecs,
+          typename feat_t>
 inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, int32_t begin,
-                                                            int32_t end, const float* x,
-                                                            HeadWeights<float, int32_t> hw,
+                                                            int32_t end, const feat_t* x,
+                                                            HeadWeights<feat_t, int32_t> hw,
                                                             int64_t width,
                                                             int64_t f0, float* b, int32_t* a) {
+  static_assert(std::is_same_v<feat_t, float> || !kWeighted,
+                "a weighted message is rounded to the feature type: float32 only here");
   using L = Lanes<W>;
   typename L::f32 best[kVecs];
   typename L::i32 src[kVecs];
@@ -95,12 +116,12 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
   }
   for (int32_t e = begin; e < end; ++e) {
     const int32_t j = col[e];
-    const float* xj = x + int64_t(j) * width + f0;
+    const feat_t* xj = x + int64_t(j) * width + f0;
     if (e + kPrefetchAhead < end)  // the tile of a later edge's row
       prefetch_row(x + int64_t(col[e + kPrefetchAhead]) * width + f0, W * kVecs);
     const typename L::i32 jv = typename L::i32{} + (kWeighted ? e : j);
     for (int k = 0; k < kVecs; ++k) {
-      typename L::f32 v = *reinterpret_cast<const typename L::f32_unaligned*>(xj + W * k);
+      typename L::f32 v = load_lanes<W>(xj + W * k);
       if constexpr (kWeighted) v = v * hw.at(e);
       typename L::i32 take;  // as replaces()
       if constexpr (kIgnoreNaN && kLastWins)
@@ -123,13 +144,25 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 
 #if defined(__x86_64__)
 #define FASTGNN_AVX512_TILES 1
+// load_lanes at 16 lanes for AVX-512.
+template <typename feat_t>
+FASTGNN_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16(const feat_t* p) {
+  if constexpr (std::is_same_v<feat_t, float>) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+}
+
 // reduce_tile_f32 at 16 lanes for AVX-512, in intrinsics: GCC compiles the vector extensions'
 // 16-lane selects element by element (20x slower). Not always_inline: only the AVX-512 row
 // clone may inline it (a function of another target may not), the others never call it.
-template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int kVecs>
+template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int kVecs,
+          typename feat_t>
 FASTGNN_TARGET_AVX512 void reduce_tile_f32_avx512(
-    const int32_t* col, int32_t begin, int32_t end, const float* x,
-    HeadWeights<float, int32_t> hw, int64_t width, int64_t f0, float* b, int32_t* a) {
+    const int32_t* col, int32_t begin, int32_t end, const feat_t* x,
+    HeadWeights<feat_t, int32_t> hw, int64_t width, int64_t f0, float* b, int32_t* a) {
   __m512 best[kVecs];
   __m512i src[kVecs];
   for (int k = 0; k < kVecs; ++k) {
@@ -138,12 +171,12 @@ FASTGNN_TARGET_AVX512 void reduce_tile_f32_avx512(
   }
   for (int32_t e = begin; e < end; ++e) {
     const int32_t j = col[e];
-    const float* xj = x + int64_t(j) * width + f0;
+    const feat_t* xj = x + int64_t(j) * width + f0;
     if (e + kPrefetchAhead < end)  // the tile of a later edge's row
       prefetch_row(x + int64_t(col[e + kPrefetchAhead]) * width + f0, 16 * kVecs);
     const __m512i jv = _mm512_set1_epi32(kWeighted ? e : j);
     for (int k = 0; k < kVecs; ++k) {
-      __m512 v = _mm512_loadu_ps(xj + 16 * k);
+      __m512 v = load16(xj + 16 * k);
       if constexpr (kWeighted) v = _mm512_mul_ps(v, _mm512_set1_ps(hw.at(e)));
       // replaces(): !(v <= b) (min: !(v >= b)), true when either is NaN, and b not NaN;
       // kLastWins: v >= b (min: v <= b), false when either is NaN, or v NaN; kIgnoreNaN: the
@@ -204,7 +237,12 @@ inline __attribute__((always_inline)) void reduce_span(const index_t* col, index
                                                         int64_t f0, int64_t f1, acc_t* b,
                                                         index_t* a) {
 #ifdef FASTGNN_VECTOR_TILES
-  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<index_t, int32_t>) {
+  // bfloat16 rows convert to float lanes exactly; a weighted bfloat16 message is rounded to
+  // bfloat16 (message()), which the tiles do not do
+  constexpr bool kTiles = std::is_same_v<index_t, int32_t> &&
+                          (std::is_same_v<scalar_t, float> ||
+                           (std::is_same_v<scalar_t, c10::BFloat16> && !kWeighted));
+  if constexpr (kTiles) {
     constexpr int kVecs = 4;  // 4 + 4 registers of running values and sources
 #ifdef FASTGNN_AVX512_TILES
     if constexpr (W == 16) {
