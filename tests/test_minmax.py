@@ -91,7 +91,7 @@ def test_feature_shapes(device, shape):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width", [7, 64])  # 64: the CPU's vector tiles, CUDA's 16-byte loads
 def test_signed_zeros_subnormals_and_nans_of_either_sign(device, dtype, width):
     """Values that a flush-to-zero comparison or a NaN's sign bit would misorder: -0 and +0
@@ -102,7 +102,7 @@ def test_signed_zeros_subnormals_and_nans_of_either_sign(device, dtype, width):
     negative_nan = float(bits.view(torch.float32))
     values = torch.tensor([0.0, -0.0, tiny / 4, tiny / 2, -tiny / 4, -tiny / 2, 1.0, -1.0,
                            negative_nan, float("nan")], dtype=dtype)
-    if dtype == torch.bfloat16:  # its conversion drops a NaN's sign: set the bit again
+    if values.element_size() == 2:  # their conversion drops a NaN's sign: set the bit again
         bits = values.view(torch.int16)
         bits[8] = bits[8] | -32768
     assert torch.isnan(values[8]) and torch.signbit(values[8])
@@ -116,11 +116,10 @@ def test_signed_zeros_subnormals_and_nans_of_either_sign(device, dtype, width):
             with fastgnn.backend("native"):
                 out = fastgnn.ops.aggregate(g, x, reduce)
             _, arg = OP(g.rowptr, g.col, x, reduce == "max", None, None, 0, 0, None, None)
-            as_bits = {torch.float64: torch.int64, torch.bfloat16: torch.int16}.get(dtype,
-                                                                                  torch.int32)
+            as_bits = {8: torch.int64, 4: torch.int32, 2: torch.int16}[x.element_size()]
             picked = x.gather(0, arg.long().clamp(min=0))  # the winning source's own value
             same_bits = out.view(as_bits) == picked.view(as_bits)
-            if dtype == torch.bfloat16:  # c10's float-to-bfloat16 writes NaN as its canonical NaN
+            if x.element_size() == 2:  # c10's conversions from float write a canonical NaN
                 same_bits |= out.isnan() & picked.isnan()
             assert bool(same_bits[arg >= 0].all()), "output is not the winner's own value"
             for name, plan in minmax._plans(g, x)[0].items():  # CUDA: heavy and split plans

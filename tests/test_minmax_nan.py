@@ -131,7 +131,7 @@ def test_special_rows(device, reduce, ties, weighted, dtype):
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("ties", minmax.TIES[1:])
 @pytest.mark.parametrize("weights", [None, "edge", "head"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("width", [1, 6, 64])  # 64: whole vector tiles on the CPU
 def test_random_special_values(device, reduce, ties, weights, dtype, index_dtype, width):

@@ -102,7 +102,7 @@ def _check(g, edge_index, x, w, reduce, ties):
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("ties", EDGE_TIES)
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("width", [1, 7, 64])
 def test_edge_ties_match_an_independent_scatter(device, reduce, ties, weighted, dtype,

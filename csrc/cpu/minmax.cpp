@@ -144,14 +144,18 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 
 #if defined(__x86_64__)
 #define FASTGNN_AVX512_TILES 1
-// load_lanes at 16 lanes for AVX-512.
+// load_lanes at 16 lanes for AVX-512, float16 too: AVX-512F converts it (vcvtph2ps) where
+// the AVX2 clones, built without F16C, cannot.
 template <typename feat_t>
 FASTGNN_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16(const feat_t* p) {
   if constexpr (std::is_same_v<feat_t, float>) {
     return _mm512_loadu_ps(p);
   } else {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    if constexpr (std::is_same_v<feat_t, c10::Half>)
+      return _mm512_cvtph_ps(bits);
+    else
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }
 }
 
@@ -237,11 +241,18 @@ inline __attribute__((always_inline)) void reduce_span(const index_t* col, index
                                                         int64_t f0, int64_t f1, acc_t* b,
                                                         index_t* a) {
 #ifdef FASTGNN_VECTOR_TILES
-  // bfloat16 rows convert to float lanes exactly; a weighted bfloat16 message is rounded to
-  // bfloat16 (message()), which the tiles do not do
+  // Half rows convert to float lanes exactly: bfloat16 in every clone, float16 in the AVX-512
+  // one (load16). A weighted half message is rounded to its type (message()), which the tiles
+  // do not do.
+#ifdef FASTGNN_AVX512_TILES
+  constexpr bool kFloat16Lanes = std::is_same_v<scalar_t, c10::Half> && W == 16;
+#else
+  constexpr bool kFloat16Lanes = false;
+#endif
   constexpr bool kTiles = std::is_same_v<index_t, int32_t> &&
                           (std::is_same_v<scalar_t, float> ||
-                           (std::is_same_v<scalar_t, c10::BFloat16> && !kWeighted));
+                           ((std::is_same_v<scalar_t, c10::BFloat16> || kFloat16Lanes) &&
+                            !kWeighted));
   if constexpr (kTiles) {
     constexpr int kVecs = 4;  // 4 + 4 registers of running values and sources
 #ifdef FASTGNN_AVX512_TILES
