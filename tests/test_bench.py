@@ -199,6 +199,16 @@ def test_half_precision_rows_are_checked_on_the_same_values_and_compared(tmp_pat
     assert "## Half precision against float32" in table and "| 4x4 bf16 |" in table
 
 
+def test_float32_twin_draws_the_same_values_on_the_same_structures():
+    ctx = Context(graphs.load(TINY), 8, torch.device("cpu"), dtype=torch.bfloat16)
+    graph, half = ctx.graph, [ctx.features(30, 8), ctx.features(4)]
+    twin = ctx.float32_twin()
+    assert twin.graph is graph and twin.dtype == torch.float32  # no structure built twice
+    for value in half:
+        drawn = twin.features(*value.shape)
+        assert drawn.dtype == torch.float32 and torch.equal(drawn, value.float())
+
+
 def test_half_precision_check_still_catches_a_wrong_result(tmp_path):
     g = graphs.load(TINY).graph
     x = torch.randn(g.num_src_nodes, 8).bfloat16().requires_grad_()

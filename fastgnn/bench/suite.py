@@ -195,14 +195,12 @@ def run_graph(spec: str, opts: Options, emit: Callable[..., None],
 
 
 def _float32_twin(name: str, context: Context) -> Optional[Case]:
-    """For a half-precision context, the workload built again in float32 from the same
-    draws, rounded to the half dtype (its oracle checks the half case's arithmetic on the
-    same values); None in float32 or when it cannot be built."""
+    """For a half-precision context, the workload built again on its float32 twin (its
+    oracle checks the half case's arithmetic on the same values); None in float32 or when it
+    cannot be built."""
     if context.dtype == torch.float32:
         return None
-    twin = Context(context.bench_graph, context.width, context.device, context.seed,
-                   context.heads, context.compile, rounded_to=context.dtype)
-    return _build(name, twin, lambda **fields: None)
+    return _build(name, context.float32_twin(), lambda **fields: None)
 
 
 def run(opts: Options, log: Callable[[str], None] = print) -> List[Dict[str, object]]:

@@ -14,7 +14,7 @@ import functools
 import importlib
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -111,6 +111,11 @@ class Context:
         if self.rounded_to is not None:
             draw = draw.to(self.rounded_to)
         return draw.to(self.device, self.dtype).requires_grad_()
+
+    def float32_twin(self) -> "Context":
+        """A float32 context drawing this one's values (rounded to its dtype) and sharing its
+        cached structures, which no dtype changes: the oracle of a half-precision case."""
+        return replace(self, dtype=torch.float32, rounded_to=self.dtype, _draws=0)
 
 
 @dataclass
