@@ -60,8 +60,8 @@ inline acc_t message(scalar_t xv, HeadWeights<scalar_t, index_t> hw, index_t e) 
     return acc_t(xv);
 }
 
-// GCC's vector extensions (selects on vector masks included) carry the float32 fast path;
-// other compilers take the generic loop.
+// GCC's vector extensions (selects on vector masks included) carry the vector tiles (float32
+// and half rows); other compilers take the generic loop.
 #if defined(__GNUC__) && !defined(__clang__)
 #define FASTGNN_VECTOR_TILES 1
 #endif
@@ -95,9 +95,9 @@ inline __attribute__((always_inline)) typename Lanes<W>::f32 load_lanes(const fe
   }
 }
 
-// float32 (or, unweighted, bfloat16) features with int32 sources, the common case: features
-// [f0, f0 + W * kVecs) of one row over edges [begin, end), the running values (float) and
-// sources held in vector registers.
+// float32 (or, unweighted, bfloat16; float16 in load16) features with int32 sources, the
+// common case: features [f0, f0 + W * kVecs) of one row over edges [begin, end), the running
+// values (float) and sources held in vector registers.
 template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, int kVecs,
           typename feat_t>
 inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, int32_t begin,
@@ -303,8 +303,8 @@ inline __attribute__((always_inline)) void reduce_row_from_identity(
 }
 
 // One destination row i: out/arg row i; b is a per-thread buffer of width entries. W is the
-// vector width of the float32 fast path. With weights ([E, heads], CSR order) each head's
-// features are reduced with that head's weight column.
+// vector width of the tiles. With weights ([E, heads], CSR order) each head's features are
+// reduced with that head's weight column.
 template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, typename scalar_t,
           typename index_t, typename acc_t>
 inline __attribute__((always_inline)) void reduce_row(
