@@ -250,7 +250,7 @@ def _hub_graph(device, hub_edges=6000, light_edges=20_000, nodes=3000, seed=23):
 
 @pytest.mark.gpu
 @pytest.mark.sanitize
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("width", [1, 4, 64, 70])
 def test_gpu_heavy_rows_take_a_block(dtype, width):
     """Hub rows (a block each) and light rows (a warp each), both norms: the reference's values
@@ -294,6 +294,36 @@ def test_gpu_split_matches_warp_per_row():
         grad = torch.randn_like(z)
         torch.testing.assert_close(BACKWARD_OP(rowptr, perm, out, grad, *split),
                                    BACKWARD_OP(rowptr, perm, out, grad, None, None))
+
+
+def _unaligned_copy(t):
+    """``t``'s values in a view one element into its storage: rows no longer aligned to the
+    CUDA kernels' packet loads."""
+    storage = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = storage[1:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [4, 64])
+def test_gpu_unaligned_rows(dtype, width):
+    """Logits, outputs and gradients not aligned to a packet take one-column loads: the same
+    values as aligned ones (within a different summation order's rounding)."""
+    from fastgnn.ops.edge_softmax import _buckets, _rows
+    g = _hub_graph("cuda")
+    z = _logits(g, (width,), dtype=dtype, device="cuda", seed=width)
+    grad = _logits(g, (width,), dtype=dtype, device="cuda", seed=width + 1, spread=1.0)
+    tol = TOLERANCE[dtype]
+    for norm_by in NORMS:
+        rowptr, perm = _rows(g, norm_by)
+        split = _buckets(g, norm_by)
+        out = OP(rowptr, perm, z, *split)
+        torch.testing.assert_close(OP(rowptr, perm, _unaligned_copy(z), *split), out, **tol)
+        want = BACKWARD_OP(rowptr, perm, out, grad, *split)
+        got = BACKWARD_OP(rowptr, perm, _unaligned_copy(out), _unaligned_copy(grad), *split)
+        torch.testing.assert_close(got, want, **tol)
 
 
 @pytest.mark.parametrize("device", devices())

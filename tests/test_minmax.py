@@ -157,7 +157,7 @@ def test_hub_above_ten_thousand(device, index_dtype):
 def test_every_gpu_plan_matches_reference(dtype, index_dtype):
     """Each launch plan the tuner may pick (light only; each quantile, warps, edge chunk)."""
     g = hub_graph("cuda", index_dtype)
-    for width in (3, 40, 130, 256):  # 40 and 256: the float32 16-byte-load light kernel
+    for width in (3, 40, 130, 256):  # 40 and 256: the light kernel's one load per 4 features
         x = _tied_features(g.num_src_nodes, (width,), dtype, "cuda", seed=width)
         plans, _ = minmax._plans(g, x)
         assert any(plan[1] is not None for plan in plans.values())  # heavy rows exist
@@ -205,10 +205,12 @@ def test_gpu_forward_needs_no_memory_beyond_its_outputs(plan_name):
 
 
 @pytest.mark.gpu
-def test_gpu_unaligned_rows():
-    """A float32 view starting 4 bytes into its storage takes the scalar-load light kernel."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_gpu_unaligned_rows(dtype):
+    """A view starting one element into its storage (rows not aligned to the 4-feature load)
+    takes the light kernel's feature-by-feature loads."""
     g = hub_graph("cuda")
-    storage = _tied_features(g.num_src_nodes * 16 + 1, (), torch.float32, "cuda", seed=17)
+    storage = _tied_features(g.num_src_nodes * 16 + 1, (), dtype, "cuda", seed=17)
     x = storage[1:].view(g.num_src_nodes, 16)
     for reduce in REDUCES:
         ref_out, ref_arg = reference.aggregate_with_arg(g, x, reduce)

@@ -1,7 +1,9 @@
-// Edge softmax CUDA kernels. Light rows take a warp each: its lanes split into 2^column_bits
-// columns x the remaining edge slots: a lane reads one column of every (32 >> column_bits)-th
+// Edge softmax CUDA kernels. A lane reads kVec consecutive columns (a packet: 4, 2 or 1, the
+// widest the width and alignment allow) with one load, so half logits move as many loads as
+// float32 ones. Light rows take a warp each: its lanes split into 2^column_bits packet
+// columns x the remaining edge slots: a lane reads one packet of every (32 >> column_bits)-th
 // edge of the row, so the lanes of one edge read its contiguous columns; rows wider than 32
-// columns take several passes. Heavy rows (long ones, e.g. a hub's in-edges) take a block of
+// packets take several passes. Heavy rows (long ones, e.g. a hub's in-edges) take a block of
 // kHeavyWarps warps each, split the same way with the warps' edge slots side by side. The
 // forward keeps an online (maximum, sum) per lane and merges the lanes of a column by
 // shuffles, then (heavy rows) the warps' partials through shared memory in warp order, then
@@ -10,6 +12,7 @@
 #include "cuda/common.cuh"
 #include "cuda/edge_softmax_kernels.h"
 
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 
@@ -46,13 +49,13 @@ struct LaneSplit {
 };
 
 // Calls body(begin, end, c) for each row of this group (warp, or block for kBlockPerRow) and
-// each pass over its columns: the row's positions [begin, end) and this lane's column c, which
-// is past the last column (c >= width) on idle lanes of the last pass: they still take part in
-// the body's merges. The rows are row_list[0, rows) (row_list null: 0 .. rows - 1).
+// each pass over its packets: the row's positions [begin, end) and this lane's packet c, which
+// is past the last packet (c >= packets) on idle lanes of the last pass: they still take part
+// in the body's merges. The rows are row_list[0, rows) (row_list null: 0 .. rows - 1).
 // Grid-stride, every lane of a group on the same rows.
 template <bool kBlockPerRow, typename index_t, typename Body>
 __device__ __forceinline__ void for_each_row_pass(const index_t* rowptr, const index_t* row_list,
-                                                  int64_t rows, int64_t width,
+                                                  int64_t rows, int64_t packets,
                                                   const LaneSplit& lanes, const Body& body) {
   const int64_t groups = kBlockPerRow ? 1 : blockDim.x / kWarp;
   const int64_t stride = int64_t(gridDim.x) * groups;
@@ -60,20 +63,21 @@ __device__ __forceinline__ void for_each_row_pass(const index_t* rowptr, const i
        i < rows; i += stride) {
     const int64_t row = row_list ? int64_t(row_list[i]) : i;
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    for (int64_t c0 = 0; c0 < width; c0 += lanes.column_lanes)
+    for (int64_t c0 = 0; c0 < packets; c0 += lanes.column_lanes)
       body(begin, end, c0 + lanes.column);
   }
 }
 
-// Calls f(at) for the entries of column c this lane owns in the row, at = the edge's input
-// position * width + c (none past the last column).
-template <typename index_t, typename F>
+// Calls f(at) for the entries of packet c this lane owns in the row, at = the edge's input
+// position * width + c * kVec, its first column (none past the last packet).
+template <int kVec, typename index_t, typename F>
 __device__ __forceinline__ void for_each_lane_entry(const index_t* perm, int64_t begin,
                                                     int64_t end, int64_t width, int64_t c,
                                                     const LaneSplit& lanes, const F& f) {
-  if (c >= width) return;
+  if (c * kVec >= width) return;
 #pragma unroll 4
-  for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots) f(edge_at(perm, p) * width + c);
+  for (int64_t p = begin + lanes.slot; p < end; p += lanes.slots)
+    f(edge_at(perm, p) * width + c * kVec);
 }
 
 // Online softmax state of one lane: the largest logit seen and the sum of exp(logit - peak).
@@ -163,30 +167,42 @@ constexpr int threads_per_block() {
   return kBlockPerRow ? kHeavyWarps * kWarp : kWarpsPerBlock * kWarp;
 }
 
-template <bool kBlockPerRow, typename scalar_t, typename index_t>
+template <int kVec, bool kBlockPerRow, typename scalar_t, typename index_t>
 __global__ void __launch_bounds__(threads_per_block<kBlockPerRow>())
 edge_softmax_kernel(const index_t* __restrict__ rowptr, const index_t* __restrict__ perm,
                     const index_t* __restrict__ row_list, int64_t rows,
                     const scalar_t* __restrict__ logits, scalar_t* __restrict__ out,
                     int64_t width, int column_bits) {
-  using S = Scalar<scalar_t>;
-  using State = SoftmaxState<typename S::acc>;
+  using acc_t = typename Scalar<scalar_t>::acc;
+  using State = SoftmaxState<acc_t>;
   __shared__ MergeScratch<State, kBlockPerRow> scratch;
   const LaneSplit lanes(column_bits, kBlockPerRow);
-  for_each_row_pass<kBlockPerRow>(rowptr, row_list, rows, width, lanes,
+  for_each_row_pass<kBlockPerRow>(rowptr, row_list, rows, width / kVec, lanes,
                                   [&](int64_t begin, int64_t end, int64_t c) {
-    State state;
-    for_each_lane_entry(perm, begin, end, width, c, lanes,
-                        [&](int64_t at) { state.add(S::load(logits[at])); });
-    merge_column<kBlockPerRow>(state, lanes, scratch);
-    const auto scale = state.scale();
-    for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
-      out[at] = S::store(exp(S::load(logits[at]) - state.peak) * scale);
+    State state[kVec];
+    for_each_lane_entry<kVec>(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      acc_t v[kVec];
+      load_packet<scalar_t, kVec>(logits + at, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) state[k].add(v[k]);
+    });
+    acc_t scale[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      merge_column<kBlockPerRow>(state[k], lanes, scratch);
+      scale[k] = state[k].scale();
+    }
+    for_each_lane_entry<kVec>(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      acc_t v[kVec];
+      load_packet<scalar_t, kVec>(logits + at, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = exp(v[k] - state[k].peak) * scale[k];
+      store_packet<scalar_t, kVec>(out + at, v);
     });
   });
 }
 
-template <bool kBlockPerRow, typename scalar_t, typename index_t>
+template <int kVec, bool kBlockPerRow, typename scalar_t, typename index_t>
 __global__ void __launch_bounds__(threads_per_block<kBlockPerRow>())
 edge_softmax_backward_kernel(const index_t* __restrict__ rowptr,
                              const index_t* __restrict__ perm,
@@ -194,28 +210,37 @@ edge_softmax_backward_kernel(const index_t* __restrict__ rowptr,
                              const scalar_t* __restrict__ out,
                              const scalar_t* __restrict__ grad_out,
                              scalar_t* __restrict__ grad, int64_t width, int column_bits) {
-  using S = Scalar<scalar_t>;
-  using State = SumState<typename S::acc>;
+  using acc_t = typename Scalar<scalar_t>::acc;
+  using State = SumState<acc_t>;
   __shared__ MergeScratch<State, kBlockPerRow> scratch;
   const LaneSplit lanes(column_bits, kBlockPerRow);
-  for_each_row_pass<kBlockPerRow>(rowptr, row_list, rows, width, lanes,
+  for_each_row_pass<kBlockPerRow>(rowptr, row_list, rows, width / kVec, lanes,
                                   [&](int64_t begin, int64_t end, int64_t c) {
-    State partial;
-    for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
-      partial.sum += S::load(out[at]) * S::load(grad_out[at]);
+    State partial[kVec];
+    for_each_lane_entry<kVec>(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      acc_t o[kVec], g[kVec];
+      load_packet<scalar_t, kVec>(out + at, o);
+      load_packet<scalar_t, kVec>(grad_out + at, g);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) partial[k].sum += o[k] * g[k];
     });
-    merge_column<kBlockPerRow>(partial, lanes, scratch);
-    const auto dot = partial.sum;
-    for_each_lane_entry(perm, begin, end, width, c, lanes, [&](int64_t at) {
-      grad[at] = S::store(S::load(out[at]) * (S::load(grad_out[at]) - dot));
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) merge_column<kBlockPerRow>(partial[k], lanes, scratch);
+    for_each_lane_entry<kVec>(perm, begin, end, width, c, lanes, [&](int64_t at) {
+      acc_t o[kVec], g[kVec];
+      load_packet<scalar_t, kVec>(out + at, o);
+      load_packet<scalar_t, kVec>(grad_out + at, g);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) o[k] *= g[k] - partial[k].sum;
+      store_packet<scalar_t, kVec>(grad + at, o);
     });
   });
 }
 
-// Columns per pass: the smallest power of two covering the width, at most a warp.
-int column_bits(int64_t width) {
+// Packets per pass: the smallest power of two covering the row's packets, at most a warp.
+int column_bits(int64_t packets) {
   int bits = 0;
-  while ((1 << bits) < kWarp && (int64_t(1) << bits) < width) ++bits;
+  while ((1 << bits) < kWarp && (int64_t(1) << bits) < packets) ++bits;
   return bits;
 }
 
@@ -245,12 +270,17 @@ void edge_softmax_forward(FloatType type, EdgeRows rows, const void* logits, voi
                         int threads) {
     dispatch_float(type, [&](auto scalar) {
       using scalar_t = decltype(scalar);
-      dispatch_index(rows.index64, [&](auto index) {
-        using index_t = decltype(index);
-        edge_softmax_kernel<decltype(block_per_row)::value><<<grid, threads, 0, stream>>>(
-            static_cast<const index_t*>(rows.rowptr), static_cast<const index_t*>(rows.perm),
-            static_cast<const index_t*>(list), count, static_cast<const scalar_t*>(logits),
-            static_cast<scalar_t*>(out), width, column_bits(width));
+      const int vec = packet_size(width, sizeof(scalar_t), logits, out);
+      dispatch_vec(vec, [&](auto vec_c) {
+        dispatch_index(rows.index64, [&](auto index) {
+          using index_t = decltype(index);
+          edge_softmax_kernel<decltype(vec_c)::value, decltype(block_per_row)::value>
+              <<<grid, threads, 0, stream>>>(
+                  static_cast<const index_t*>(rows.rowptr),
+                  static_cast<const index_t*>(rows.perm), static_cast<const index_t*>(list),
+                  count, static_cast<const scalar_t*>(logits), static_cast<scalar_t*>(out),
+                  width, column_bits(width / vec));
+        });
       });
     });
   });
@@ -264,14 +294,19 @@ void edge_softmax_backward(FloatType type, EdgeRows rows, const void* out, const
                         int threads) {
     dispatch_float(type, [&](auto scalar) {
       using scalar_t = decltype(scalar);
-      dispatch_index(rows.index64, [&](auto index) {
-        using index_t = decltype(index);
-        edge_softmax_backward_kernel<decltype(block_per_row)::value>
-            <<<grid, threads, 0, stream>>>(
-                static_cast<const index_t*>(rows.rowptr), static_cast<const index_t*>(rows.perm),
-                static_cast<const index_t*>(list), count, static_cast<const scalar_t*>(out),
-                static_cast<const scalar_t*>(grad_out), static_cast<scalar_t*>(grad), width,
-                column_bits(width));
+      const int vec = std::min(packet_size(width, sizeof(scalar_t), out, grad_out),
+                               packet_size(width, sizeof(scalar_t), grad, grad));
+      dispatch_vec(vec, [&](auto vec_c) {
+        dispatch_index(rows.index64, [&](auto index) {
+          using index_t = decltype(index);
+          edge_softmax_backward_kernel<decltype(vec_c)::value, decltype(block_per_row)::value>
+              <<<grid, threads, 0, stream>>>(
+                  static_cast<const index_t*>(rows.rowptr),
+                  static_cast<const index_t*>(rows.perm), static_cast<const index_t*>(list),
+                  count, static_cast<const scalar_t*>(out),
+                  static_cast<const scalar_t*>(grad_out), static_cast<scalar_t*>(grad), width,
+                  column_bits(width / vec));
+        });
       });
     });
   });
