@@ -264,7 +264,10 @@ def test_gpu_heavy_rows_take_a_block(dtype, width):
         assert heavy is not None and 0 < heavy.numel() < 100 and light.numel() > 1000
         hub = 7 if norm_by == "dst" else 5
         assert int(heavy[0]) == hub  # longest first
-        _check(g, z, norm_by)
+        # float16: where one edge takes nearly all of a row's weight, its output rounds to 1.0
+        # and the backward, which reads the output (as DGL's does), loses that edge's small
+        # gradient: 1.02e-3 off at width 70, the same on the CPU kernel.
+        _check(g, z, norm_by, dict(rtol=2e-3, atol=2e-3) if dtype == torch.float16 else None)
         runs = []
         for _ in range(3):
             zz = z.clone().requires_grad_()
