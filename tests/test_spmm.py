@@ -134,6 +134,29 @@ def test_half_precision_cpu(graph_case, dtype):
     _check_against_reference(g, x, norm="both", edge_weight=weight, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_half_precision_cpu_is_float32_rounded_once(graph_case, dtype, weighted):
+    """Half features accumulate in float32 in the float32 kernel's order, and their loads and
+    stores are exact or round once (F16C's conversions in the AVX2/AVX-512 clones, c10's in
+    the baseline one): forward and x gradient are the float32 run's on the same values, rounded
+    to the half dtype, bit for bit, at every tile and tail width."""
+    g, ei = graph_case
+    gen = torch.Generator().manual_seed(11)
+    weight = torch.rand(ei.shape[1], generator=gen) if weighted else None
+    for width in (1, 7, 8, 16, 17, 40, 64, 129, 300):
+        x = torch.randn(g.num_src_nodes, width, generator=gen).to(dtype)
+        dy = torch.randn(g.num_dst_nodes, width, generator=gen).to(dtype)
+        runs = []
+        for features, grad in ((x, dy), (x.float(), dy.float())):
+            features = features.clone().requires_grad_()
+            out = fastgnn.ops.spmm(g, features, norm="both", edge_weight=weight)
+            runs.append((out, *torch.autograd.grad(out, features, grad)))
+        for half, single in zip(runs[0], runs[1]):
+            assert half.dtype == dtype
+            assert torch.equal(half, single.to(dtype)), width
+
+
 @pytest.mark.parametrize("norm", NORMS)
 def test_gradcheck_float64(norm):
     g, ei = random_graph(12, 40, seed=5)

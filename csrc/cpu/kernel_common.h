@@ -6,6 +6,10 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -34,36 +38,6 @@ FASTGNN_ALWAYS_INLINE void prefetch_row(const T* row, int64_t count) {
   for (int64_t b = 0; b < size; b += 64) __builtin_prefetch(bytes + b, kWrite);
 }
 
-// kBytes (32: 8 floats or 4 doubles; 64 for AVX-512 code) of accumulators as a GCC/Clang
-// vector: the compiler maps 32 bytes to one AVX register, or two SSE ones on the baseline ISA,
-// and keeps tiles in registers. (Its load/store are always inlined, so the ABI note GCC gives
-// for the baseline ISA is moot.)
-#pragma GCC diagnostic ignored "-Wpsabi"
-template <typename scalar_t, int kBytes = 32>
-struct AccVec {
-  using acc_t = acc_type<scalar_t>;
-  typedef acc_t type __attribute__((vector_size(kBytes)));
-  static constexpr int kLanes = kBytes / int(sizeof(acc_t));
-
-  static FASTGNN_ALWAYS_INLINE type load(const scalar_t* p) {
-    type v;
-    if constexpr (std::is_same_v<scalar_t, acc_t>) {
-      std::memcpy(&v, p, sizeof(v));
-    } else {
-      for (int k = 0; k < kLanes; ++k) v[k] = acc_t(p[k]);
-    }
-    return v;
-  }
-
-  static FASTGNN_ALWAYS_INLINE void store(type v, scalar_t* p) {
-    if constexpr (std::is_same_v<scalar_t, acc_t>) {
-      std::memcpy(p, &v, sizeof(v));
-    } else {
-      for (int k = 0; k < kLanes; ++k) p[k] = scalar_t(v[k]);
-    }
-  }
-};
-
 // Runs body(begin, end) over [0, n) in chunks of `chunk`, handed out dynamically so that
 // skewed rows (hubs) do not leave threads idle.
 template <typename Body>
@@ -73,13 +47,15 @@ void parallel_chunks(int64_t n, int64_t chunk, const Body& body) {
   for (int64_t c = 0; c < num_chunks; ++c) body(c * chunk, std::min(n, (c + 1) * chunk));
 }
 
-// True when the CPU running us has AVX2 and FMA (checked once). Kernels are built for the
-// baseline ISA and, where the compiler allows, once more for AVX2+FMA, picked at run time.
+// True when the CPU running us has AVX2, FMA and F16C (checked once; every AVX2 CPU has the
+// other two). Kernels are built for the baseline ISA and, where the compiler allows, once more
+// for AVX2+FMA+F16C, picked at run time.
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define FASTGNN_HAVE_AVX2_CLONE 1
-#define FASTGNN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define FASTGNN_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 inline bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return has;
 }
 #else
@@ -102,19 +78,93 @@ FASTGNN_TARGET_AVX2 void on_avx2(Args&&... args) {
   Body(std::forward<Args>(args)...);
 }
 
-// The same for AVX-512, for bodies written for 64-byte vectors (AccVec<scalar_t, 64>).
+// The same for AVX-512, for bodies written for 64-byte vectors (AccVec<scalar_t, Isa::kAvx512>).
 inline bool cpu_has_avx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
   return has;
 }
 
-#define FASTGNN_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define FASTGNN_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 template <auto Body, typename... Args>
 FASTGNN_TARGET_AVX512 void on_avx512(Args&&... args) {
   Body(std::forward<Args>(args)...);
 }
 #endif
+
+// The instruction set a kernel body is compiled for, when on_widest_isa hands each clone its own
+// body: the vector width, and whether float16 converts in hardware.
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+
+#if FASTGNN_HAVE_AVX2_CLONE
+// float16 <-> float32, 8 or 16 lanes at once, for the AVX2 (F16C) and AVX-512 clones. c10::Half
+// converts through a dozen integer operations a value unless the whole translation unit is
+// built with F16C, which the baseline clone may not assume. Not always_inline: a body without
+// the target may not force them in; GCC inlines them once that body is inlined into its clone.
+FASTGNN_TARGET_AVX2 inline __m256 load8_float16(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+FASTGNN_TARGET_AVX2 inline void store8_float16(__m256 v, c10::Half* p) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+FASTGNN_TARGET_AVX512 inline __m512 load16_float16(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+FASTGNN_TARGET_AVX512 inline void store16_float16(__m512 v, c10::Half* p) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
+
+// A vector of accumulators as a GCC/Clang vector: 32 bytes (8 floats or 4 doubles), 64 for
+// AVX-512 bodies. The compiler maps 32 bytes to one AVX register, or two SSE ones on the
+// baseline ISA, and keeps tiles in registers. (Its load/store are always inlined, so the ABI
+// note GCC gives for the baseline ISA is moot.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <typename scalar_t, Isa kIsa = Isa::kBaseline>
+struct AccVec {
+  using acc_t = acc_type<scalar_t>;
+  static constexpr int kBytes = kIsa == Isa::kAvx512 ? 64 : 32;
+  typedef acc_t type __attribute__((vector_size(kBytes)));
+  static constexpr int kLanes = kBytes / int(sizeof(acc_t));
+#if FASTGNN_HAVE_AVX2_CLONE
+  static constexpr bool kHardwareFloat16 =
+      std::is_same_v<scalar_t, c10::Half> && kIsa != Isa::kBaseline;
+#else
+  static constexpr bool kHardwareFloat16 = false;
+#endif
+
+  static FASTGNN_ALWAYS_INLINE type load(const scalar_t* p) {
+    type v;
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      std::memcpy(&v, p, sizeof(v));
+#if FASTGNN_HAVE_AVX2_CLONE
+    } else if constexpr (kHardwareFloat16 && kIsa == Isa::kAvx512) {
+      v = type(load16_float16(p));
+    } else if constexpr (kHardwareFloat16) {
+      v = type(load8_float16(p));
+#endif
+    } else {
+      for (int k = 0; k < kLanes; ++k) v[k] = acc_t(p[k]);
+    }
+    return v;
+  }
+
+  static FASTGNN_ALWAYS_INLINE void store(type v, scalar_t* p) {
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      std::memcpy(p, &v, sizeof(v));
+#if FASTGNN_HAVE_AVX2_CLONE
+    } else if constexpr (kHardwareFloat16 && kIsa == Isa::kAvx512) {
+      store16_float16(__m512(v), p);
+    } else if constexpr (kHardwareFloat16) {
+      store8_float16(__m256(v), p);
+#endif
+    } else {
+      for (int k = 0; k < kLanes; ++k) p[k] = scalar_t(v[k]);
+    }
+  }
+};
 
 template <auto Body, typename... Args>
 void on_best_isa(Args&&... args) {
