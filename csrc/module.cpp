@@ -7,6 +7,7 @@
 
 #include <exception>
 
+#include "cpu/kernel_common.h"
 #include "graph_cache.h"
 #include "packed_parts.h"
 
@@ -43,6 +44,15 @@ PyObject* build_info(PyObject*, PyObject*) {
   put("openmp_max_threads", PyLong_FromLong(1));
 #endif
   put("compiler", PyUnicode_FromString(__VERSION__));
+  // the clone the CPU kernels take (on_widest_isa's choice)
+#if FASTGNN_HAVE_AVX2_CLONE
+  using fastgnn::cpu::cpu_has_avx2, fastgnn::cpu::cpu_has_avx512;
+  put("cpu_isa", PyUnicode_FromString(cpu_has_avx512() ? "avx512"
+                                      : cpu_has_avx2() ? "avx2"
+                                                       : "baseline"));
+#else
+  put("cpu_isa", PyUnicode_FromString("baseline"));
+#endif
   return info;
 }
 

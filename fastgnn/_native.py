@@ -6,10 +6,17 @@ When it is missing (not built, or built for another torch) the package still imp
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 from typing import Optional
 
 import torch
+
+# FASTGNN_CPU_ISA caps the CPU kernels' clone (the C++ side reads it once, at first use).
+CPU_ISAS = ("baseline", "avx2", "avx512")
+_isa = os.environ.get("FASTGNN_CPU_ISA")
+if _isa is not None and _isa not in CPU_ISAS:
+    raise ValueError(f"FASTGNN_CPU_ISA must be one of {', '.join(CPU_ISAS)}, got {_isa!r}")
 
 load_error: Optional[str] = None
 try:
@@ -18,7 +25,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     _C = None
     build_info = {"cuda": False, "cuda_runtime_version": None, "cuda_archs": "",
-                  "openmp": False, "openmp_max_threads": 0, "compiler": ""}
+                  "openmp": False, "openmp_max_threads": 0, "compiler": "", "cpu_isa": None}
     load_error = f"{type(exc).__name__}: {exc}"
 
 available = _C is not None

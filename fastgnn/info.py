@@ -23,6 +23,7 @@ def collect() -> dict:
         "cuda_archs": build["cuda_archs"],
         "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "openmp": bool(build["openmp"]),
+        "cpu_isa": build["cpu_isa"],
         "threads": torch.get_num_threads(),
         "backend": backends.get_backend(),
         "ops": ops,
@@ -44,7 +45,8 @@ def info(file=None) -> dict:
         + (f" (runtime {report['cuda_runtime']}, archs {report['cuda_archs']})"
            if report["cuda_build"] else ""),
         f"CUDA device: {report['cuda_device'] or 'none'}",
-        f"OpenMP: {'yes' if report['openmp'] else 'no'}, threads {report['threads']}",
+        f"OpenMP: {'yes' if report['openmp'] else 'no'}, threads {report['threads']}"
+        + (f", CPU kernels: {report['cpu_isa']}" if report["cpu_isa"] else ""),
         f"active backend: {report['backend']}",
         "ops (backends per device, best first):",
     ]

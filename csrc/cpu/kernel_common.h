@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -47,15 +48,32 @@ void parallel_chunks(int64_t n, int64_t chunk, const Body& body) {
   for (int64_t c = 0; c < num_chunks; ++c) body(c * chunk, std::min(n, (c + 1) * chunk));
 }
 
+// The instruction set a kernel body is compiled for, when on_widest_isa hands each clone its own
+// body: the vector width, and whether float16 converts in hardware.
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+
+// The widest clone the kernels may take: avx512 unless FASTGNN_CPU_ISA says baseline or avx2
+// (read once; fastgnn checks its value at import), so that tests run every clone on one CPU, as
+// ATEN_CPU_CAPABILITY does for ATen's kernels.
+inline Isa isa_limit() {
+  static const Isa limit = [] {
+    const char* name = std::getenv("FASTGNN_CPU_ISA");
+    if (name && std::strcmp(name, "baseline") == 0) return Isa::kBaseline;
+    if (name && std::strcmp(name, "avx2") == 0) return Isa::kAvx2;
+    return Isa::kAvx512;
+  }();
+  return limit;
+}
+
 // True when the CPU running us has AVX2, FMA and F16C (checked once; every AVX2 CPU has the
-// other two). Kernels are built for the baseline ISA and, where the compiler allows, once more
-// for AVX2+FMA+F16C, picked at run time.
+// other two) and isa_limit() allows it. Kernels are built for the baseline ISA and, where the
+// compiler allows, once more for AVX2+FMA+F16C, picked at run time.
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define FASTGNN_HAVE_AVX2_CLONE 1
 #define FASTGNN_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 inline bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+                          __builtin_cpu_supports("f16c") && isa_limit() != Isa::kBaseline;
   return has;
 }
 #else
@@ -80,7 +98,7 @@ FASTGNN_TARGET_AVX2 void on_avx2(Args&&... args) {
 
 // The same for AVX-512, for bodies written for 64-byte vectors (AccVec<scalar_t, Isa::kAvx512>).
 inline bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
+  static const bool has = __builtin_cpu_supports("avx512f") && isa_limit() == Isa::kAvx512;
   return has;
 }
 
@@ -91,10 +109,6 @@ FASTGNN_TARGET_AVX512 void on_avx512(Args&&... args) {
   Body(std::forward<Args>(args)...);
 }
 #endif
-
-// The instruction set a kernel body is compiled for, when on_widest_isa hands each clone its own
-// body: the vector width, and whether float16 converts in hardware.
-enum class Isa { kBaseline, kAvx2, kAvx512 };
 
 #if FASTGNN_HAVE_AVX2_CLONE
 // float16 <-> float32, 8 or 16 lanes at once, for the AVX2 (F16C) and AVX-512 clones. c10::Half

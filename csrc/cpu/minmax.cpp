@@ -80,13 +80,18 @@ struct Lanes {
 
 constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its use
 
-// W values of a float32 or bfloat16 row as float lanes: bfloat16's bits are the upper half of
-// the float32 it stands for, so a widening and a shift convert it exactly.
+// W values of a float32, bfloat16 or (8 lanes: the AVX2 clone's F16C) float16 row as float
+// lanes: bfloat16's bits are the upper half of the float32 it stands for, so a widening and a
+// shift convert it exactly.
 template <int W, typename feat_t>
 inline __attribute__((always_inline)) typename Lanes<W>::f32 load_lanes(const feat_t* p) {
   using L = Lanes<W>;
   if constexpr (std::is_same_v<feat_t, float>) {
     return *reinterpret_cast<const typename L::f32_unaligned*>(p);
+#if FASTGNN_HAVE_AVX2_CLONE
+  } else if constexpr (std::is_same_v<feat_t, c10::Half> && W == 8) {
+    return (typename L::f32)load8_float16(p);
+#endif
   } else {
     static_assert(std::is_same_v<feat_t, c10::BFloat16>, "float32 or bfloat16 rows");
     typename L::u16 bits;
@@ -95,7 +100,7 @@ inline __attribute__((always_inline)) typename Lanes<W>::f32 load_lanes(const fe
   }
 }
 
-// float32 (or, unweighted, bfloat16; float16 in load16) features with int32 sources, the
+// float32 (or, unweighted, bfloat16 or float16: load_lanes) features with int32 sources, the
 // common case: features [f0, f0 + W * kVecs) of one row over edges [begin, end), the running
 // values (float) and sources held in vector registers.
 template <bool kMax, bool kWeighted, bool kLastWins, bool kIgnoreNaN, int W, int kVecs,
@@ -144,8 +149,7 @@ inline __attribute__((always_inline)) void reduce_tile_f32(const int32_t* col, i
 
 #if defined(__x86_64__)
 #define FASTGNN_AVX512_TILES 1
-// load_lanes at 16 lanes for AVX-512, float16 too: AVX-512F converts it (vcvtph2ps) where
-// the AVX2 clones, built without F16C, cannot.
+// load_lanes at 16 lanes for AVX-512, in intrinsics (float16 converted by vcvtph2ps).
 template <typename feat_t>
 FASTGNN_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16(const feat_t* p) {
   if constexpr (std::is_same_v<feat_t, float>) {
@@ -241,11 +245,11 @@ inline __attribute__((always_inline)) void reduce_span(const index_t* col, index
                                                         int64_t f0, int64_t f1, acc_t* b,
                                                         index_t* a) {
 #ifdef FASTGNN_VECTOR_TILES
-  // Half rows convert to float lanes exactly: bfloat16 in every clone, float16 in the AVX-512
-  // one (load16). A weighted half message is rounded to its type (message()), which the tiles
-  // do not do.
+  // Half rows convert to float lanes exactly: bfloat16 in every clone, float16 in the AVX2 and
+  // AVX-512 ones (F16C; load_lanes, load16). A weighted half message is rounded to its type
+  // (message()), which the tiles do not do.
 #ifdef FASTGNN_AVX512_TILES
-  constexpr bool kFloat16Lanes = std::is_same_v<scalar_t, c10::Half> && W == 16;
+  constexpr bool kFloat16Lanes = std::is_same_v<scalar_t, c10::Half> && (W == 16 || W == 8);
 #else
   constexpr bool kFloat16Lanes = false;
 #endif
