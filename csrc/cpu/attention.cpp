@@ -59,15 +59,23 @@ struct EdgeTerm {
 };
 
 // n values of `row` as acc_t: the row itself when feat_t is acc_t, else converted into
-// `buffer`.
-template <typename acc_t, typename feat_t>
+// `buffer` (float16 8 values at a time by F16C in the AVX2 clone).
+template <Isa kIsa, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, int64_t n,
                                           acc_t* FASTGNN_RESTRICT buffer) {
   if constexpr (std::is_same_v<acc_t, feat_t>) {
     return row;
   } else {
+    int64_t d = 0;
+    using Vec = AccVec<feat_t, Isa::kAvx2>;
+    if constexpr (kIsa != Isa::kBaseline && Vec::kHardwareFloat16) {
+      for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
+        const typename Vec::type v = Vec::load(row + d);
+        std::memcpy(buffer + d, &v, sizeof(v));
+      }
+    }
 #pragma omp simd
-    for (int64_t d = 0; d < n; ++d) buffer[d] = acc_t(row[d]);
+    for (int64_t t = d; t < n; ++t) buffer[t] = acc_t(row[t]);
     return buffer;
   }
 }
@@ -109,12 +117,14 @@ struct Gatv2 {
   }
 
   // Destination i's features as acc_t ([H, D]): themselves, or converted into `buffer`.
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE const acc_t* destination(int64_t i, acc_t* buffer) const {
-    return as_acc<acc_t>(x_dst + i * heads * dim, heads * dim, buffer);
+    return as_acc<kIsa, acc_t>(x_dst + i * heads * dim, heads * dim, buffer);
   }
 
   // The forward's logit, from the destination's head-h row `xd` (from destination()). With
   // half features it leaves the source row, converted, in `source` for value().
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* FASTGNN_RESTRICT xd, int64_t j,
                                             int64_t e, int64_t h,
                                             acc_t* FASTGNN_RESTRICT source) const {
@@ -123,6 +133,14 @@ struct Gatv2 {
     const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
     constexpr bool kConverts = !std::is_same_v<feat_t, acc_t>;
     acc_t s = 0;
+    if constexpr (kIsa != Isa::kBaseline && AccVec<feat_t, Isa::kAvx2>::kHardwareFloat16) {
+      if (!ed) {  // convert the row by F16C first, then a float32 loop
+        as_acc<kIsa, acc_t>(xs, dim, source);
+#pragma omp simd reduction(+ : s)
+        for (int64_t d = 0; d < dim; ++d) s += a[d] * leaky(xd[d] + source[d]);
+        return s;
+      }
+    }
     if (ed) {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
@@ -142,6 +160,7 @@ struct Gatv2 {
   }
 
   // The forward's value, after forward_logit (which converted it, for half features).
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t /*e*/, int64_t h,
                                            const acc_t* source, acc_t* /*scratch*/) const {
     if constexpr (std::is_same_v<feat_t, acc_t>) {
@@ -251,14 +270,22 @@ struct DotProduct {
   }
 
   // Destination i's queries as acc_t ([H, D]): themselves, or converted into `buffer`.
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE const acc_t* destination(int64_t i, acc_t* buffer) const {
-    return as_acc<acc_t>(q + i * heads * dim, heads * dim, buffer);
+    return as_acc<kIsa, acc_t>(q + i * heads * dim, heads * dim, buffer);
   }
 
   // The forward's logit, from the destination's head-h query `qi` (from destination());
   // `source` takes the key.
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* qi, int64_t j, int64_t e, int64_t h,
                                             acc_t* source) const {
+    if constexpr (kIsa != Isa::kBaseline && AccVec<feat_t, Isa::kAvx2>::kHardwareFloat16) {
+      if (!edge.data) {  // the key converted by F16C first, then a float32 dot
+        as_acc<kIsa, acc_t>(k + (j * heads + h) * dim, dim, source);
+        return dot(qi, static_cast<const acc_t*>(source), dim) * scale;
+      }
+    }
     return logit_at(qi, j, e, h, source);
   }
 
@@ -290,11 +317,12 @@ struct DotProduct {
     return s * scale;
   }
 
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h,
                                            const acc_t* /*source*/, acc_t* scratch) const {
     const feat_t* vj = v + (j * heads + h) * dim;
     const feat_t* ed = edge.row(e, h);
-    if (!ed) return as_acc<acc_t>(vj, dim, scratch);
+    if (!ed) return as_acc<kIsa, acc_t>(vj, dim, scratch);
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]) + acc_t(ed[d]);
     return scratch;
@@ -305,7 +333,7 @@ struct DotProduct {
   FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
                                             const acc_t* dout, acc_t* z, acc_t* scratch,
                                             acc_t& value_dot) const {
-    value_dot = dot(dout, value(j, e, h, nullptr, scratch), dim);
+    value_dot = dot(dout, value<Isa::kBaseline>(j, e, h, nullptr, scratch), dim);
     return logit(i, j, e, h, z);
   }
 
@@ -342,7 +370,7 @@ struct ForwardScratch {
         total(heads) {}
 };
 
-template <typename acc_t, typename index_t, typename Policy, typename out_t>
+template <typename acc_t, typename index_t, typename Policy, typename out_t, Isa kIsa>
 FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
                                         const index_t* col, const DropoutSpec& drop, out_t* out,
                                         acc_t* lse, ForwardScratch<acc_t>& scratch,
@@ -356,12 +384,13 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
     std::fill(acc, acc + heads * dim, acc_t(0));
     std::fill(peak, peak + heads, neg_inf);
     std::fill(total, total + heads, acc_t(0));
-    const acc_t* dst = p.destination(i, scratch.destination.data());
+    const acc_t* dst = p.template destination<kIsa>(i, scratch.destination.data());
     for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t logit = p.forward_logit(dst + h * dim, j, e, h, scratch.source.data());
+        const acc_t logit =
+            p.template forward_logit<kIsa>(dst + h * dim, j, e, h, scratch.source.data());
         acc_t* FASTGNN_RESTRICT a = acc + h * dim;
         if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
           const acc_t corr = std::exp(peak[h] - logit);
@@ -375,7 +404,7 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
         const acc_t wc = w * drop.factor<acc_t>(e, h);
         if (wc != 0) {
           const acc_t* FASTGNN_RESTRICT val =
-              p.value(j, e, h, scratch.source.data(), scratch.value.data());
+              p.template value<kIsa>(j, e, h, scratch.source.data(), scratch.value.data());
 #pragma omp simd
           for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
         }
@@ -402,7 +431,8 @@ void attention_forward(const Policy& p, const index_t* rowptr, const index_t* co
     ForwardScratch<acc_t> scratch(p.heads, p.dim);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
-      on_best_isa<forward_rows<acc_t, index_t, Policy, out_t>>(
+      on_avx2_or_baseline<forward_rows<acc_t, index_t, Policy, out_t, Isa::kAvx2>,
+                          forward_rows<acc_t, index_t, Policy, out_t, Isa::kBaseline>>(
           p, rowptr, col, drop, out, lse, scratch, c * kRowChunk,
           std::min(rows, (c + 1) * kRowChunk));
     }

@@ -180,12 +180,19 @@ struct AccVec {
   }
 };
 
+// Avx2Body compiled for AVX2+FMA+F16C when the CPU has it, else BaselineBody: for bodies that
+// differ only in their float16 conversions (an Isa parameter). on_best_isa passes one body.
+template <auto Avx2Body, auto BaselineBody, typename... Args>
+void on_avx2_or_baseline(Args&&... args) {
+#if FASTGNN_HAVE_AVX2_CLONE
+  if (cpu_has_avx2()) return on_avx2<Avx2Body>(std::forward<Args>(args)...);
+#endif
+  on_baseline_isa<BaselineBody>(std::forward<Args>(args)...);
+}
+
 template <auto Body, typename... Args>
 void on_best_isa(Args&&... args) {
-#if FASTGNN_HAVE_AVX2_CLONE
-  if (cpu_has_avx2()) return on_avx2<Body>(std::forward<Args>(args)...);
-#endif
-  on_baseline_isa<Body>(std::forward<Args>(args)...);
+  on_avx2_or_baseline<Body, Body>(std::forward<Args>(args)...);
 }
 
 // For bodies whose tiles follow the vector width: Avx512Body compiled for AVX-512 when the CPU
