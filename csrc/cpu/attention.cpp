@@ -25,8 +25,6 @@
 #include <tuple>
 #include <vector>
 
-#define FASTGNN_RESTRICT __restrict__
-
 namespace fastgnn {
 namespace cpu {
 namespace {
@@ -57,28 +55,6 @@ struct EdgeTerm {
     return data ? data + at(e, h) : nullptr;
   }
 };
-
-// n values of `row` as acc_t: the row itself when feat_t is acc_t, else converted into
-// `buffer` (float16 8 values at a time by F16C in the AVX2 clone).
-template <Isa kIsa, typename acc_t, typename feat_t>
-FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, int64_t n,
-                                          acc_t* FASTGNN_RESTRICT buffer) {
-  if constexpr (std::is_same_v<acc_t, feat_t>) {
-    return row;
-  } else {
-    int64_t d = 0;
-    using Vec = AccVec<feat_t, Isa::kAvx2>;
-    if constexpr (kIsa != Isa::kBaseline && Vec::kHardwareFloat16) {
-      for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
-        const typename Vec::type v = Vec::load(row + d);
-        std::memcpy(buffer + d, &v, sizeof(v));
-      }
-    }
-#pragma omp simd
-    for (int64_t t = d; t < n; ++t) buffer[t] = acc_t(row[t]);
-    return buffer;
-  }
-}
 
 template <typename acc_t>
 FASTGNN_ALWAYS_INLINE acc_t dot(const acc_t* FASTGNN_RESTRICT a, const acc_t* FASTGNN_RESTRICT b,

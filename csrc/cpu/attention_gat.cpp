@@ -45,10 +45,11 @@ struct GatInputs {
   int64_t edge_at(int64_t e, int64_t h) const {
     return (edge_perm ? int64_t(edge_perm[e]) : e) * heads + h;
   }
-  // Pre-activation of edge j -> i at CSR position e.
+  // Pre-activation of edge j -> i at CSR position e (kIsa: the clone's conversions).
+  template <Isa kIsa = Isa::kBaseline>
   acc_t z(int64_t i, int64_t j, int64_t e, int64_t h) const {
-    acc_t v = acc_t(alpha_src[j * heads + h]) + acc_t(alpha_dst[i * heads + h]);
-    if (alpha_edge) v += acc_t(alpha_edge[edge_at(e, h)]);
+    acc_t v = to_acc<kIsa>(alpha_src[j * heads + h]) + to_acc<kIsa>(alpha_dst[i * heads + h]);
+    if (alpha_edge) v += to_acc<kIsa>(alpha_edge[edge_at(e, h)]);
     return v;
   }
   acc_t leaky(acc_t v) const { return v > 0 ? v : v * slope; }
@@ -64,45 +65,57 @@ acc_t dot(const acc_t* __restrict__ a, const acc_t* __restrict__ b, int64_t n) {
   return s;
 }
 
+// One destination row of the GAT forward; kIsa: the clone it is compiled for (float16 source
+// rows convert by F16C, a row at a time, in the AVX2 one).
+template <typename acc_t, typename index_t, typename feat_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void gat_forward_row(const GatInputs<acc_t, index_t, feat_t>& p,
+                                           const index_t* rowptr, const index_t* col,
+                                           const DropoutSpec& drop, feat_t* out, acc_t* lse,
+                                           int64_t i, acc_t* peak, acc_t* total, acc_t* o,
+                                           acc_t* source) {
+  const int64_t heads = p.heads, dim = p.dim;
+  const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
+  std::fill(peak, peak + heads, neg_inf);
+  std::fill(total, total + heads, acc_t(0));
+  std::fill(o, o + heads * dim, acc_t(0));
+  for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e)
+    for (int64_t h = 0; h < heads; ++h)
+      peak[h] = std::max(peak[h], p.leaky(p.template z<kIsa>(i, col[e], e, h)));
+  for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+    const int64_t j = col[e];
+    for (int64_t h = 0; h < heads; ++h) {
+      const acc_t w = std::exp(p.leaky(p.template z<kIsa>(i, j, e, h)) - peak[h]);
+      total[h] += w;
+      const acc_t wc = w * drop.factor<acc_t>(e, h);
+      if (wc == 0) continue;
+      const acc_t* FASTGNN_RESTRICT x = as_acc<kIsa, acc_t>(p.row(j, h), dim, source);
+      acc_t* FASTGNN_RESTRICT oh = o + h * dim;
+#pragma omp simd
+      for (int64_t d = 0; d < dim; ++d) oh[d] += wc * x[d];
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
+    const acc_t* oh = o + h * dim;
+    feat_t* to = out + (i * heads + h) * dim;
+    for (int64_t d = 0; d < dim; ++d) to[d] = feat_t(oh[d] * inv);
+    lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
+  }
+}
+
 template <typename acc_t, typename index_t, typename feat_t>
 void gat_forward_rows(const GatInputs<acc_t, index_t, feat_t>& p, const index_t* rowptr,
                       const index_t* col, int64_t rows, const DropoutSpec& drop, feat_t* out,
                       acc_t* lse) {
-  const int64_t heads = p.heads, dim = p.dim;
-  const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> peak(heads), total(heads), row(heads * dim);
+    std::vector<acc_t> peak(p.heads), total(p.heads), row(p.heads * p.dim), source(p.dim);
 #pragma omp for schedule(dynamic, 16)
-    for (int64_t i = 0; i < rows; ++i) {
-      std::fill(peak.begin(), peak.end(), neg_inf);
-      std::fill(total.begin(), total.end(), acc_t(0));
-      acc_t* o = row.data();
-      std::fill(o, o + heads * dim, acc_t(0));
-      for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e)
-        for (int64_t h = 0; h < heads; ++h)
-          peak[h] = std::max(peak[h], p.leaky(p.z(i, col[e], e, h)));
-      for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
-        const int64_t j = col[e];
-        for (int64_t h = 0; h < heads; ++h) {
-          const acc_t w = std::exp(p.leaky(p.z(i, j, e, h)) - peak[h]);
-          total[h] += w;
-          const acc_t wc = w * drop.factor<acc_t>(e, h);
-          if (wc == 0) continue;
-          const feat_t* __restrict__ x = p.row(j, h);
-          acc_t* __restrict__ oh = o + h * dim;
-#pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) oh[d] += wc * acc_t(x[d]);
-        }
-      }
-      for (int64_t h = 0; h < heads; ++h) {
-        const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
-        const acc_t* oh = o + h * dim;
-        feat_t* to = out + (i * heads + h) * dim;
-        for (int64_t d = 0; d < dim; ++d) to[d] = feat_t(oh[d] * inv);
-        lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
-      }
-    }
+    for (int64_t i = 0; i < rows; ++i)
+      on_avx2_or_baseline<gat_forward_row<acc_t, index_t, feat_t, Isa::kAvx2>,
+                          gat_forward_row<acc_t, index_t, feat_t, Isa::kBaseline>>(
+          p, rowptr, col, drop, out, lse, i, peak.data(), total.data(), row.data(),
+          source.data());
   }
 }
 

@@ -28,6 +28,7 @@ template <typename scalar_t>
 using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
 
 #define FASTGNN_ALWAYS_INLINE inline __attribute__((always_inline))
+#define FASTGNN_RESTRICT __restrict__
 
 // Starts loading `count` values from `row` into cache, a 64-byte line at a time (kWrite: for a
 // later write). Neighbour rows are random accesses, and the edge loops are bound by their
@@ -115,6 +116,7 @@ FASTGNN_TARGET_AVX512 void on_avx512(Args&&... args) {
 // converts through a dozen integer operations a value unless the whole translation unit is
 // built with F16C, which the baseline clone may not assume. Not always_inline: a body without
 // the target may not force them in; GCC inlines them once that body is inlined into its clone.
+FASTGNN_TARGET_AVX2 inline float load1_float16(c10::Half v) { return _cvtsh_ss(v.x); }
 FASTGNN_TARGET_AVX2 inline __m256 load8_float16(const c10::Half* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -179,6 +181,40 @@ struct AccVec {
     }
   }
 };
+
+// One value as acc_t (float16 by F16C in the AVX2 and AVX-512 clones).
+template <Isa kIsa, typename feat_t>
+FASTGNN_ALWAYS_INLINE acc_type<feat_t> to_acc(feat_t v) {
+  if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
+#if FASTGNN_HAVE_AVX2_CLONE
+    return load1_float16(v);
+#endif
+  } else {
+    return acc_type<feat_t>(v);
+  }
+}
+
+// n values of `row` as acc_t: the row itself when feat_t is acc_t, else converted into
+// `buffer` (float16 8 values at a time by F16C in the AVX2 clone).
+template <Isa kIsa, typename acc_t, typename feat_t>
+FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, int64_t n,
+                                          acc_t* FASTGNN_RESTRICT buffer) {
+  if constexpr (std::is_same_v<acc_t, feat_t>) {
+    return row;
+  } else {
+    int64_t d = 0;
+    using Vec = AccVec<feat_t, Isa::kAvx2>;
+    if constexpr (kIsa != Isa::kBaseline && Vec::kHardwareFloat16) {
+      for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
+        const typename Vec::type v = Vec::load(row + d);
+        std::memcpy(buffer + d, &v, sizeof(v));
+      }
+    }
+#pragma omp simd
+    for (int64_t t = d; t < n; ++t) buffer[t] = acc_t(row[t]);
+    return buffer;
+  }
+}
 
 // Avx2Body compiled for AVX2+FMA+F16C when the CPU has it, else BaselineBody: for bodies that
 // differ only in their float16 conversions (an Isa parameter). on_best_isa passes one body.
