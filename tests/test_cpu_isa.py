@@ -16,10 +16,11 @@ pytestmark = pytest.mark.skipif(not _native.available, reason="native extension 
 
 TESTS = Path(__file__).parent
 # The kernels with vector tiles per clone (the gather's float16 conversions, min/max tiles,
-# snapshot rows, attention and GAT rows, the MaxK selection) and their dtype and tail cases.
+# snapshot rows, attention, GAT and edge softmax rows, the MaxK selection) and their dtype and
+# tail cases.
 KERNEL_TESTS = ["test_spmm.py", "test_minmax.py", "test_minmax_ties.py", "test_minmax_nan.py",
                 "test_minmax_weighted.py", "test_snapshots.py", "test_attention.py",
-                "test_gat_attention.py", "test_maxk.py"]
+                "test_gat_attention.py", "test_edge_softmax.py", "test_maxk.py"]
 
 
 def _run(code_or_args, isa, *, pytest_run=False):

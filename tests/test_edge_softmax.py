@@ -329,6 +329,26 @@ def test_gpu_unaligned_rows(dtype, width):
         torch.testing.assert_close(got, want, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("norm_by", NORMS)
+def test_cpu_half_is_float32_rounded_once(dtype, norm_by):
+    """Half logits convert exactly and the sums run in float32 and double as for float32 ones
+    (F16C in the AVX2 clone, c10 in the baseline one): forward and backward are the float32
+    kernel's on the same values, rounded once, bit for bit, at widths with and without a tail
+    of 8."""
+    from fastgnn.ops.edge_softmax import _rows
+    g = _hub_graph("cpu", hub_edges=500, light_edges=3000, nodes=400)
+    rowptr, perm = _rows(g, norm_by)
+    for width in (1, 8, 16, 37, 70):
+        z = _logits(g, (width,), dtype=dtype, seed=width)
+        out = OP(rowptr, perm, z, None, None)
+        assert out.dtype == dtype
+        assert torch.equal(out, OP(rowptr, perm, z.float(), None, None).to(dtype)), width
+        grad = _logits(g, (width,), dtype=dtype, seed=width + 1, spread=1.0)
+        want = BACKWARD_OP(rowptr, perm, out.float(), grad.float(), None, None).to(dtype)
+        assert torch.equal(BACKWARD_OP(rowptr, perm, out, grad, None, None), want), width
+
+
 @pytest.mark.parametrize("device", devices())
 def test_opcheck(device):
     if not hasattr(torch.library, "opcheck"):

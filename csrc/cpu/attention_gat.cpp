@@ -47,7 +47,7 @@ struct GatInputs {
   }
   // Pre-activation of edge j -> i at CSR position e (kIsa: the clone's conversions).
   template <Isa kIsa = Isa::kBaseline>
-  acc_t z(int64_t i, int64_t j, int64_t e, int64_t h) const {
+  FASTGNN_ALWAYS_INLINE acc_t z(int64_t i, int64_t j, int64_t e, int64_t h) const {
     acc_t v = to_acc<kIsa>(alpha_src[j * heads + h]) + to_acc<kIsa>(alpha_dst[i * heads + h]);
     if (alpha_edge) v += to_acc<kIsa>(alpha_edge[edge_at(e, h)]);
     return v;

@@ -1,5 +1,6 @@
 // CPU edge softmax: OpenMP over rows (dynamic schedule for skewed degrees), each row by one
-// thread, so results do not depend on the thread count. The forward makes three passes over a
+// thread, so results do not depend on the thread count; rows run in the AVX2 clone where the
+// CPU has it. The forward makes three passes over a
 // row's edges: the column maxima; exp(logit - max) into a per-thread buffer, summed per
 // column; the normalised values, scattered to the edges' input positions. The backward makes
 // two: the column sums of out * grad_out, then the gradients. The sums over a row are kept in
@@ -25,41 +26,90 @@ inline int64_t edge_at(const index_t* perm, int64_t p) {
   return perm ? int64_t(perm[p]) : p;
 }
 
+// One thread's buffers: a row's column maxima and sums, its exps, and one edge's values.
+template <typename acc_t>
+struct RowScratch {
+  std::vector<acc_t> peak, exps, values, grads;
+  std::vector<double> sums;
+  explicit RowScratch(int64_t width) : peak(width), values(width), grads(width), sums(width) {}
+};
+
+// Row i of the forward; kIsa: the clone it is compiled for (float16 logits and outputs convert
+// by F16C in the AVX2 one).
+template <typename scalar_t, typename index_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void softmax_row(const index_t* rowptr, const index_t* perm,
+                                       const scalar_t* logits, scalar_t* out, int64_t i,
+                                       int64_t width, RowScratch<acc_type<scalar_t>>& s) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t begin = rowptr[i], degree = int64_t(rowptr[i + 1]) - begin;
+  if (degree == 0) return;
+  acc_t* peak = s.peak.data();
+  double* scale = s.sums.data();
+  std::fill(peak, peak + width, -std::numeric_limits<acc_t>::infinity());
+  for (int64_t k = 0; k < degree; ++k) {
+    const acc_t* z =
+        as_acc<kIsa, acc_t>(logits + edge_at(perm, begin + k) * width, width, s.values.data());
+    for (int64_t w = 0; w < width; ++w) peak[w] = std::max(peak[w], z[w]);
+  }
+  s.exps.resize(degree * width);
+  std::fill(scale, scale + width, 0.0);
+  for (int64_t k = 0; k < degree; ++k) {
+    const acc_t* z =
+        as_acc<kIsa, acc_t>(logits + edge_at(perm, begin + k) * width, width, s.values.data());
+    acc_t* e = s.exps.data() + k * width;
+    for (int64_t w = 0; w < width; ++w) {
+      e[w] = std::exp(z[w] - peak[w]);
+      scale[w] += e[w];
+    }
+  }
+  // A maximum of +-inf (inf - inf) or a NaN logit made the sum NaN: so is the whole row.
+  for (int64_t w = 0; w < width; ++w) scale[w] = 1.0 / scale[w];
+  acc_t* normalised = s.values.data();
+  for (int64_t k = 0; k < degree; ++k) {
+    const acc_t* e = s.exps.data() + k * width;
+    for (int64_t w = 0; w < width; ++w) normalised[w] = acc_t(e[w] * scale[w]);
+    store_as<kIsa>(normalised, width, out + edge_at(perm, begin + k) * width);
+  }
+}
+
 template <typename scalar_t, typename index_t>
 void softmax_rows(const index_t* rowptr, const index_t* perm, const scalar_t* logits,
                   scalar_t* out, int64_t rows, int64_t width) {
-  using acc_t = acc_type<scalar_t>;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> peak(width), exps;
-    std::vector<double> scale(width);
+    RowScratch<acc_type<scalar_t>> scratch(width);
 #pragma omp for schedule(dynamic, 64)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t begin = rowptr[i], degree = int64_t(rowptr[i + 1]) - begin;
-      if (degree == 0) continue;
-      std::fill(peak.begin(), peak.end(), -std::numeric_limits<acc_t>::infinity());
-      for (int64_t k = 0; k < degree; ++k) {
-        const scalar_t* z = logits + edge_at(perm, begin + k) * width;
-        for (int64_t w = 0; w < width; ++w) peak[w] = std::max(peak[w], acc_t(z[w]));
-      }
-      exps.resize(degree * width);
-      std::fill(scale.begin(), scale.end(), 0.0);
-      for (int64_t k = 0; k < degree; ++k) {
-        const scalar_t* z = logits + edge_at(perm, begin + k) * width;
-        acc_t* e = exps.data() + k * width;
-        for (int64_t w = 0; w < width; ++w) {
-          e[w] = std::exp(acc_t(z[w]) - peak[w]);
-          scale[w] += e[w];
-        }
-      }
-      // A maximum of +-inf (inf - inf) or a NaN logit made the sum NaN: so is the whole row.
-      for (int64_t w = 0; w < width; ++w) scale[w] = 1.0 / scale[w];
-      for (int64_t k = 0; k < degree; ++k) {
-        scalar_t* o = out + edge_at(perm, begin + k) * width;
-        const acc_t* e = exps.data() + k * width;
-        for (int64_t w = 0; w < width; ++w) o[w] = scalar_t(acc_t(e[w] * scale[w]));
-      }
-    }
+    for (int64_t i = 0; i < rows; ++i)
+      on_avx2_or_baseline<softmax_row<scalar_t, index_t, Isa::kAvx2>,
+                          softmax_row<scalar_t, index_t, Isa::kBaseline>>(
+          rowptr, perm, logits, out, i, width, scratch);
+  }
+}
+
+// Row i of the backward, in the clone kIsa.
+template <typename scalar_t, typename index_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void softmax_backward_row(const index_t* rowptr, const index_t* perm,
+                                                const scalar_t* out, const scalar_t* grad_out,
+                                                scalar_t* grad, int64_t i, int64_t width,
+                                                RowScratch<acc_type<scalar_t>>& s) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t begin = rowptr[i], end = rowptr[i + 1];
+  if (begin == end) return;
+  double* dot = s.sums.data();
+  std::fill(dot, dot + width, 0.0);
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t e = edge_at(perm, p) * width;
+    const acc_t* o = as_acc<kIsa, acc_t>(out + e, width, s.values.data());
+    const acc_t* g = as_acc<kIsa, acc_t>(grad_out + e, width, s.grads.data());
+    for (int64_t w = 0; w < width; ++w) dot[w] += double(o[w] * g[w]);
+  }
+  acc_t* result = s.peak.data();  // the forward's buffer, free here
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t e = edge_at(perm, p) * width;
+    const acc_t* o = as_acc<kIsa, acc_t>(out + e, width, s.values.data());
+    const acc_t* g = as_acc<kIsa, acc_t>(grad_out + e, width, s.grads.data());
+    for (int64_t w = 0; w < width; ++w) result[w] = o[w] * (g[w] - acc_t(dot[w]));
+    store_as<kIsa>(result, width, grad + e);
   }
 }
 
@@ -67,26 +117,14 @@ template <typename scalar_t, typename index_t>
 void softmax_backward_rows(const index_t* rowptr, const index_t* perm, const scalar_t* out,
                            const scalar_t* grad_out, scalar_t* grad, int64_t rows,
                            int64_t width) {
-  using acc_t = acc_type<scalar_t>;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<double> dot(width);
+    RowScratch<acc_type<scalar_t>> scratch(width);
 #pragma omp for schedule(dynamic, 64)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t begin = rowptr[i], end = rowptr[i + 1];
-      if (begin == end) continue;
-      std::fill(dot.begin(), dot.end(), 0.0);
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t e = edge_at(perm, p) * width;
-        for (int64_t w = 0; w < width; ++w)
-          dot[w] += double(acc_t(out[e + w]) * acc_t(grad_out[e + w]));
-      }
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t e = edge_at(perm, p) * width;
-        for (int64_t w = 0; w < width; ++w)
-          grad[e + w] = scalar_t(acc_t(out[e + w]) * (acc_t(grad_out[e + w]) - acc_t(dot[w])));
-      }
-    }
+    for (int64_t i = 0; i < rows; ++i)
+      on_avx2_or_baseline<softmax_backward_row<scalar_t, index_t, Isa::kAvx2>,
+                          softmax_backward_row<scalar_t, index_t, Isa::kBaseline>>(
+          rowptr, perm, out, grad_out, grad, i, width, scratch);
   }
 }
 

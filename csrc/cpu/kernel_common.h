@@ -29,6 +29,7 @@ using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, fl
 
 #define FASTGNN_ALWAYS_INLINE inline __attribute__((always_inline))
 #define FASTGNN_RESTRICT __restrict__
+#define FASTGNN_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))
 
 // Starts loading `count` values from `row` into cache, a 64-byte line at a time (kWrite: for a
 // later write). Neighbour rows are random accesses, and the edge loops are bound by their
@@ -214,6 +215,22 @@ FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, in
     for (int64_t t = d; t < n; ++t) buffer[t] = acc_t(row[t]);
     return buffer;
   }
+}
+
+// n acc_t values written to `row` as feat_t (float16 8 at a time by F16C in the AVX2 clone).
+template <Isa kIsa, typename feat_t, typename acc_t>
+FASTGNN_ALWAYS_INLINE void store_as(const acc_t* FASTGNN_RESTRICT values, int64_t n,
+                                    feat_t* FASTGNN_RESTRICT row) {
+  int64_t d = 0;
+  using Vec = AccVec<feat_t, Isa::kAvx2>;
+  if constexpr (kIsa != Isa::kBaseline && Vec::kHardwareFloat16) {
+    for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
+      typename Vec::type v;
+      std::memcpy(&v, values + d, sizeof(v));
+      Vec::store(v, row + d);
+    }
+  }
+  for (; d < n; ++d) row[d] = feat_t(values[d]);
 }
 
 // Avx2Body compiled for AVX2+FMA+F16C when the CPU has it, else BaselineBody: for bodies that

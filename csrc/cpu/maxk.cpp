@@ -168,19 +168,25 @@ FASTGNN_ALWAYS_INLINE void for_each_in_edge(const index_t* rowptr, const index_t
 }
 
 // The per-edge loops of the SpGEMM and the pushed SSpMM. With kFixed > 0 (k known at compile
-// time) the neighbour's CBSR row is first copied to locals, which tells the compiler it does
-// not alias the accumulators (uint8 indices may alias anything), and the loop unrolls fully:
-// about half the cost per entry of the runtime-k loop.
-template <int kFixed, typename scalar_t, typename cidx_t, typename acc_t>
+// time) the neighbour's CBSR row is first copied to locals (half values converted, by F16C in
+// the AVX2 clone kIsa), which tells the compiler it does not alias the accumulators (uint8
+// indices may alias anything), and the loop unrolls fully: about half the cost per entry of
+// the runtime-k loop.
+template <int kFixed, Isa kIsa = Isa::kBaseline, typename scalar_t, typename cidx_t,
+          typename acc_t>
 FASTGNN_ALWAYS_INLINE void scatter_add(acc_t* __restrict row, const scalar_t* values,
                                        const cidx_t* indices, acc_t w, int64_t k) {
   if constexpr (kFixed > 0) {
-    scalar_t v[kFixed];
+    acc_t v[kFixed];
     cidx_t c[kFixed];
-    std::memcpy(v, values, sizeof(v));
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      std::memcpy(v, values, sizeof(v));
+    } else {
+      as_acc<kIsa, acc_t>(values, kFixed, v);
+    }
     std::memcpy(c, indices, sizeof(c));
 #pragma GCC unroll 64
-    for (int m = 0; m < kFixed; ++m) row[c[m]] += w * acc_t(v[m]);
+    for (int m = 0; m < kFixed; ++m) row[c[m]] += w * v[m];
   } else {
     for (int64_t m = 0; m < k; ++m) row[indices[m]] += w * acc_t(values[m]);
   }
@@ -199,11 +205,16 @@ FASTGNN_ALWAYS_INLINE void gather_add(acc_t* __restrict acc, const scalar_t* __r
   }
 }
 
-// Calls f(std::integral_constant<int, K>{}) with K = k for the common float32/uint8 cases
-// (MaxK-GNN's k = 8 ... 64 of at most 256 features), else K = 0 (runtime k).
-template <typename scalar_t, typename cidx_t, typename F>
+// Calls f(std::integral_constant<int, K>{}) with K = k for the common float32 (kHalfToo: and
+// half) / uint8 cases (MaxK-GNN's k = 8 ... 64 of at most 256 features), else K = 0 (runtime
+// k). The SpGEMM takes it for half rows too (each neighbour's k values converted at once); the
+// pushed SSpMM's fixed-k gather of half gradients took 1.2-1.6x its runtime-k time (tolokers,
+// k = 32).
+template <bool kHalfToo, typename scalar_t, typename cidx_t, typename F>
 void dispatch_fixed_k(int64_t k, F&& f) {
-  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<cidx_t, uint8_t>) {
+  constexpr bool kTakes = std::is_same_v<scalar_t, float> ||
+                          (kHalfToo && !std::is_same_v<scalar_t, double>);
+  if constexpr (kTakes && std::is_same_v<cidx_t, uint8_t>) {
     switch (k) {
       case 8: return f(std::integral_constant<int, 8>{});
       case 16: return f(std::integral_constant<int, 16>{});
@@ -215,24 +226,37 @@ void dispatch_fixed_k(int64_t k, F&& f) {
   f(std::integral_constant<int, 0>{});
 }
 
-// out[i] = sum over edges j -> i of w_e * h[j]: each neighbour's k (value, column) pairs are
-// scattered into a dense row buffer of the thread (F accumulators, cache resident).
+// out[i] = sum over edges j -> i of w_e * h[j] for rows [begin, end): each neighbour's k
+// (value, column) pairs are scattered into the thread's dense row buffer (F accumulators,
+// cache resident). kIsa: the clone it is compiled for.
+template <int kFixed, typename scalar_t, typename index_t, typename cidx_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void spgemm_row_range(const index_t* rowptr, const index_t* col,
+                                            const acc_type<scalar_t>* value,
+                                            const scalar_t* values, const cidx_t* indices,
+                                            scalar_t* out, int64_t k, int64_t width,
+                                            int64_t begin, int64_t end,
+                                            acc_type<scalar_t>* __restrict row) {
+  using acc_t = acc_type<scalar_t>;
+  for (int64_t i = begin; i < end; ++i) {
+    std::fill(row, row + width, acc_t(0));
+    // always inlined, so that the clone's float16 conversions inline into it
+    for_each_in_edge<false>(rowptr, col, value, i, values, indices, k,
+                            [&](int64_t j, acc_t w) FASTGNN_ALWAYS_INLINE_LAMBDA {
+      scatter_add<kFixed, kIsa>(row, values + j * k, indices + j * k, w, k);
+    });
+    store_as<kIsa>(row, width, out + i * width);
+  }
+}
+
 template <int kFixed, typename scalar_t, typename index_t, typename cidx_t>
 void spgemm_rows(const index_t* rowptr, const index_t* col, const acc_type<scalar_t>* value,
                  const scalar_t* values, const cidx_t* indices, scalar_t* out, int64_t rows,
                  int64_t k, int64_t width) {
-  using acc_t = acc_type<scalar_t>;
   parallel_chunks(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> buffer(width);
-    acc_t* __restrict row = buffer.data();
-    for (int64_t i = begin; i < end; ++i) {
-      std::fill(row, row + width, acc_t(0));
-      for_each_in_edge<false>(rowptr, col, value, i, values, indices, k, [&](int64_t j, acc_t w) {
-        scatter_add<kFixed>(row, values + j * k, indices + j * k, w, k);
-      });
-      scalar_t* o = out + i * width;
-      for (int64_t f = 0; f < width; ++f) o[f] = scalar_t(row[f]);
-    }
+    std::vector<acc_type<scalar_t>> buffer(width);
+    on_avx2_or_baseline<spgemm_row_range<kFixed, scalar_t, index_t, cidx_t, Isa::kAvx2>,
+                        spgemm_row_range<kFixed, scalar_t, index_t, cidx_t, Isa::kBaseline>>(
+        rowptr, col, value, values, indices, out, k, width, begin, end, buffer.data());
   });
 }
 
@@ -256,7 +280,7 @@ at::Tensor maxk_spgemm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       using acc_t = acc_type<scalar_t>;
       dispatch_cbsr_index(indices.scalar_type(), "maxk_spgemm", [&](auto c) {
         using cidx_t = decltype(c);
-        dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
+        dispatch_fixed_k<true, scalar_t, cidx_t>(k, [&](auto fixed) {
           spgemm_rows<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
               rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(),
               vc.defined() ? vc.data_ptr<acc_t>() : nullptr, valc.data_ptr<scalar_t>(),
@@ -386,7 +410,7 @@ at::Tensor maxk_sspmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       dispatch_cbsr_index(indices.scalar_type(), "maxk_sspmm", [&](auto c) {
         using cidx_t = decltype(c);
         if (push) {
-          dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
+          dispatch_fixed_k<false, scalar_t, cidx_t>(k, [&](auto fixed) {
             sspmm_push<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
                 rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), edge_values,
                 gc.data_ptr<scalar_t>(), idxc.data_ptr<cidx_t>(),
