@@ -1,11 +1,10 @@
 // CPU edge softmax: OpenMP over rows (dynamic schedule for skewed degrees), each row by one
 // thread, so results do not depend on the thread count; rows run in the AVX2 clone where the
-// CPU has it. The forward makes three passes over a
-// row's edges: the column maxima; exp(logit - max) into a per-thread buffer, summed per
-// column; the normalised values, scattered to the edges' input positions. The backward makes
-// two: the column sums of out * grad_out, then the gradients. The sums over a row are kept in
-// double: a hub's thousands of terms would otherwise lose more than the reference's pairwise
-// sums do.
+// CPU has it. The forward makes three passes over a row's edges: the column maxima;
+// exp(logit - max) into a per-thread buffer, summed per column; the normalised values,
+// scattered to the edges' input positions. The backward makes two: the column sums of
+// out * grad_out, then the gradients. The sums over a row are kept in double: a hub's
+// thousands of terms would otherwise lose more than the reference's pairwise sums do.
 #include "cpu/cpu_common.h"
 
 #include <torch/library.h>
