@@ -322,6 +322,29 @@ def test_cpu_sspmm_push_and_pull(width, k, threads):
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width, k", [(64, 12), (128, 16), (300, 7)])
+def test_cpu_half_spgemm_and_sspmm_are_float32_rounded_once(dtype, width, k):
+    """Half values and gradients convert exactly (a pushed gradient row once for all its
+    in-edges, SpGEMM values by F16C in the AVX2 clone) and accumulate in float32 in the float32
+    kernels' order: the forward and both backward kernels are the float32 ones on the same
+    values, rounded once, bit for bit."""
+    g, _ = random_graph(70, 900, seed=8)
+    h = maxk(torch.randn(70, width).to(dtype), k)
+    t_rowptr, t_col, _ = g.transpose()
+    grad = torch.randn(70, width).to(dtype)
+    value, t_value = g.norm_values("both"), g.transposed_norm_values("both")
+    out, want = (torch.ops.fastgnn.maxk_spgemm(g.rowptr, g.col, value, values, h.indices, width,
+                                               None, None, None, None, g.key, 0)
+                 for values in (h.values, h.values.float()))
+    assert out.dtype == dtype and torch.equal(out, want.to(dtype))
+    for push in (0, 1):
+        got, want = (torch.ops.fastgnn.maxk_sspmm(g.rowptr, g.col, value, t_rowptr, t_col,
+                                                  t_value, gy, h.indices, g.key, push)
+                     for gy in (grad, grad.float()))
+        assert got.dtype == dtype and torch.equal(got, want.to(dtype)), push
+
+
 def test_cpu_backward_pulls_beyond_the_buffer_budget(monkeypatch):
     monkeypatch.setattr(importlib.import_module("fastgnn.ops.maxk"), "_CPU_PUSH_BUFFER_BYTES", 0)
     g, _ = random_graph(40, 300, seed=3)

@@ -205,16 +205,11 @@ FASTGNN_ALWAYS_INLINE void gather_add(acc_t* __restrict acc, const scalar_t* __r
   }
 }
 
-// Calls f(std::integral_constant<int, K>{}) with K = k for the common float32 (kHalfToo: and
-// half) / uint8 cases (MaxK-GNN's k = 8 ... 64 of at most 256 features), else K = 0 (runtime
-// k). The SpGEMM takes it for half rows too (each neighbour's k values converted at once); the
-// pushed SSpMM's fixed-k gather of half gradients took 1.2-1.6x its runtime-k time (tolokers,
-// k = 32).
-template <bool kHalfToo, typename scalar_t, typename cidx_t, typename F>
+// Calls f(std::integral_constant<int, K>{}) with K = k for the common float32 and half / uint8
+// cases (MaxK-GNN's k = 8 ... 64 of at most 256 features), else K = 0 (runtime k).
+template <typename scalar_t, typename cidx_t, typename F>
 void dispatch_fixed_k(int64_t k, F&& f) {
-  constexpr bool kTakes = std::is_same_v<scalar_t, float> ||
-                          (kHalfToo && !std::is_same_v<scalar_t, double>);
-  if constexpr (kTakes && std::is_same_v<cidx_t, uint8_t>) {
+  if constexpr (!std::is_same_v<scalar_t, double> && std::is_same_v<cidx_t, uint8_t>) {
     switch (k) {
       case 8: return f(std::integral_constant<int, 8>{});
       case 16: return f(std::integral_constant<int, 16>{});
@@ -280,7 +275,7 @@ at::Tensor maxk_spgemm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       using acc_t = acc_type<scalar_t>;
       dispatch_cbsr_index(indices.scalar_type(), "maxk_spgemm", [&](auto c) {
         using cidx_t = decltype(c);
-        dispatch_fixed_k<true, scalar_t, cidx_t>(k, [&](auto fixed) {
+        dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
           spgemm_rows<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
               rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(),
               vc.defined() ? vc.data_ptr<acc_t>() : nullptr, valc.data_ptr<scalar_t>(),
@@ -343,6 +338,7 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
     team = omp_get_num_threads();
 #endif
     acc_t* __restrict acc = buffers + thread * entries;
+    std::vector<acc_t> converted(std::is_same_v<scalar_t, acc_t> ? 0 : width);
     // rows whose first edge falls in this thread's share of the edges
     auto first_row_at = [&](int64_t edge) {
       return std::lower_bound(rowptr, rowptr + rows_dst, index_t(edge)) - rowptr;
@@ -350,7 +346,10 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
     const int64_t begin = first_row_at(edges * thread / team);
     const int64_t end = thread + 1 == team ? rows_dst : first_row_at(edges * (thread + 1) / team);
     for (int64_t i = begin; i < end; ++i) {
-      const scalar_t* __restrict dy = grad_out + i * width;
+      // a half gradient row converted once for all its in-edges' samples (each converted where
+      // it was sampled took the float16 backward to 0.68x float32's speed)
+      const acc_t* __restrict dy =
+          as_acc<Isa::kBaseline, acc_t>(grad_out + i * width, width, converted.data());
       for_each_in_edge<true>(rowptr, col, value, i, acc, indices, k, [&](int64_t j, acc_t w) {
         gather_add<kFixed>(acc + j * k, dy, indices + j * k, w, k);
       });
@@ -410,7 +409,7 @@ at::Tensor maxk_sspmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
       dispatch_cbsr_index(indices.scalar_type(), "maxk_sspmm", [&](auto c) {
         using cidx_t = decltype(c);
         if (push) {
-          dispatch_fixed_k<false, scalar_t, cidx_t>(k, [&](auto fixed) {
+          dispatch_fixed_k<scalar_t, cidx_t>(k, [&](auto fixed) {
             sspmm_push<decltype(fixed)::value, scalar_t, index_t, cidx_t>(
                 rowptr.data_ptr<index_t>(), col.data_ptr<index_t>(), edge_values,
                 gc.data_ptr<scalar_t>(), idxc.data_ptr<cidx_t>(),
