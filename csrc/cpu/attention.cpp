@@ -109,7 +109,7 @@ struct Gatv2 {
     const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
     constexpr bool kConverts = !std::is_same_v<feat_t, acc_t>;
     acc_t s = 0;
-    if constexpr (kIsa != Isa::kBaseline && AccVec<feat_t, Isa::kAvx2>::kHardwareFloat16) {
+    if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
       if (!ed) {  // convert the row by F16C first, then a float32 loop
         as_acc<kIsa, acc_t>(xs, dim, source);
 #pragma omp simd reduction(+ : s)
@@ -256,7 +256,7 @@ struct DotProduct {
   template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* qi, int64_t j, int64_t e, int64_t h,
                                             acc_t* source) const {
-    if constexpr (kIsa != Isa::kBaseline && AccVec<feat_t, Isa::kAvx2>::kHardwareFloat16) {
+    if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
       if (!edge.data) {  // the key converted by F16C first, then a float32 dot
         as_acc<kIsa, acc_t>(k + (j * heads + h) * dim, dim, source);
         return dot(qi, static_cast<const acc_t*>(source), dim) * scale;
@@ -388,9 +388,10 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
     }
     for (int64_t h = 0; h < heads; ++h) {
       out_t* o = out + (i * heads + h) * dim;
-      const acc_t* a = acc + h * dim;
+      acc_t* a = acc + h * dim;
       const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
-      for (int64_t d = 0; d < dim; ++d) o[d] = out_t(a[d] * inv);
+      for (int64_t d = 0; d < dim; ++d) a[d] *= inv;
+      store_as<kIsa>(a, dim, o);
       lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
     }
   }

@@ -96,9 +96,9 @@ FASTGNN_ALWAYS_INLINE void gat_forward_row(const GatInputs<acc_t, index_t, feat_
   }
   for (int64_t h = 0; h < heads; ++h) {
     const acc_t inv = total[h] > 0 ? acc_t(1) / total[h] : acc_t(0);
-    const acc_t* oh = o + h * dim;
-    feat_t* to = out + (i * heads + h) * dim;
-    for (int64_t d = 0; d < dim; ++d) to[d] = feat_t(oh[d] * inv);
+    acc_t* oh = o + h * dim;
+    for (int64_t d = 0; d < dim; ++d) oh[d] *= inv;
+    store_as<kIsa>(oh, dim, out + (i * heads + h) * dim);
     lse[i * heads + h] = total[h] > 0 ? peak[h] + std::log(total[h]) : neg_inf;
   }
 }

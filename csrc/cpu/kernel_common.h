@@ -206,8 +206,8 @@ FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, in
     return row;
   } else {
     int64_t d = 0;
-    using Vec = AccVec<feat_t, Isa::kAvx2>;
-    if constexpr (kIsa != Isa::kBaseline && Vec::kHardwareFloat16) {
+    using Vec = AccVec<feat_t, Isa::kAvx2>;  // 8 lanes in the AVX-512 clone too
+    if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
       for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
         const typename Vec::type v = Vec::load(row + d);
         std::memcpy(buffer + d, &v, sizeof(v));
@@ -224,8 +224,8 @@ template <Isa kIsa, typename feat_t, typename acc_t>
 FASTGNN_ALWAYS_INLINE void store_as(const acc_t* FASTGNN_RESTRICT values, int64_t n,
                                     feat_t* FASTGNN_RESTRICT row) {
   int64_t d = 0;
-  using Vec = AccVec<feat_t, Isa::kAvx2>;
-  if constexpr (kIsa != Isa::kBaseline && Vec::kHardwareFloat16) {
+  using Vec = AccVec<feat_t, Isa::kAvx2>;  // 8 lanes in the AVX-512 clone too
+  if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type v;
       std::memcpy(&v, values + d, sizeof(v));

@@ -154,12 +154,11 @@ template <typename feat_t>
 FASTGNN_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16(const feat_t* p) {
   if constexpr (std::is_same_v<feat_t, float>) {
     return _mm512_loadu_ps(p);
+  } else if constexpr (std::is_same_v<feat_t, c10::Half>) {
+    return load16_float16(p);
   } else {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    if constexpr (std::is_same_v<feat_t, c10::Half>)
-      return _mm512_cvtph_ps(bits);
-    else
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }
 }
 
