@@ -661,7 +661,9 @@ struct DimPlan {
 
 inline DimPlan plan_dim(int64_t dim) {
   if (dim <= 8) return {1, 8, 1};
-  if (dim <= 16) return {1, 16, 1};
+  // 2 features a lane: a warp holds 4 heads of a row, not 2 (H200, tolokers 4 x 16: forward
+  // 1.6x and backward 1.8x faster than at 1 a lane in float32, 1.4x and 1.6x in half).
+  if (dim <= 16) return {2, 8, 1};
   if (dim <= 32) return {1, 32, 1};
   if (dim <= 64) return {2, 32, 1};
   if (dim <= 128) return {4, 32, 1};
@@ -671,8 +673,8 @@ inline DimPlan plan_dim(int64_t dim) {
 template <typename F>
 void dispatch_plan(const DimPlan& plan, F&& f) {
   if (plan.k == 1 && plan.g == 8) return f.template operator()<1, 8>();
-  if (plan.k == 1 && plan.g == 16) return f.template operator()<1, 16>();
   if (plan.k == 1) return f.template operator()<1, 32>();
+  if (plan.k == 2 && plan.g == 8) return f.template operator()<2, 8>();
   if (plan.k == 2) return f.template operator()<2, 32>();
   if (plan.k == 4) return f.template operator()<4, 32>();
   return f.template operator()<8, 32>();
@@ -747,13 +749,15 @@ struct Launcher {
 };
 
 // Packed rows: K features per lane and a power-of-two number of lanes per head, the whole row
-// within 32 lanes (K = 4, else 8). False where the row does not fit.
+// within 32 lanes (K = 4, else 8; half rows K = 8 first, so that a lane loads 16 bytes as a
+// float32 lane does at K = 4: 2.4x faster forward on tolokers 4 x 16). False where the row
+// does not fit.
 struct PackPlan {
   int k, lanes_per_head, team;
 };
 
-inline bool plan_packed(int64_t heads, int64_t dim, PackPlan& plan) {
-  for (int k : {4, 8}) {
+inline bool plan_packed(int64_t heads, int64_t dim, bool half, PackPlan& plan) {
+  for (int k : {half ? 8 : 4, half ? 4 : 8}) {
     int lanes = 1;
     while (lanes < ceil_div(dim, k)) lanes *= 2;
     if (heads * lanes <= kWarp) {
@@ -768,7 +772,8 @@ template <bool kBackward>
 void launch(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
   PackPlan pack{};
-  const bool packed = rows.warps_per_row == 1 && plan_packed(p.heads, p.dim, pack);
+  const bool half = p.type == FloatType::kHalf || p.type == FloatType::kBFloat16;
+  const bool packed = rows.warps_per_row == 1 && plan_packed(p.heads, p.dim, half, pack);
   const DimPlan plan = plan_dim(p.dim);
   const dim3 grid =
       packed ? dim3(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock * (kWarp / pack.team))))
