@@ -99,7 +99,7 @@ struct Gatv2 {
   }
 
   // The forward's logit, from the destination's head-h row `xd` (from destination()). With
-  // half features it leaves the source row, converted, in `source` for value().
+  // half features it leaves the source row, converted, in `source` for add_value().
   template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* FASTGNN_RESTRICT xd, int64_t j,
                                             int64_t e, int64_t h,
@@ -135,14 +135,15 @@ struct Gatv2 {
     return s;
   }
 
-  // The forward's value, after forward_logit (which converted it, for half features).
+  // The forward's out += w * value, after forward_logit (which converted it, for half
+  // features).
   template <Isa kIsa>
-  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t /*e*/, int64_t h,
-                                           const acc_t* source, acc_t* /*scratch*/) const {
+  FASTGNN_ALWAYS_INLINE void add_value(acc_t* out, acc_t w, int64_t j, int64_t /*e*/, int64_t h,
+                                       const acc_t* source, acc_t* /*scratch*/) const {
     if constexpr (std::is_same_v<feat_t, acc_t>) {
-      return x_src + (j * heads + h) * dim;
+      add_scaled_as_acc<kIsa>(out, w, x_src + (j * heads + h) * dim, dim);
     } else {
-      return source;
+      add_scaled_as_acc<kIsa>(out, w, source, dim);
     }
   }
 
@@ -256,12 +257,7 @@ struct DotProduct {
   template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* qi, int64_t j, int64_t e, int64_t h,
                                             acc_t* source) const {
-    if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
-      if (!edge.data) {  // the key converted by F16C first, then a float32 dot
-        as_acc<kIsa, acc_t>(k + (j * heads + h) * dim, dim, source);
-        return dot(qi, static_cast<const acc_t*>(source), dim) * scale;
-      }
-    }
+    if (!edge.data) return dot_as_acc<kIsa>(qi, k + (j * heads + h) * dim, dim) * scale;
     return logit_at(qi, j, e, h, source);
   }
 
@@ -293,12 +289,21 @@ struct DotProduct {
     return s * scale;
   }
 
+  // The forward's out += w * value.
   template <Isa kIsa>
-  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h,
-                                           const acc_t* /*source*/, acc_t* scratch) const {
+  FASTGNN_ALWAYS_INLINE void add_value(acc_t* out, acc_t w, int64_t j, int64_t e, int64_t h,
+                                       const acc_t* /*source*/, acc_t* scratch) const {
     const feat_t* vj = v + (j * heads + h) * dim;
-    const feat_t* ed = edge.row(e, h);
-    if (!ed) return as_acc<kIsa, acc_t>(vj, dim, scratch);
+    if (!edge.data) return add_scaled_as_acc<kIsa>(out, w, vj, dim);
+    add_scaled_as_acc<kIsa>(out, w, value(j, e, h, scratch), dim);
+  }
+
+  // v[j] + edge as acc_t, in `scratch`.
+  FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h,
+                                           acc_t* FASTGNN_RESTRICT scratch) const {
+    const feat_t* FASTGNN_RESTRICT vj = v + (j * heads + h) * dim;
+    const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    if (!ed) return as_acc<Isa::kBaseline, acc_t>(vj, dim, scratch);
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]) + acc_t(ed[d]);
     return scratch;
@@ -309,7 +314,7 @@ struct DotProduct {
   FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
                                             const acc_t* dout, acc_t* z, acc_t* scratch,
                                             acc_t& value_dot) const {
-    value_dot = dot(dout, value<Isa::kBaseline>(j, e, h, nullptr, scratch), dim);
+    value_dot = dot(dout, value(j, e, h, scratch), dim);
     return logit(i, j, e, h, z);
   }
 
@@ -340,10 +345,10 @@ struct DotProduct {
 // One thread's buffers for the forward pass.
 template <typename acc_t>
 struct ForwardScratch {
-  std::vector<acc_t> acc, destination, source, value, peak, total;
+  std::vector<acc_t> acc, destination, source, value, logit, peak, total;
   ForwardScratch(int64_t heads, int64_t dim)
-      : acc(heads * dim), destination(heads * dim), source(dim), value(dim), peak(heads),
-        total(heads) {}
+      : acc(heads * dim), destination(heads * dim), source(heads * dim), value(dim),
+        logit(heads), peak(heads), total(heads) {}
 };
 
 template <typename acc_t, typename index_t, typename Policy, typename out_t, Isa kIsa>
@@ -356,6 +361,9 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
   acc_t* FASTGNN_RESTRICT acc = scratch.acc.data();
   acc_t* peak = scratch.peak.data();
   acc_t* total = scratch.total.data();
+  acc_t* logits = scratch.logit.data();
+  acc_t* source = scratch.source.data();
+  acc_t* value = scratch.value.data();
   for (int64_t i = begin; i < end; ++i) {
     std::fill(acc, acc + heads * dim, acc_t(0));
     std::fill(peak, peak + heads, neg_inf);
@@ -364,9 +372,12 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
     for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
+      // Every head's logit before any exp: independent chains the core overlaps, where one
+      // head at a time waited for its logit, then its exp call, then the next head's logit.
+      for (int64_t h = 0; h < heads; ++h)
+        logits[h] = p.template forward_logit<kIsa>(dst + h * dim, j, e, h, source + h * dim);
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t logit =
-            p.template forward_logit<kIsa>(dst + h * dim, j, e, h, scratch.source.data());
+        const acc_t logit = logits[h];
         acc_t* FASTGNN_RESTRICT a = acc + h * dim;
         if (logit > peak[h]) {  // new running max: rescale what was accumulated so far
           const acc_t corr = std::exp(peak[h] - logit);
@@ -378,12 +389,7 @@ FASTGNN_ALWAYS_INLINE void forward_rows(const Policy& p, const index_t* rowptr,
         const acc_t w = std::exp(logit - peak[h]);
         total[h] += w;
         const acc_t wc = w * drop.factor<acc_t>(e, h);
-        if (wc != 0) {
-          const acc_t* FASTGNN_RESTRICT val =
-              p.template value<kIsa>(j, e, h, scratch.source.data(), scratch.value.data());
-#pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) a[d] += wc * val[d];
-        }
+        if (wc != 0) p.template add_value<kIsa>(a, wc, j, e, h, source + h * dim, value);
       }
     }
     for (int64_t h = 0; h < heads; ++h) {

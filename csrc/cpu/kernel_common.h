@@ -136,6 +136,24 @@ FASTGNN_TARGET_AVX512 inline void store16_float16(__m512 v, c10::Half* p) {
 }
 #endif
 
+// bfloat16 values widened to the float bits they are the high half of: no rounding, no
+// per-value conversion. (GCC rejects vector types of a dependent size in
+// __builtin_convertvector, so the widths are spelled out.)
+typedef uint16_t Bfloat16Bits8 __attribute__((vector_size(16)));
+typedef uint32_t FloatBits8 __attribute__((vector_size(32)));
+typedef uint16_t Bfloat16Bits16 __attribute__((vector_size(32)));
+typedef uint32_t FloatBits16 __attribute__((vector_size(64)));
+
+template <typename Narrow, typename Wide, typename Float>
+FASTGNN_ALWAYS_INLINE Float widen_bfloat16(const c10::BFloat16* p) {
+  Narrow bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  const Wide wide = __builtin_convertvector(bits, Wide) << 16;
+  Float v;
+  std::memcpy(&v, &wide, sizeof(v));
+  return v;
+}
+
 // A vector of accumulators as a GCC/Clang vector: 32 bytes (8 floats or 4 doubles), 64 for
 // AVX-512 bodies. The compiler maps 32 bytes to one AVX register, or two SSE ones on the
 // baseline ISA, and keeps tiles in registers. (Its load/store are always inlined, so the ABI
@@ -153,6 +171,10 @@ struct AccVec {
 #else
   static constexpr bool kHardwareFloat16 = false;
 #endif
+  // Loads a whole vector of features with no per-value conversion: float16 by F16C, bfloat16
+  // (the high half of a float) by widening and shifting, on any ISA.
+  static constexpr bool kVectorLoad =
+      kHardwareFloat16 || std::is_same_v<scalar_t, c10::BFloat16>;
 
   static FASTGNN_ALWAYS_INLINE type load(const scalar_t* p) {
     type v;
@@ -164,6 +186,10 @@ struct AccVec {
     } else if constexpr (kHardwareFloat16) {
       v = type(load8_float16(p));
 #endif
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 8) {
+      v = widen_bfloat16<Bfloat16Bits8, FloatBits8, type>(p);
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 16) {
+      v = widen_bfloat16<Bfloat16Bits16, FloatBits16, type>(p);
     } else {
       for (int k = 0; k < kLanes; ++k) v[k] = acc_t(p[k]);
     }
@@ -198,7 +224,7 @@ FASTGNN_ALWAYS_INLINE acc_type<feat_t> to_acc(feat_t v) {
 }
 
 // n values of `row` as acc_t: the row itself when feat_t is acc_t, else converted into
-// `buffer` (float16 8 values at a time by F16C in the AVX2 clone).
+// `buffer`, 8 values at a time where AccVec::kVectorLoad (float16 in the AVX2 clone, bfloat16).
 template <Isa kIsa, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, int64_t n,
                                           acc_t* FASTGNN_RESTRICT buffer) {
@@ -206,15 +232,15 @@ FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, in
     return row;
   } else {
     int64_t d = 0;
-    using Vec = AccVec<feat_t, Isa::kAvx2>;  // 8 lanes in the AVX-512 clone too
-    if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
+    using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+    if constexpr (Vec::kVectorLoad) {
       for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
         const typename Vec::type v = Vec::load(row + d);
         std::memcpy(buffer + d, &v, sizeof(v));
       }
     }
 #pragma omp simd
-    for (int64_t t = d; t < n; ++t) buffer[t] = acc_t(row[t]);
+    for (int64_t t = d; t < n; ++t) buffer[t] = to_acc<kIsa>(row[t]);
     return buffer;
   }
 }
@@ -233,6 +259,51 @@ FASTGNN_ALWAYS_INLINE void store_as(const acc_t* FASTGNN_RESTRICT values, int64_
     }
   }
   for (; d < n; ++d) row[d] = feat_t(values[d]);
+}
+
+// <a, b> with b converted to acc_t as it is read (8 values at a time where AccVec::kVectorLoad,
+// straight into the multiply: no converted copy is stored and read back).
+template <Isa kIsa, typename acc_t, typename feat_t>
+FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
+                                       const feat_t* FASTGNN_RESTRICT b, int64_t n) {
+  acc_t s = 0;
+  int64_t d = 0;
+  using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+  if constexpr (Vec::kVectorLoad) {
+    typename Vec::type sum = {};
+    for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
+      typename Vec::type av;
+      std::memcpy(&av, a + d, sizeof(av));
+      sum += av * Vec::load(b + d);
+    }
+    // Halves added pairwise: 3 dependent adds (the logit's latency is the forwards' bound).
+    static_assert(Vec::kLanes == 8, "8 float lanes");
+    float half4[4], quarter[2];
+    for (int k = 0; k < 4; ++k) half4[k] = sum[k] + sum[k + 4];
+    for (int k = 0; k < 2; ++k) quarter[k] = half4[k] + half4[k + 2];
+    s = quarter[0] + quarter[1];
+  }
+#pragma omp simd reduction(+ : s)
+  for (int64_t t = d; t < n; ++t) s += a[t] * to_acc<kIsa>(b[t]);
+  return s;
+}
+
+// y += alpha * x, x converted to acc_t as it is read (as dot_as_acc).
+template <Isa kIsa, typename acc_t, typename feat_t>
+FASTGNN_ALWAYS_INLINE void add_scaled_as_acc(acc_t* FASTGNN_RESTRICT y, acc_t alpha,
+                                             const feat_t* FASTGNN_RESTRICT x, int64_t n) {
+  int64_t d = 0;
+  using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+  if constexpr (Vec::kVectorLoad) {
+    for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
+      typename Vec::type yv;
+      std::memcpy(&yv, y + d, sizeof(yv));
+      yv += alpha * Vec::load(x + d);
+      std::memcpy(y + d, &yv, sizeof(yv));
+    }
+  }
+#pragma omp simd
+  for (int64_t t = d; t < n; ++t) y[t] += alpha * to_acc<kIsa>(x[t]);
 }
 
 // Avx2Body compiled for AVX2+FMA+F16C when the CPU has it, else BaselineBody: for bodies that
