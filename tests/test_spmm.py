@@ -157,6 +157,26 @@ def test_half_precision_cpu_is_float32_rounded_once(graph_case, dtype, weighted)
             assert torch.equal(half, single.to(dtype)), width
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_cpu_rounds_special_values_as_torch(dtype):
+    """The vector stores round infinities, overflow, zeros, subnormals and ties as torch's
+    conversion of the float32 result does, bit for bit, and keep NaN a NaN (its bits are the
+    kernel's: c10's 0x7fc0 for bfloat16, where ATen's vector conversion gives 0xffff)."""
+    info = torch.finfo(dtype)
+    special = [float("nan"), float("inf"), -float("inf"), info.max, -info.max, -0.0, 0.0,
+               info.tiny / 3, -info.tiny / 5, 1.0 + info.eps / 2, 1.0 + 1.5 * info.eps]
+    width = 24  # three 8-lane vectors: every value lands in a vector store
+    x = torch.tensor(special * 3)[:width].repeat(2, 1).to(dtype)
+    g = fastgnn.Graph.from_edge_index(torch.tensor([[0, 1], [0, 1]]), num_nodes=2)
+    for weight in (1.0, 3.0, 1 / 3):  # 3.0 overflows info.max
+        w = torch.full((2,), weight)
+        half = fastgnn.ops.spmm(g, x, edge_weight=w)
+        single = fastgnn.ops.spmm(g, x.float(), edge_weight=w).to(dtype)
+        nan = single.isnan()
+        assert torch.equal(half.isnan(), nan), weight
+        assert torch.equal(half[~nan].view(torch.int16), single[~nan].view(torch.int16)), weight
+
+
 @pytest.mark.parametrize("norm", NORMS)
 def test_gradcheck_float64(norm):
     g, ei = random_graph(12, 40, seed=5)

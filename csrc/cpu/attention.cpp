@@ -108,12 +108,27 @@ struct Gatv2 {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
     const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
     constexpr bool kConverts = !std::is_same_v<feat_t, acc_t>;
+    using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
     acc_t s = 0;
-    if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
-      if (!ed) {  // convert the row by F16C first, then a float32 loop
-        as_acc<kIsa, acc_t>(xs, dim, source);
-#pragma omp simd reduction(+ : s)
-        for (int64_t d = 0; d < dim; ++d) s += a[d] * leaky(xd[d] + source[d]);
+    if constexpr (std::is_same_v<feat_t, float> || Vec::kVectorConvert) {
+      if (!ed) {  // whole vectors of 8 (converted as read), their lanes summed as a tree
+        typename Vec::type sum = {};
+        int64_t d = 0;
+        for (; d + Vec::kLanes <= dim; d += Vec::kLanes) {
+          const typename Vec::type x = Vec::load(xs + d);
+          if constexpr (kConverts) std::memcpy(source + d, &x, sizeof(x));
+          typename Vec::type xdv, av;
+          std::memcpy(&xdv, xd + d, sizeof(xdv));
+          std::memcpy(&av, a + d, sizeof(av));
+          const typename Vec::type v = xdv + x;
+          sum += av * (v > 0 ? v : v * slope);
+        }
+        s = sum_lanes8(sum);
+        for (; d < dim; ++d) {
+          const acc_t x = to_acc<kIsa>(xs[d]);
+          if constexpr (kConverts) source[d] = x;
+          s += a[d] * leaky(xd[d] + x);
+        }
         return s;
       }
     }

@@ -65,14 +65,13 @@ acc_t dot(const acc_t* __restrict__ a, const acc_t* __restrict__ b, int64_t n) {
   return s;
 }
 
-// One destination row of the GAT forward; kIsa: the clone it is compiled for (float16 source
-// rows convert by F16C, a row at a time, in the AVX2 one).
+// One destination row of the GAT forward; kIsa: the clone it is compiled for (half source rows
+// convert as they are read, float16 by F16C in the AVX2 one).
 template <typename acc_t, typename index_t, typename feat_t, Isa kIsa>
 FASTGNN_ALWAYS_INLINE void gat_forward_row(const GatInputs<acc_t, index_t, feat_t>& p,
                                            const index_t* rowptr, const index_t* col,
                                            const DropoutSpec& drop, feat_t* out, acc_t* lse,
-                                           int64_t i, acc_t* peak, acc_t* total, acc_t* o,
-                                           acc_t* source) {
+                                           int64_t i, acc_t* peak, acc_t* total, acc_t* o) {
   const int64_t heads = p.heads, dim = p.dim;
   const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
   std::fill(peak, peak + heads, neg_inf);
@@ -87,11 +86,7 @@ FASTGNN_ALWAYS_INLINE void gat_forward_row(const GatInputs<acc_t, index_t, feat_
       const acc_t w = std::exp(p.leaky(p.template z<kIsa>(i, j, e, h)) - peak[h]);
       total[h] += w;
       const acc_t wc = w * drop.factor<acc_t>(e, h);
-      if (wc == 0) continue;
-      const acc_t* FASTGNN_RESTRICT x = as_acc<kIsa, acc_t>(p.row(j, h), dim, source);
-      acc_t* FASTGNN_RESTRICT oh = o + h * dim;
-#pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) oh[d] += wc * x[d];
+      if (wc != 0) add_scaled_as_acc<kIsa>(o + h * dim, wc, p.row(j, h), dim);
     }
   }
   for (int64_t h = 0; h < heads; ++h) {
@@ -109,13 +104,12 @@ void gat_forward_rows(const GatInputs<acc_t, index_t, feat_t>& p, const index_t*
                       acc_t* lse) {
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> peak(p.heads), total(p.heads), row(p.heads * p.dim), source(p.dim);
+    std::vector<acc_t> peak(p.heads), total(p.heads), row(p.heads * p.dim);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i)
       on_avx2_or_baseline<gat_forward_row<acc_t, index_t, feat_t, Isa::kAvx2>,
                           gat_forward_row<acc_t, index_t, feat_t, Isa::kBaseline>>(
-          p, rowptr, col, drop, out, lse, i, peak.data(), total.data(), row.data(),
-          source.data());
+          p, rowptr, col, drop, out, lse, i, peak.data(), total.data(), row.data());
   }
 }
 

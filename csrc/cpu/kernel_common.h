@@ -127,6 +127,18 @@ FASTGNN_TARGET_AVX2 inline void store8_float16(__m256 v, c10::Half* p) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+// bfloat16 widened to the float whose high half it is (exact); written with intrinsics since
+// GCC splits a generic 8-lane widening into 128-bit halves even in the AVX2 clone.
+FASTGNN_TARGET_AVX2 inline __m256 load8_bfloat16(const c10::BFloat16* p) {
+  const __m256i wide =
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+FASTGNN_TARGET_AVX512 inline __m512 load16_bfloat16(const c10::BFloat16* p) {
+  const __m512i wide =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
 FASTGNN_TARGET_AVX512 inline __m512 load16_float16(const c10::Half* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -154,6 +166,18 @@ FASTGNN_ALWAYS_INLINE Float widen_bfloat16(const c10::BFloat16* p) {
   return v;
 }
 
+// Float lanes rounded to bfloat16 as c10::BFloat16 rounds one value (to nearest even, NaN to
+// 0x7fc0), bit for bit.
+template <typename Wide, typename Narrow, typename Float>
+FASTGNN_ALWAYS_INLINE void narrow_bfloat16(Float v, c10::BFloat16* p) {
+  Wide bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  const Wide rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const Wide nan = Wide{} + 0x7fc0u;
+  const Narrow narrow = __builtin_convertvector(v != v ? nan : rounded, Narrow);
+  std::memcpy(p, &narrow, sizeof(narrow));
+}
+
 // A vector of accumulators as a GCC/Clang vector: 32 bytes (8 floats or 4 doubles), 64 for
 // AVX-512 bodies. The compiler maps 32 bytes to one AVX register, or two SSE ones on the
 // baseline ISA, and keeps tiles in registers. (Its load/store are always inlined, so the ABI
@@ -171,9 +195,9 @@ struct AccVec {
 #else
   static constexpr bool kHardwareFloat16 = false;
 #endif
-  // Loads a whole vector of features with no per-value conversion: float16 by F16C, bfloat16
-  // (the high half of a float) by widening and shifting, on any ISA.
-  static constexpr bool kVectorLoad =
+  // Loads and stores a whole vector of features with no per-value conversion: float16 by F16C,
+  // bfloat16 (the high half of a float) by widening and shifting, on any ISA.
+  static constexpr bool kVectorConvert =
       kHardwareFloat16 || std::is_same_v<scalar_t, c10::BFloat16>;
 
   static FASTGNN_ALWAYS_INLINE type load(const scalar_t* p) {
@@ -185,6 +209,10 @@ struct AccVec {
       v = type(load16_float16(p));
     } else if constexpr (kHardwareFloat16) {
       v = type(load8_float16(p));
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kIsa == Isa::kAvx512) {
+      v = type(load16_bfloat16(p));
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kIsa == Isa::kAvx2) {
+      v = type(load8_bfloat16(p));
 #endif
     } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 8) {
       v = widen_bfloat16<Bfloat16Bits8, FloatBits8, type>(p);
@@ -205,6 +233,10 @@ struct AccVec {
     } else if constexpr (kHardwareFloat16) {
       store8_float16(__m256(v), p);
 #endif
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 8) {
+      narrow_bfloat16<FloatBits8, Bfloat16Bits8>(v, p);
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 16) {
+      narrow_bfloat16<FloatBits16, Bfloat16Bits16>(v, p);
     } else {
       for (int k = 0; k < kLanes; ++k) p[k] = scalar_t(v[k]);
     }
@@ -224,7 +256,7 @@ FASTGNN_ALWAYS_INLINE acc_type<feat_t> to_acc(feat_t v) {
 }
 
 // n values of `row` as acc_t: the row itself when feat_t is acc_t, else converted into
-// `buffer`, 8 values at a time where AccVec::kVectorLoad (float16 in the AVX2 clone, bfloat16).
+// `buffer`, 8 values at a time where AccVec::kVectorConvert.
 template <Isa kIsa, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, int64_t n,
                                           acc_t* FASTGNN_RESTRICT buffer) {
@@ -233,7 +265,7 @@ FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, in
   } else {
     int64_t d = 0;
     using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
-    if constexpr (Vec::kVectorLoad) {
+    if constexpr (Vec::kVectorConvert) {
       for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
         const typename Vec::type v = Vec::load(row + d);
         std::memcpy(buffer + d, &v, sizeof(v));
@@ -245,13 +277,13 @@ FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, in
   }
 }
 
-// n acc_t values written to `row` as feat_t (float16 8 at a time by F16C in the AVX2 clone).
+// n acc_t values written to `row` as feat_t, 8 at a time where AccVec::kVectorConvert.
 template <Isa kIsa, typename feat_t, typename acc_t>
 FASTGNN_ALWAYS_INLINE void store_as(const acc_t* FASTGNN_RESTRICT values, int64_t n,
                                     feat_t* FASTGNN_RESTRICT row) {
   int64_t d = 0;
-  using Vec = AccVec<feat_t, Isa::kAvx2>;  // 8 lanes in the AVX-512 clone too
-  if constexpr (AccVec<feat_t, kIsa>::kHardwareFloat16) {
+  using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+  if constexpr (Vec::kVectorConvert) {
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type v;
       std::memcpy(&v, values + d, sizeof(v));
@@ -261,27 +293,34 @@ FASTGNN_ALWAYS_INLINE void store_as(const acc_t* FASTGNN_RESTRICT values, int64_
   for (; d < n; ++d) row[d] = feat_t(values[d]);
 }
 
-// <a, b> with b converted to acc_t as it is read (8 values at a time where AccVec::kVectorLoad,
-// straight into the multiply: no converted copy is stored and read back).
+// The sum of 8 float lanes, halves added pairwise: 3 dependent adds, where GCC's reduction
+// epilogue adds the lanes one after another (the attention forwards' logits wait on it).
+template <typename V>
+FASTGNN_ALWAYS_INLINE float sum_lanes8(V v) {
+  static_assert(sizeof(V) == 8 * sizeof(float), "8 float lanes");
+  float half4[4], quarter[2];
+  for (int k = 0; k < 4; ++k) half4[k] = v[k] + v[k + 4];
+  for (int k = 0; k < 2; ++k) quarter[k] = half4[k] + half4[k + 2];
+  return quarter[0] + quarter[1];
+}
+
+// <a, b> with b converted to acc_t as it is read (8 values at a time where
+// AccVec::kVectorConvert, straight into the multiply: no converted copy is stored and read
+// back), float32 rows 8 values at a time too; the lanes summed as a tree.
 template <Isa kIsa, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
                                        const feat_t* FASTGNN_RESTRICT b, int64_t n) {
   acc_t s = 0;
   int64_t d = 0;
   using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
-  if constexpr (Vec::kVectorLoad) {
+  if constexpr (Vec::kVectorConvert || std::is_same_v<feat_t, float>) {
     typename Vec::type sum = {};
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type av;
       std::memcpy(&av, a + d, sizeof(av));
       sum += av * Vec::load(b + d);
     }
-    // Halves added pairwise: 3 dependent adds (the logit's latency is the forwards' bound).
-    static_assert(Vec::kLanes == 8, "8 float lanes");
-    float half4[4], quarter[2];
-    for (int k = 0; k < 4; ++k) half4[k] = sum[k] + sum[k + 4];
-    for (int k = 0; k < 2; ++k) quarter[k] = half4[k] + half4[k + 2];
-    s = quarter[0] + quarter[1];
+    s = sum_lanes8(sum);
   }
 #pragma omp simd reduction(+ : s)
   for (int64_t t = d; t < n; ++t) s += a[t] * to_acc<kIsa>(b[t]);
@@ -294,7 +333,7 @@ FASTGNN_ALWAYS_INLINE void add_scaled_as_acc(acc_t* FASTGNN_RESTRICT y, acc_t al
                                              const feat_t* FASTGNN_RESTRICT x, int64_t n) {
   int64_t d = 0;
   using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
-  if constexpr (Vec::kVectorLoad) {
+  if constexpr (Vec::kVectorConvert) {
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type yv;
       std::memcpy(&yv, y + d, sizeof(yv));
