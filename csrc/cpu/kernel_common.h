@@ -306,14 +306,14 @@ FASTGNN_ALWAYS_INLINE float sum_lanes8(V v) {
 
 // <a, b> with b converted to acc_t as it is read (8 values at a time where
 // AccVec::kVectorConvert, straight into the multiply: no converted copy is stored and read
-// back), float32 rows 8 values at a time too; the lanes summed as a tree.
+// back, the lanes summed as a tree).
 template <Isa kIsa, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
                                        const feat_t* FASTGNN_RESTRICT b, int64_t n) {
   acc_t s = 0;
   int64_t d = 0;
   using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
-  if constexpr (Vec::kVectorConvert || std::is_same_v<feat_t, float>) {
+  if constexpr (Vec::kVectorConvert) {
     typename Vec::type sum = {};
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type av;
