@@ -1,8 +1,9 @@
 // CPU fused GAT (v1) attention. The logit of edge j -> i at head h is a scalar,
 // LeakyReLU(alpha_src[j,h] + alpha_dst[i,h] (+ alpha_edge[e,h])), so each destination takes two
-// sweeps over its in-edges: the first finds every head's maximum logit (scalars only), the
-// second adds exp(logit - max) x_src[j] into the accumulator, which therefore never needs the
-// online softmax's rescaling. Only the per-(destination, head) log-sum-exp is saved.
+// sweeps over its in-edges: the first computes every logit (scalars only, kept a row at a
+// time) and each head's maximum, the second adds exp(logit - max) x_src[j] into the
+// accumulator, which therefore never needs the online softmax's rescaling. Only the
+// per-(destination, head) log-sum-exp is saved.
 //
 // Backward, with alpha = exp(logit - lse_i), c the dropout factor and delta_i = <dOut_i, out_i>:
 // dLogit = alpha (c <dOut_i, x_j> - delta_i) and dz = dLogit * LeakyReLU'(z). A source pass over
@@ -71,19 +72,28 @@ template <typename acc_t, typename index_t, typename feat_t, Isa kIsa>
 FASTGNN_ALWAYS_INLINE void gat_forward_row(const GatInputs<acc_t, index_t, feat_t>& p,
                                            const index_t* rowptr, const index_t* col,
                                            const DropoutSpec& drop, feat_t* out, acc_t* lse,
-                                           int64_t i, acc_t* peak, acc_t* total, acc_t* o) {
+                                           int64_t i, acc_t* peak, acc_t* total, acc_t* o,
+                                           std::vector<acc_t>& logits) {
   const int64_t heads = p.heads, dim = p.dim;
   const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
   std::fill(peak, peak + heads, neg_inf);
   std::fill(total, total + heads, acc_t(0));
   std::fill(o, o + heads * dim, acc_t(0));
-  for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e)
-    for (int64_t h = 0; h < heads; ++h)
-      peak[h] = std::max(peak[h], p.leaky(p.template z<kIsa>(i, col[e], e, h)));
-  for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
+  const index_t begin = rowptr[i], end = rowptr[i + 1];
+  // The first sweep keeps the row's logits for the second (half scores convert once).
+  logits.resize(std::max<size_t>(logits.size(), size_t(end - begin) * size_t(heads)));
+  acc_t* FASTGNN_RESTRICT logit = logits.data();
+  for (index_t e = begin; e < end; ++e) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const acc_t l = p.leaky(p.template z<kIsa>(i, col[e], e, h));
+      logit[(e - begin) * heads + h] = l;
+      peak[h] = std::max(peak[h], l);
+    }
+  }
+  for (index_t e = begin; e < end; ++e) {
     const int64_t j = col[e];
     for (int64_t h = 0; h < heads; ++h) {
-      const acc_t w = std::exp(p.leaky(p.template z<kIsa>(i, j, e, h)) - peak[h]);
+      const acc_t w = std::exp(logit[(e - begin) * heads + h] - peak[h]);
       total[h] += w;
       const acc_t wc = w * drop.factor<acc_t>(e, h);
       if (wc != 0) add_scaled_as_acc<kIsa>(o + h * dim, wc, p.row(j, h), dim);
@@ -104,12 +114,12 @@ void gat_forward_rows(const GatInputs<acc_t, index_t, feat_t>& p, const index_t*
                       acc_t* lse) {
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<acc_t> peak(p.heads), total(p.heads), row(p.heads * p.dim);
+    std::vector<acc_t> peak(p.heads), total(p.heads), row(p.heads * p.dim), logits;
 #pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < rows; ++i)
       on_avx2_or_baseline<gat_forward_row<acc_t, index_t, feat_t, Isa::kAvx2>,
                           gat_forward_row<acc_t, index_t, feat_t, Isa::kBaseline>>(
-          p, rowptr, col, drop, out, lse, i, peak.data(), total.data(), row.data());
+          p, rowptr, col, drop, out, lse, i, peak.data(), total.data(), row.data(), logits);
   }
 }
 

@@ -369,45 +369,66 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
   }
 }
 
-// grad[arg[i, f], f] += grad_out[i, f], grad [num_src, width] uninitialised on entry. Each
-// thread owns a slice of the features, zeroes it and walks the rows in order, so every sum has
-// a fixed order (deterministic without atomics) and one parallel region does the whole job.
-// With weights (kWeighted) arg holds CSR positions p: grad[col[p], f] += grad_out[i, f] *
-// weight[edge of p, head of f].
+// One slice [f0, f1) of minmax_scatter's features: zeroed, then the rows in order; with `out`
+// (half gradients) the slice is then written to it in their dtype. kIsa: the clone (float16
+// converts by F16C in the AVX2 one).
+template <typename scalar_t, typename index_t, bool kWeighted, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void scatter_slice(const index_t* arg, const scalar_t* grad_out,
+                                         const index_t* col, const scalar_t* weight,
+                                         int64_t heads, const index_t* perm,
+                                         acc_type<scalar_t>* grad, scalar_t* out, int64_t rows,
+                                         int64_t num_src, int64_t width, int64_t f0,
+                                         int64_t f1) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t span = kWeighted ? width / heads : width;
+  for (int64_t j = 0; j < num_src; ++j)
+    std::fill(grad + j * width + f0, grad + j * width + f1, acc_t(0));
+  for (int64_t i = 0; i < rows; ++i) {
+    const index_t* a = arg + i * width;
+    const scalar_t* g = grad_out + i * width;
+    if constexpr (kWeighted) {
+      for (int64_t h = f0 / span; h * span < f1; ++h) {  // the heads the slice overlaps
+        const int64_t lo = std::max(f0, h * span), hi = std::min(f1, (h + 1) * span);
+        const HeadWeights<scalar_t, index_t> hw{weight + h, heads, perm};
+        for (int64_t f = lo; f < hi; ++f) {
+          const index_t p = a[f];
+          if (p >= 0)
+            grad[int64_t(col[p]) * width + f] += to_acc<kIsa>(g[f]) * to_acc<kIsa>(hw.at(p));
+        }
+      }
+    } else {
+      for (int64_t f = f0; f < f1; ++f)
+        if (a[f] >= 0) grad[int64_t(a[f]) * width + f] += to_acc<kIsa>(g[f]);
+    }
+  }
+  if (out) {
+    for (int64_t j = 0; j < num_src; ++j)
+      store_as<kIsa>(grad + j * width + f0, f1 - f0, out + j * width + f0);
+  }
+}
+
+// grad[arg[i, f], f] += grad_out[i, f], grad [num_src, width] uninitialised on entry, and for
+// half gradients `out` the result in their dtype (each thread converts its own slice, where a
+// separate cast read the whole buffer again). Each thread owns a slice of the features, zeroes
+// it and walks the rows in order, so every sum has a fixed order (deterministic without
+// atomics) and one parallel region does the whole job. With weights (kWeighted) arg holds CSR
+// positions p: grad[col[p], f] += grad_out[i, f] * weight[edge of p, head of f].
 template <typename scalar_t, typename index_t, bool kWeighted>
 void minmax_scatter(const index_t* arg, const scalar_t* grad_out, const index_t* col,
                     const scalar_t* weight, int64_t heads, const index_t* perm,
-                    acc_type<scalar_t>* grad, int64_t rows, int64_t num_src, int64_t width) {
-  using acc_t = acc_type<scalar_t>;
+                    acc_type<scalar_t>* grad, scalar_t* out, int64_t rows, int64_t num_src,
+                    int64_t width) {
   const int64_t threads = num_threads();
   constexpr int64_t kAlign = 16;  // a cache line of float: slices do not share lines
   const int64_t per_thread = (width + threads - 1) / threads;
   const int64_t slice = std::max(kAlign, (per_thread + kAlign - 1) / kAlign * kAlign);
   const int64_t slices = (width + slice - 1) / slice;
-  const int64_t span = kWeighted ? width / heads : width;
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t s = 0; s < slices; ++s) {
-    const int64_t f0 = s * slice, f1 = std::min(width, f0 + slice);
-    for (int64_t j = 0; j < num_src; ++j)
-      std::fill(grad + j * width + f0, grad + j * width + f1, acc_t(0));
-    for (int64_t i = 0; i < rows; ++i) {
-      const index_t* a = arg + i * width;
-      const scalar_t* g = grad_out + i * width;
-      if constexpr (kWeighted) {
-        for (int64_t h = f0 / span; h * span < f1; ++h) {  // the heads the slice overlaps
-          const int64_t lo = std::max(f0, h * span), hi = std::min(f1, (h + 1) * span);
-          const HeadWeights<scalar_t, index_t> hw{weight + h, heads, perm};
-          for (int64_t f = lo; f < hi; ++f) {
-            const index_t p = a[f];
-            if (p >= 0) grad[int64_t(col[p]) * width + f] += acc_t(g[f]) * acc_t(hw.at(p));
-          }
-        }
-      } else {
-        for (int64_t f = f0; f < f1; ++f)
-          if (a[f] >= 0) grad[int64_t(a[f]) * width + f] += acc_t(g[f]);
-      }
-    }
-  }
+  for (int64_t s = 0; s < slices; ++s)
+    on_avx2_or_baseline<scatter_slice<scalar_t, index_t, kWeighted, Isa::kAvx2>,
+                        scatter_slice<scalar_t, index_t, kWeighted, Isa::kBaseline>>(
+        arg, grad_out, col, weight, heads, perm, grad, out, rows, num_src, width, s * slice,
+        std::min(width, (s + 1) * slice));
 }
 
 // grad_w[edge of p, h] (zeroed on entry) = sum over the features f of head h with
@@ -497,6 +518,8 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
   auto wc = heads > 0 ? weight->contiguous() : at::Tensor();
   const auto acc = grad_out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto grad = at::empty({num_src, arg.size(1)}, grad_out.options().dtype(acc));
+  const bool half = acc != grad_out.scalar_type();
+  auto out = half ? at::empty({num_src, arg.size(1)}, grad_out.options()) : grad;
   FASTGNN_DISPATCH_INDEX(arg.scalar_type(), "minmax_aggregate_backward", [&] {
     FASTGNN_DISPATCH_FLOAT(grad_out.scalar_type(), "minmax_aggregate_backward", [&] {
       auto run = [&](auto weighted_tag) {
@@ -506,12 +529,13 @@ at::Tensor minmax_aggregate_backward_cpu(const at::Tensor& arg, const at::Tensor
             kWeighted ? cc.data_ptr<index_t>() : nullptr,
             kWeighted ? wc.data_ptr<scalar_t>() : nullptr, heads,
             kWeighted && edge_perm.has_value() ? edge_perm->data_ptr<index_t>() : nullptr,
-            grad.data_ptr<acc_type<scalar_t>>(), arg.size(0), num_src, arg.size(1));
+            grad.data_ptr<acc_type<scalar_t>>(), half ? out.data_ptr<scalar_t>() : nullptr,
+            arg.size(0), num_src, arg.size(1));
       };
       if (heads > 0) run(std::true_type{}); else run(std::false_type{});
     });
   });
-  return grad.scalar_type() == grad_out.scalar_type() ? grad : grad.to(grad_out.scalar_type());
+  return out;
 }
 
 at::Tensor minmax_weight_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col,
