@@ -108,7 +108,7 @@ struct Gatv2 {
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
     const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
     constexpr bool kConverts = !std::is_same_v<feat_t, acc_t>;
-    using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+    using Vec = RowVec<feat_t, kIsa>;
     acc_t s = 0;
     // Half rows only: float32 ones keep the loop below, whose sums the backward's recomputed
     // logits track closely enough (the tree's order put GATv2's fc_dst.bias gradient at 2.15x

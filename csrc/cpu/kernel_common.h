@@ -243,6 +243,11 @@ struct AccVec {
   }
 };
 
+// The 8-float vector the row helpers below convert with in a clone (8 lanes in the AVX-512 one
+// too: rows are often a head of 8-64 features).
+template <typename feat_t, Isa kIsa>
+using RowVec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+
 // One value as acc_t (float16 by F16C in the AVX2 and AVX-512 clones).
 template <Isa kIsa, typename feat_t>
 FASTGNN_ALWAYS_INLINE acc_type<feat_t> to_acc(feat_t v) {
@@ -264,7 +269,7 @@ FASTGNN_ALWAYS_INLINE const acc_t* as_acc(const feat_t* FASTGNN_RESTRICT row, in
     return row;
   } else {
     int64_t d = 0;
-    using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+    using Vec = RowVec<feat_t, kIsa>;
     if constexpr (Vec::kVectorConvert) {
       for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
         const typename Vec::type v = Vec::load(row + d);
@@ -282,7 +287,7 @@ template <Isa kIsa, typename feat_t, typename acc_t>
 FASTGNN_ALWAYS_INLINE void store_as(const acc_t* FASTGNN_RESTRICT values, int64_t n,
                                     feat_t* FASTGNN_RESTRICT row) {
   int64_t d = 0;
-  using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+  using Vec = RowVec<feat_t, kIsa>;
   if constexpr (Vec::kVectorConvert) {
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type v;
@@ -312,7 +317,7 @@ FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
                                        const feat_t* FASTGNN_RESTRICT b, int64_t n) {
   acc_t s = 0;
   int64_t d = 0;
-  using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+  using Vec = RowVec<feat_t, kIsa>;
   if constexpr (Vec::kVectorConvert) {
     typename Vec::type sum = {};
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
@@ -332,7 +337,7 @@ template <Isa kIsa, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE void add_scaled_as_acc(acc_t* FASTGNN_RESTRICT y, acc_t alpha,
                                              const feat_t* FASTGNN_RESTRICT x, int64_t n) {
   int64_t d = 0;
-  using Vec = AccVec<feat_t, kIsa == Isa::kBaseline ? Isa::kBaseline : Isa::kAvx2>;
+  using Vec = RowVec<feat_t, kIsa>;
   if constexpr (Vec::kVectorConvert) {
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type yv;
