@@ -148,33 +148,36 @@ FASTGNN_TARGET_AVX512 inline void store16_float16(__m512 v, c10::Half* p) {
 }
 #endif
 
-// bfloat16 values widened to the float bits they are the high half of: no rounding, no
-// per-value conversion. (GCC rejects vector types of a dependent size in
-// __builtin_convertvector, so the widths are spelled out.)
-typedef uint16_t Bfloat16Bits8 __attribute__((vector_size(16)));
-typedef uint32_t FloatBits8 __attribute__((vector_size(32)));
-typedef uint16_t Bfloat16Bits16 __attribute__((vector_size(32)));
-typedef uint32_t FloatBits16 __attribute__((vector_size(64)));
+// W bfloat16 bit patterns and the float bit patterns they widen to.
+template <int W>
+struct BfloatBits {
+  typedef uint16_t narrow __attribute__((vector_size(2 * W)));
+  typedef uint32_t wide __attribute__((vector_size(4 * W)));
+};
 
-template <typename Narrow, typename Wide, typename Float>
+// W bfloat16 values widened to the floats they are the high half of: exact, no per-value
+// conversion.
+template <int W, typename Float>
 FASTGNN_ALWAYS_INLINE Float widen_bfloat16(const c10::BFloat16* p) {
-  Narrow bits;
+  typename BfloatBits<W>::narrow bits;
   std::memcpy(&bits, p, sizeof(bits));
-  const Wide wide = __builtin_convertvector(bits, Wide) << 16;
+  const auto wide = __builtin_convertvector(bits, typename BfloatBits<W>::wide) << 16;
   Float v;
   std::memcpy(&v, &wide, sizeof(v));
   return v;
 }
 
-// Float lanes rounded to bfloat16 as c10::BFloat16 rounds one value (to nearest even, NaN to
+// W float lanes rounded to bfloat16 as c10::BFloat16 rounds one value (to nearest even, NaN to
 // 0x7fc0), bit for bit.
-template <typename Wide, typename Narrow, typename Float>
+template <int W, typename Float>
 FASTGNN_ALWAYS_INLINE void narrow_bfloat16(Float v, c10::BFloat16* p) {
+  using Wide = typename BfloatBits<W>::wide;
   Wide bits;
   std::memcpy(&bits, &v, sizeof(bits));
   const Wide rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const Wide nan = Wide{} + 0x7fc0u;
-  const Narrow narrow = __builtin_convertvector(v != v ? nan : rounded, Narrow);
+  const auto narrow =
+      __builtin_convertvector(v != v ? nan : rounded, typename BfloatBits<W>::narrow);
   std::memcpy(p, &narrow, sizeof(narrow));
 }
 
@@ -214,10 +217,8 @@ struct AccVec {
     } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kIsa == Isa::kAvx2) {
       v = type(load8_bfloat16(p));
 #endif
-    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 8) {
-      v = widen_bfloat16<Bfloat16Bits8, FloatBits8, type>(p);
-    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 16) {
-      v = widen_bfloat16<Bfloat16Bits16, FloatBits16, type>(p);
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      v = widen_bfloat16<kLanes, type>(p);
     } else {
       for (int k = 0; k < kLanes; ++k) v[k] = acc_t(p[k]);
     }
@@ -233,10 +234,8 @@ struct AccVec {
     } else if constexpr (kHardwareFloat16) {
       store8_float16(__m256(v), p);
 #endif
-    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 8) {
-      narrow_bfloat16<FloatBits8, Bfloat16Bits8>(v, p);
-    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && kLanes == 16) {
-      narrow_bfloat16<FloatBits16, Bfloat16Bits16>(v, p);
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      narrow_bfloat16<kLanes>(v, p);
     } else {
       for (int k = 0; k < kLanes; ++k) p[k] = scalar_t(v[k]);
     }

@@ -74,8 +74,6 @@ struct Lanes {
   typedef int32_t i32 __attribute__((vector_size(4 * W)));
   typedef float f32_unaligned __attribute__((vector_size(4 * W), aligned(4)));
   typedef int32_t i32_unaligned __attribute__((vector_size(4 * W), aligned(4)));
-  typedef uint16_t u16 __attribute__((vector_size(2 * W)));  // bfloat16 bits
-  typedef uint32_t u32 __attribute__((vector_size(4 * W)));
 };
 
 constexpr int32_t kPrefetchAhead = 8;  // edges between a row's prefetch and its use
@@ -94,9 +92,7 @@ inline __attribute__((always_inline)) typename Lanes<W>::f32 load_lanes(const fe
 #endif
   } else {
     static_assert(std::is_same_v<feat_t, c10::BFloat16>, "float32 or bfloat16 rows");
-    typename L::u16 bits;
-    std::memcpy(&bits, p, sizeof(bits));
-    return (typename L::f32)(__builtin_convertvector(bits, typename L::u32) << 16);
+    return widen_bfloat16<W, typename L::f32>(p);
   }
 }
 
@@ -157,8 +153,7 @@ FASTGNN_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16(const 
   } else if constexpr (std::is_same_v<feat_t, c10::Half>) {
     return load16_float16(p);
   } else {
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    return load16_bfloat16(p);
   }
 }
 
