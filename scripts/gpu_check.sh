@@ -68,7 +68,7 @@ workers() {  # workers N: pytest's option for N xdist workers, when xdist is ins
 }
 suite_and_bench=$([ $part = all ] || [ $part = tests ] && echo yes)
 if [ "$suite_and_bench" ]; then
-  step "tests (all, GPU included)" tests.log python3 -m pytest -q -rs -p no:cacheprovider \
+  step "tests (all, GPU included)" tests.log python3 -m pytest -q -rfEs -p no:cacheprovider \
     $(workers 12) --junitxml="$report/tests.xml" tests
 fi
 num_tools=$(wc -w <<<"$tools")

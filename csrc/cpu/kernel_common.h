@@ -146,7 +146,37 @@ FASTGNN_TARGET_AVX512 inline void store16_float16(__m512 v, c10::Half* p) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+// a * b + c rounded once (FMA), for kernels whose float32 and half instances must round alike.
+// GCC decides loop by loop whether `c += a * b` becomes an FMA, by version and tuning: built by
+// GCC 13, the float32 and half instances of the spmm gather rounded apart at some widths.
+FASTGNN_TARGET_AVX2 inline float fused_mul_add(float a, float b, float c) {
+  return __builtin_fmaf(a, b, c);
+}
+FASTGNN_TARGET_AVX2 inline double fused_mul_add(double a, double b, double c) {
+  return __builtin_fma(a, b, c);
+}
+FASTGNN_TARGET_AVX2 inline __m256 fused_mul_add(__m256 a, __m256 b, __m256 c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+FASTGNN_TARGET_AVX2 inline __m256d fused_mul_add(__m256d a, __m256d b, __m256d c) {
+  return _mm256_fmadd_pd(a, b, c);
+}
+FASTGNN_TARGET_AVX512 inline __m512 fused_mul_add(__m512 a, __m512 b, __m512 c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+FASTGNN_TARGET_AVX512 inline __m512d fused_mul_add(__m512d a, __m512d b, __m512d c) {
+  return _mm512_fmadd_pd(a, b, c);
+}
 #endif
+
+// c + a * b: one rounding in the AVX2 and AVX-512 clones, two in the baseline one (no FMA).
+template <Isa kIsa, typename acc_t>
+FASTGNN_ALWAYS_INLINE acc_t mul_add(acc_t a, acc_t b, acc_t c) {
+#if FASTGNN_HAVE_AVX2_CLONE
+  if constexpr (kIsa != Isa::kBaseline) return fused_mul_add(a, b, c);
+#endif
+  return a * b + c;
+}
 
 // W bfloat16 bit patterns and the float bit patterns they widen to.
 template <int W>
@@ -223,6 +253,24 @@ struct AccVec {
       for (int k = 0; k < kLanes; ++k) v[k] = acc_t(p[k]);
     }
     return v;
+  }
+
+  // acc + w * v, as the scalar mul_add.
+  static FASTGNN_ALWAYS_INLINE type mul_add(acc_t w, type v, type acc) {
+#if FASTGNN_HAVE_AVX2_CLONE
+    constexpr bool kFloat = std::is_same_v<acc_t, float>;
+    const type wv = type{} + w;
+    if constexpr (kIsa == Isa::kAvx512 && kFloat) {
+      return type(fused_mul_add(__m512(wv), __m512(v), __m512(acc)));
+    } else if constexpr (kIsa == Isa::kAvx512) {
+      return type(fused_mul_add(__m512d(wv), __m512d(v), __m512d(acc)));
+    } else if constexpr (kIsa == Isa::kAvx2 && kFloat) {
+      return type(fused_mul_add(__m256(wv), __m256(v), __m256(acc)));
+    } else if constexpr (kIsa == Isa::kAvx2) {
+      return type(fused_mul_add(__m256d(wv), __m256d(v), __m256d(acc)));
+    }
+#endif
+    return acc + w * v;
   }
 
   static FASTGNN_ALWAYS_INLINE void store(type v, scalar_t* p) {

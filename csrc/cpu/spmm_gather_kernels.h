@@ -25,7 +25,8 @@ FASTGNN_ALWAYS_INLINE void gather_tile(const Gather<scalar_t, index_t>& g, index
     const auto w = g.template weight<kWeights>(e);
     const scalar_t* src = g.x + int64_t(g.col[e]) * g.width + f0;
 #pragma GCC unroll 16
-    for (int v = 0; v < kVecs; ++v) acc[v] += w * Vec::load(src + v * Vec::kLanes);
+    for (int v = 0; v < kVecs; ++v)
+      acc[v] = Vec::mul_add(w, Vec::load(src + v * Vec::kLanes), acc[v]);
   }
 #pragma GCC unroll 16
   for (int v = 0; v < kVecs; ++v) Vec::store(acc[v], out_row + f0 + v * Vec::kLanes);
@@ -40,7 +41,7 @@ FASTGNN_ALWAYS_INLINE void gather_tail(const Gather<scalar_t, index_t>& g, index
   for (index_t e = begin; e < end; ++e) {
     const acc_t w = g.template weight<kWeights>(e);
     const scalar_t* src = g.x + int64_t(g.col[e]) * g.width + f0;
-    for (int64_t k = 0; k < count; ++k) acc[k] += w * acc_t(src[k]);
+    for (int64_t k = 0; k < count; ++k) acc[k] = mul_add<kIsa>(w, acc_t(src[k]), acc[k]);
   }
   for (int64_t k = 0; k < count; ++k) out_row[f0 + k] = scalar_t(acc[k]);
 }
