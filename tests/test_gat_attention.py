@@ -182,6 +182,48 @@ def test_half_precision(dtype, dim, device):
         assert float((x.detach().float() - y).norm() / y.norm()) < tol
 
 
+@pytest.mark.parametrize("dim", [5, 16, 40])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_half_is_float32_rounded_once(dtype, dim):
+    """The CPU kernels read half inputs as they are and accumulate in float32: the output and
+    x_src's gradient are the float32 run's on the same values, rounded once to the half dtype
+    (one unit in the last place at most: the two runs are separate compiled instances). The
+    alpha gradients subtract <grad_out, out>, whose half `out` is itself rounded: the tolerance
+    test above covers them."""
+    g, _ = random_graph(40, 200, seed=4)
+    half = make_inputs(g, 2, dim, dtype, alpha_edge=True)
+    single = [t.detach().float().requires_grad_() for t in half]
+    grad_out = torch.randn(g.num_dst_nodes, 2, dim, generator=torch.Generator().manual_seed(2))
+    grad_out = grad_out.to(dtype)
+    runs = []
+    for inputs, dy in ((half, grad_out), (single, grad_out.float())):
+        out = attend(g, inputs)
+        runs.append((out, *torch.autograd.grad(out, inputs[0], dy)))
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
+    for name, ours, theirs in zip(["out", "grad_x_src"], runs[0], runs[1]):
+        assert ours.dtype == dtype, name
+        torch.testing.assert_close(ours.float(), theirs.to(dtype).float(), rtol=ulp, atol=1e-7,
+                                   msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("dim", [1, 7, 8, 33])
+@pytest.mark.parametrize("grad_dtype,out_dtype", [
+    (torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
+    (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
+    (torch.float32, torch.float32), (torch.float64, torch.float64)])
+def test_cpu_attention_delta_reads_any_feature_dtype(grad_dtype, out_dtype, dim):
+    """<grad_out, out> per (row, head), as every CPU attention backward takes it: half inputs read
+    as they are, summed in double, rounded once to the statistics dtype."""
+    gen = torch.Generator().manual_seed(dim)
+    grad_out = torch.randn(50, 3, dim, generator=gen).to(grad_dtype)
+    out = torch.randn(50, 3, dim, generator=gen).to(out_dtype)
+    stats = torch.float64 if out_dtype == torch.float64 else torch.float32
+    delta = torch.ops.fastgnn.attention_delta_backward(grad_out, out)
+    assert delta.dtype == stats
+    exact = (grad_out.double() * out.double()).sum(-1).to(stats)
+    torch.testing.assert_close(delta, exact, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 def test_int64_index_graph(device):

@@ -14,9 +14,10 @@
 // alpha_dst[i] and copies it to alpha_edge[e].
 // The per-node scalar sums are kept in double: they are cheap, and they cancel (sum_j alpha
 // (<dOut_i, x_j> - delta_i) is 0 without dropout), so float partial sums would cost accuracy.
-// The forward reads float16/bfloat16 inputs as they are when all have that dtype (as under
-// autocast), accumulating in float and writing its output in that dtype; the backward
-// converts its inputs to float once.
+// Both read float16/bfloat16 inputs as they are when all have that dtype (as under autocast),
+// accumulating in float and writing their feature outputs (out, the x_src gradient) in that
+// dtype: the source pass converts its own x_src row once and a destination's grad_out row an
+// edge, as it reads them.
 #include "attention_seed.h"
 #include "cpu/cpu_common.h"
 
@@ -43,7 +44,7 @@ struct GatInputs {
   acc_t slope;
   int64_t heads, dim;
 
-  int64_t edge_at(int64_t e, int64_t h) const {
+  FASTGNN_ALWAYS_INLINE int64_t edge_at(int64_t e, int64_t h) const {
     return (edge_perm ? int64_t(edge_perm[e]) : e) * heads + h;
   }
   // Pre-activation of edge j -> i at CSR position e (kIsa: the clone's conversions).
@@ -53,18 +54,12 @@ struct GatInputs {
     if (alpha_edge) v += to_acc<kIsa>(alpha_edge[edge_at(e, h)]);
     return v;
   }
-  acc_t leaky(acc_t v) const { return v > 0 ? v : v * slope; }
-  acc_t leaky_slope(acc_t v) const { return v > 0 ? acc_t(1) : slope; }
-  const feat_t* row(int64_t j, int64_t h) const { return x_src + (j * heads + h) * dim; }
+  FASTGNN_ALWAYS_INLINE acc_t leaky(acc_t v) const { return v > 0 ? v : v * slope; }
+  FASTGNN_ALWAYS_INLINE acc_t leaky_slope(acc_t v) const { return v > 0 ? acc_t(1) : slope; }
+  FASTGNN_ALWAYS_INLINE const feat_t* row(int64_t j, int64_t h) const {
+    return x_src + (j * heads + h) * dim;
+  }
 };
-
-template <typename acc_t>
-acc_t dot(const acc_t* __restrict__ a, const acc_t* __restrict__ b, int64_t n) {
-  acc_t s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
-  return s;
-}
 
 // One destination row of the GAT forward; kIsa: the clone it is compiled for (half source rows
 // convert as they are read, float16 by F16C in the AVX2 one).
@@ -123,55 +118,121 @@ void gat_forward_rows(const GatInputs<acc_t, index_t, feat_t>& p, const index_t*
   }
 }
 
-template <typename acc_t>
+constexpr int kPrefetchAhead = 4;  // edges between a prefetch and the use of its rows
+
+// <dout, x>, and gx += w * dout, in one pass over dout (converted as it is read, 8 values at a
+// time where AccVec::kVectorConvert).
+template <Isa kIsa, typename acc_t, typename feat_t>
+FASTGNN_ALWAYS_INLINE acc_t dot_and_add_scaled(const feat_t* FASTGNN_RESTRICT dout,
+                                               const acc_t* FASTGNN_RESTRICT x, acc_t w,
+                                               acc_t* FASTGNN_RESTRICT gx, int64_t n) {
+  acc_t s = 0;
+  int64_t d = 0;
+  using Vec = RowVec<feat_t, kIsa>;
+  if constexpr (Vec::kVectorConvert) {
+    typename Vec::type sum = {};
+    for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
+      const typename Vec::type v = Vec::load(dout + d);
+      typename Vec::type xv, gv;
+      std::memcpy(&xv, x + d, sizeof(xv));
+      std::memcpy(&gv, gx + d, sizeof(gv));
+      sum += v * xv;
+      gv += w * v;
+      std::memcpy(gx + d, &gv, sizeof(gv));
+    }
+    s = sum_lanes8(sum);
+  }
+#pragma omp simd reduction(+ : s)
+  for (int64_t t = d; t < n; ++t) {
+    const acc_t v = to_acc<kIsa>(dout[t]);
+    s += v * x[t];
+    gx[t] += w * v;
+  }
+  return s;
+}
+
+// The source pass's inputs and outputs; grad_out and the x_src gradient are in the features'
+// dtype (feat_t), the rest in acc_t.
+template <typename acc_t, typename feat_t>
 struct GatSourceGrads {
-  const acc_t* grad_out;  // [T, H, D]
-  const acc_t* lse;       // [T, H]
-  const acc_t* delta;     // [T, H]
-  acc_t* grad_logit;      // [E, H] forward CSR order: d loss / d pre-activation
-  acc_t* x_src;           // [rows, H, D]
-  acc_t* alpha_src;       // [rows, H]
+  const feat_t* grad_out;  // [T, H, D]
+  const acc_t* lse;        // [T, H]
+  const acc_t* delta;      // [T, H]
+  acc_t* grad_logit;       // [E, H] forward CSR order: d loss / d pre-activation
+  feat_t* x_src;           // [rows, H, D]
+  acc_t* alpha_src;        // [rows, H]
 };
+
+// One thread's buffers: the row's x_src gradient and x_src row (as acc_t), and the per-head
+// sums.
+template <typename acc_t>
+struct GatSourceScratch {
+  std::vector<acc_t> grad_x, x;
+  std::vector<double> sum_src;
+  GatSourceScratch(int64_t heads, int64_t dim)
+      : grad_x(heads * dim), x(heads * dim), sum_src(heads) {}
+};
+
+// Source row n of the pass below; kIsa: the clone it is compiled for (half rows convert as
+// they are read, float16 by F16C in the AVX2 one).
+template <typename acc_t, typename index_t, typename feat_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void gat_source_row(const GatInputs<acc_t, index_t, feat_t>& p,
+                                          const index_t* rowptr, const index_t* col,
+                                          const index_t* src_perm, const index_t* logit_slot,
+                                          const DropoutSpec& drop,
+                                          const GatSourceGrads<acc_t, feat_t>& g,
+                                          GatSourceScratch<acc_t>& s, int64_t n) {
+  const int64_t heads = p.heads, dim = p.dim;
+  std::fill(s.sum_src.begin(), s.sum_src.end(), 0.0);
+  acc_t* gx_row = s.grad_x.data();
+  std::fill(gx_row, gx_row + heads * dim, acc_t(0));
+  const acc_t* x_row = as_acc<kIsa, acc_t>(p.x_src + n * heads * dim, heads * dim, s.x.data());
+  for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
+    if (q + kPrefetchAhead < rowptr[n + 1]) {  // a later destination's rows, each a cache miss
+      const int64_t next = col[q + kPrefetchAhead];
+      prefetch_row(g.grad_out + next * heads * dim, heads * dim);
+      prefetch_row(g.lse + next * heads, heads);
+      prefetch_row(g.delta + next * heads, heads);
+      prefetch_row(p.alpha_dst + next * heads, heads);
+    }
+    const int64_t m = col[q], e = src_perm[q];
+    acc_t* logit_row = g.grad_logit + (logit_slot ? int64_t(logit_slot[q]) : e) * heads;
+    for (int64_t h = 0; h < heads; ++h) {  // edge n -> m at forward CSR position e
+      const acc_t z = p.template z<kIsa>(m, n, e, h);
+      const acc_t alpha = std::exp(p.leaky(z) - g.lse[m * heads + h]);
+      const acc_t wc = alpha * drop.factor<acc_t>(e, h);
+      const double dval =
+          wc != 0 ? double(dot_and_add_scaled<kIsa>(g.grad_out + (m * heads + h) * dim,
+                                                    x_row + h * dim, wc, gx_row + h * dim, dim))
+                  : 0.0;
+      const double dz = (double(wc) * dval - double(alpha) * double(g.delta[m * heads + h])) *
+                        double(p.leaky_slope(z));
+      s.sum_src[h] += dz;
+      logit_row[h] = acc_t(dz);
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h) g.alpha_src[n * heads + h] = acc_t(s.sum_src[h]);
+  store_as<kIsa>(gx_row, heads * dim, g.x_src + n * heads * dim);
+}
 
 // Source side of the backward over `rows` rows of the walked CSR (the transposed CSR, or on a
 // symmetric graph the CSR itself): row n is the source of edge src_perm[q] into col[q], and
 // `p`'s x_src and alpha_src start at row n = 0. Writes each walked edge's dz into grad_logit
 // (at its CSR position, or at logit_slot[q]) and the gradients of the rows' x_src and
 // alpha_src; reads x_src of its own row only.
-template <typename acc_t, typename index_t>
-void gat_source_pass(const GatInputs<acc_t, index_t>& p, const index_t* rowptr,
+template <typename acc_t, typename index_t, typename feat_t>
+void gat_source_pass(const GatInputs<acc_t, index_t, feat_t>& p, const index_t* rowptr,
                      const index_t* col, const index_t* src_perm, const index_t* logit_slot,
-                     int64_t rows, const DropoutSpec& drop, const GatSourceGrads<acc_t>& g) {
-  const int64_t heads = p.heads, dim = p.dim;
+                     int64_t rows, const DropoutSpec& drop,
+                     const GatSourceGrads<acc_t, feat_t>& g) {
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<double> sum_src(heads);
+    GatSourceScratch<acc_t> scratch(p.heads, p.dim);
 #pragma omp for schedule(dynamic, 16)
-    for (int64_t n = 0; n < rows; ++n) {
-      std::fill(sum_src.begin(), sum_src.end(), 0.0);
-      acc_t* gx_row = g.x_src + n * heads * dim;
-      std::fill(gx_row, gx_row + heads * dim, acc_t(0));
-      for (index_t q = rowptr[n]; q < rowptr[n + 1]; ++q) {
-        const int64_t m = col[q], e = src_perm[q];
-        acc_t* logit_row = g.grad_logit + (logit_slot ? int64_t(logit_slot[q]) : e) * heads;
-        for (int64_t h = 0; h < heads; ++h) {  // edge n -> m at forward CSR position e
-          const acc_t z = p.z(m, n, e, h);
-          const acc_t alpha = std::exp(p.leaky(z) - g.lse[m * heads + h]);
-          const acc_t wc = alpha * drop.factor<acc_t>(e, h);
-          const acc_t* __restrict__ dout = g.grad_out + (m * heads + h) * dim;
-          const double dval = wc != 0 ? double(dot(dout, p.row(n, h), dim)) : 0.0;
-          const double dz = (double(wc) * dval - double(alpha) * double(g.delta[m * heads + h])) *
-                            double(p.leaky_slope(z));
-          sum_src[h] += dz;
-          logit_row[h] = acc_t(dz);
-          if (wc == 0) continue;
-          acc_t* __restrict__ gx = gx_row + h * dim;
-#pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) gx[d] += wc * dout[d];
-        }
-      }
-      for (int64_t h = 0; h < heads; ++h) g.alpha_src[n * heads + h] = acc_t(sum_src[h]);
-    }
+    for (int64_t n = 0; n < rows; ++n)
+      on_avx2_or_baseline<gat_source_row<acc_t, index_t, feat_t, Isa::kAvx2>,
+                          gat_source_row<acc_t, index_t, feat_t, Isa::kBaseline>>(
+          p, rowptr, col, src_perm, logit_slot, drop, g, scratch, n);
   }
 }
 
@@ -217,14 +278,12 @@ struct Prepared {
   }
 };
 
-// Checks and views of the features, in float (double for double) or, with read_half, as
-// given when they are float16/bfloat16 and alpha_edge has their dtype too; `dst_rows`
-// destinations, `col` the edges.
+// Checks and views of the features: as given when they are float16/bfloat16 and alpha_edge has
+// their dtype too, else in float (double for double); `dst_rows` destinations, `col` the edges.
 Prepared prepare(int64_t dst_rows, const at::Tensor& col,
                  const c10::optional<at::Tensor>& edge_perm, const at::Tensor& alpha_dst,
                  const at::Tensor& x_src, const at::Tensor& alpha_src,
-                 const c10::optional<at::Tensor>& alpha_edge, const char* op,
-                 bool read_half = false) {
+                 const c10::optional<at::Tensor>& alpha_edge, const char* op) {
   TORCH_CHECK(x_src.dim() == 3, op, ": x_src must be [S, H, D]");
   const int64_t heads = x_src.size(1);
   TORCH_CHECK(alpha_src.dim() == 2 && alpha_src.size(0) == x_src.size(0) &&
@@ -240,7 +299,7 @@ Prepared prepare(int64_t dst_rows, const at::Tensor& col,
   const at::ScalarType features = x_src.scalar_type();
   r.acc = features == at::kDouble ? at::kDouble : at::kFloat;
   r.read = read_type(
-      features, read_half && (!alpha_edge.has_value() || alpha_edge->scalar_type() == features),
+      features, !alpha_edge.has_value() || alpha_edge->scalar_type() == features,
       r.acc);
   r.heads = heads;
   r.dim = x_src.size(2);
@@ -282,8 +341,8 @@ std::tuple<at::Tensor, at::Tensor> gat_forward_cpu(
     const c10::optional<at::Tensor>& /*heavy_rows*/, int64_t /*heavy_warps*/) {
   check_csr(rowptr, col, "gat_forward");
   const int64_t rows = rowptr.numel() - 1;
-  const Prepared r = prepare(rows, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge,
-                             "gat_forward", true);
+  const Prepared r =
+      prepare(rows, col, edge_perm, alpha_dst, x_src, alpha_src, alpha_edge, "gat_forward");
   auto out = at::empty({rows, r.heads, r.dim}, at::TensorOptions().dtype(r.read));
   auto lse = at::empty({rows, r.heads}, at::TensorOptions().dtype(r.acc));
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, r.heads,
@@ -341,22 +400,25 @@ std::tuple<at::Tensor, at::Tensor> source_pass(
   else
     TORCH_CHECK(grad_logit.size(0) == col.numel(), op, ": grad_logit must be [E, H]");
   auto opts = at::TensorOptions().dtype(r.acc);
-  auto gout = grad_out.to(r.acc).contiguous();
-  auto lse_c = lse.to(r.acc).contiguous();
-  auto delta_c = delta.to(r.acc).contiguous();
+  auto gout = as_type(grad_out, r.read);
+  auto lse_c = as_type(lse, r.acc);
+  auto delta_c = as_type(delta, r.acc);
   auto perm = src_perm.contiguous();
-  auto grad_x = at::empty(r.x_src.sizes(), opts);
+  auto grad_x = at::empty(r.x_src.sizes(), opts.dtype(r.read));
   auto grad_src = at::empty(r.alpha_src.sizes(), opts);
   dispatch(r, col, op, [&](auto a, auto i) {
     using acc_t = decltype(a);
     using index_t = decltype(i);
-    const GatSourceGrads<acc_t> g{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
-                                  delta_c.data_ptr<acc_t>(), grad_logit.data_ptr<acc_t>(),
-                                  grad_x.data_ptr<acc_t>(), grad_src.data_ptr<acc_t>()};
-    gat_source_pass<acc_t, index_t>(
-        r.view<acc_t, index_t>(negative_slope), rowptr.data_ptr<index_t>() + row_begin,
-        col.data_ptr<index_t>(), perm.data_ptr<index_t>(),
-        logit_slot.has_value() ? logit_slot->data_ptr<index_t>() : nullptr, rows, drop, g);
+    dispatch_read<acc_t>(r.read, [&](auto feat) {
+      using feat_t = decltype(feat);
+      const GatSourceGrads<acc_t, feat_t> g{
+          gout.data_ptr<feat_t>(), lse_c.data_ptr<acc_t>(), delta_c.data_ptr<acc_t>(),
+          grad_logit.data_ptr<acc_t>(), grad_x.data_ptr<feat_t>(), grad_src.data_ptr<acc_t>()};
+      gat_source_pass<acc_t, index_t, feat_t>(
+          r.view<acc_t, index_t, feat_t>(negative_slope), rowptr.data_ptr<index_t>() + row_begin,
+          col.data_ptr<index_t>(), perm.data_ptr<index_t>(),
+          logit_slot.has_value() ? logit_slot->data_ptr<index_t>() : nullptr, rows, drop, g);
+    });
   });
   return {grad_x, grad_src};
 }
@@ -388,14 +450,15 @@ std::tuple<at::Tensor, at::Tensor> destination_pass(const at::Tensor& rowptr,
   return {grad_dst.to(dtype), grad_edge.to(dtype)};
 }
 
-// <grad_out, out> per (destination, head) with no [T, H, D] temporary (see cpu_common.h).
-template <typename acc_t>
-void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t pairs,
-                int64_t dim) {
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t i = 0; i < pairs; ++i) {
-    const acc_t* g = grad_out + i * dim;
-    const acc_t* o = out + i * dim;
+// <grad_out, out> of rows [begin, end) (a row: one (destination, head)), summed in double;
+// half rows convert as they are read (kIsa: the clone's conversions).
+template <typename acc_t, typename feat_t, typename out_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void delta_rows(const feat_t* grad_out, const out_t* out, acc_t* delta,
+                                      int64_t begin, int64_t end, int64_t dim, acc_t* g_row,
+                                      acc_t* o_row) {
+  for (int64_t i = begin; i < end; ++i) {
+    const acc_t* g = as_acc<kIsa, acc_t>(grad_out + i * dim, dim, g_row);
+    const acc_t* o = as_acc<kIsa, acc_t>(out + i * dim, dim, o_row);
     double sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t d = 0; d < dim; ++d) sum += double(g[d]) * double(o[d]);
@@ -403,17 +466,45 @@ void delta_rows(const acc_t* grad_out, const acc_t* out, acc_t* delta, int64_t p
   }
 }
 
+template <typename acc_t, typename feat_t, typename out_t>
+void delta_all_rows(const feat_t* grad_out, const out_t* out, acc_t* delta, int64_t rows,
+                    int64_t dim) {
+  constexpr int64_t kRows = 64;
+#pragma omp parallel num_threads(num_threads())
+  {
+    std::vector<acc_t> g_row(dim), o_row(dim);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < rows; b += kRows)
+      on_avx2_or_baseline<delta_rows<acc_t, feat_t, out_t, Isa::kAvx2>,
+                          delta_rows<acc_t, feat_t, out_t, Isa::kBaseline>>(
+          grad_out, out, delta, b, std::min(rows, b + kRows), dim, g_row.data(), o_row.data());
+  }
+}
+
 }  // namespace
 
+// <grad_out, out> per (destination, head), reading both as they are (no [T, H, D] copy).
 at::Tensor attention_delta_cpu(const at::Tensor& grad_out, const at::Tensor& out) {
   TORCH_CHECK(grad_out.dim() == 3 && grad_out.sizes() == out.sizes(),
               "attention_delta_backward: grad_out and out must both be [T, H, D]");
   const auto acc = out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const auto g = grad_out.to(acc).contiguous(), o = out.to(acc).contiguous();
-  auto delta = at::empty({out.size(0), out.size(1)}, g.options());
+  auto delta = at::empty({out.size(0), out.size(1)}, out.options().dtype(acc));
+  auto readable = [&](const at::Tensor& t) {  // float16/bfloat16 as they are under float stats
+    const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+    return as_type(t, half && acc == at::kFloat ? t.scalar_type() : acc);
+  };
+  const auto g = readable(grad_out), o = readable(out);
   AT_DISPATCH_FLOATING_TYPES(acc, "attention_delta_backward", [&] {
-    delta_rows(g.data_ptr<scalar_t>(), o.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
-               delta.numel(), out.size(2));
+    using acc_t = scalar_t;
+    dispatch_read<acc_t>(g.scalar_type(), [&](auto gf) {
+      dispatch_read<acc_t>(o.scalar_type(), [&](auto of) {
+        using feat_t = decltype(gf);
+        using out_t = decltype(of);
+        delta_all_rows(static_cast<const feat_t*>(g.data_ptr()),
+                       static_cast<const out_t*>(o.data_ptr()), delta.data_ptr<acc_t>(),
+                       delta.numel(), out.size(2));
+      });
+    });
   });
   return delta;
 }
