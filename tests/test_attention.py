@@ -147,6 +147,36 @@ def test_half_precision(kind, dtype, dim, device):
             assert float((x.float() - y).norm() / y.norm()) < tol
 
 
+@pytest.mark.parametrize("edge_term", [False, True])
+@pytest.mark.parametrize("dim", [5, 16, 40])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", KINDS)
+def test_cpu_half_is_the_float32_kernel_on_the_same_values(kind, dtype, dim, edge_term):
+    """The CPU forward and backward read half inputs as they are and compute in float32: against
+    the float32 run on the same values rounded to the half dtype, the output and the Graph
+    Transformer's value gradient (sums of the gradient rows) are one unit in the last place off
+    at most, and every gradient within two units by norm (they subtract <grad_out, out>, whose
+    half `out` is itself rounded)."""
+    g, _ = random_graph(40, 200, seed=4)
+    half = make_inputs(kind, g, 2, dim, dtype, edge_term=edge_term, spread=0.5)
+    single = [None if t is None else t.detach().float().requires_grad_() for t in half]
+    grad_out = torch.randn(g.num_dst_nodes, 2, dim, generator=torch.Generator().manual_seed(2))
+    grad_out = grad_out.to(dtype)
+    runs = []
+    for inputs, dy in ((half, grad_out), (single, grad_out.float())):
+        out = attend(kind, g, inputs)
+        runs.append((out, *torch.autograd.grad(out, [t for t in inputs if t is not None], dy)))
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
+    names = ["out", "grad_dst", "grad_src", "grad_third", "grad_edge_term"]
+    for name, ours, theirs in zip(names, runs[0], runs[1]):
+        assert ours.dtype == dtype, name
+        ours, rounded = ours.detach(), theirs.detach().to(dtype).float()
+        if name == "out" or (kind == "transformer" and name == "grad_third"):
+            torch.testing.assert_close(ours.float(), rounded, rtol=ulp, atol=1e-7,
+                                       msg=lambda m: f"{name}: {m}")
+        assert float((ours.float() - rounded).norm() / rounded.norm()) < 2 * ulp, name
+
+
 @pytest.mark.sanitize
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("kind", KINDS)

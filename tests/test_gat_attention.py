@@ -202,7 +202,8 @@ def test_cpu_half_is_float32_rounded_once(dtype, dim):
     ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
     for name, ours, theirs in zip(["out", "grad_x_src"], runs[0], runs[1]):
         assert ours.dtype == dtype, name
-        torch.testing.assert_close(ours.float(), theirs.to(dtype).float(), rtol=ulp, atol=1e-7,
+        torch.testing.assert_close(ours.detach().float(), theirs.detach().to(dtype).float(),
+                                   rtol=ulp, atol=1e-7,
                                    msg=lambda m: f"{name}: {m}")
 
 

@@ -9,8 +9,10 @@
 // The forwards read float16/bfloat16 features as they are when every input has that dtype (as
 // under autocast), accumulating in float and writing the output in that dtype: each
 // destination's row is converted once for all its edges, each source row once an edge (GATv2
-// keeps it for the value). The backwards convert their inputs once to the accumulation type
-// (float, double for double).
+// keeps it for the value). The backwards read them as they are too, accumulating their
+// gradients in float: a destination's features and grad_out row convert once a row, source rows
+// (and, in the source pass, destinations' grad_out rows) as they are read. The Tensor Core
+// (WSB) backward's CSR passes take float copies (graph_attention_backward_from).
 #include "attention_seed.h"
 #include "cpu/attention_backward.h"
 #include "cpu/cpu_common.h"
@@ -165,21 +167,65 @@ struct Gatv2 {
     }
   }
 
-  // The backward's members (it converts its inputs: feat_t is acc_t there).
+  // logit_and_dot for a half source row `xs` without edge term: 8 values at a time, converted
+  // as they are read (no converted copy stored and read back), the lanes summed as a tree.
+  template <Isa kIsa>
+  FASTGNN_ALWAYS_INLINE acc_t half_logit_and_dot(const acc_t* FASTGNN_RESTRICT xd,
+                                                 const feat_t* FASTGNN_RESTRICT xs,
+                                                 const acc_t* FASTGNN_RESTRICT a,
+                                                 const acc_t* FASTGNN_RESTRICT dout,
+                                                 acc_t* FASTGNN_RESTRICT z,
+                                                 acc_t& value_dot) const {
+    using Vec = RowVec<feat_t, kIsa>;
+    using V = typename Vec::type;
+    V sum = {}, dsum = {};
+    int64_t d = 0;
+    for (; d + Vec::kLanes <= dim; d += Vec::kLanes) {
+      const V x = Vec::load(xs + d);
+      V xdv, av, gv;
+      std::memcpy(&xdv, xd + d, sizeof(xdv));
+      std::memcpy(&av, a + d, sizeof(av));
+      std::memcpy(&gv, dout + d, sizeof(gv));
+      const V v = xdv + x;
+      std::memcpy(z + d, &v, sizeof(v));
+      sum += av * (v > 0 ? v : v * slope);
+      dsum += gv * x;
+    }
+    acc_t s = sum_lanes8(sum), dv = sum_lanes8(dsum);
+    for (; d < dim; ++d) {
+      const acc_t x = to_acc<kIsa>(xs[d]);
+      z[d] = xd[d] + x;
+      s += a[d] * leaky(z[d]);
+      dv += dout[d] * x;
+    }
+    value_dot = dv;
+    return s;
+  }
+
+  // The backward's members. Destination rows (`xd`, `dout`) come converted, from
+  // destination() and the caller; source rows and edge terms convert here as they are read.
   // The backward's logit (leaving z) and <dout, value>, in one pass over the source row.
-  FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
+  template <Isa kIsa>
+  FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(const acc_t* FASTGNN_RESTRICT xd, int64_t j,
+                                            int64_t e, int64_t h,
                                             const acc_t* FASTGNN_RESTRICT dout,
-                                            acc_t* FASTGNN_RESTRICT z, acc_t* /*scratch*/,
+                                            acc_t* FASTGNN_RESTRICT z,
+                                            acc_t* FASTGNN_RESTRICT scratch,
                                             acc_t& value_dot) const {
-    const acc_t* FASTGNN_RESTRICT xd = x_dst + (i * heads + h) * dim;
-    const acc_t* FASTGNN_RESTRICT xs = x_src + (j * heads + h) * dim;
     const acc_t* FASTGNN_RESTRICT a = att + h * dim;
-    const acc_t* FASTGNN_RESTRICT ed = edge.row(e, h);
+    const feat_t* ed = edge.row(e, h);
+    using Vec = RowVec<feat_t, kIsa>;
+    if constexpr (Vec::kVectorConvert) {
+      if (!ed) return half_logit_and_dot<kIsa>(xd, x_src + (j * heads + h) * dim, a, dout, z,
+                                               value_dot);
+    }
+    const acc_t* FASTGNN_RESTRICT xs =
+        as_acc<kIsa, acc_t>(x_src + (j * heads + h) * dim, dim, scratch);
     acc_t s = 0, dv = 0;
     if (ed) {
 #pragma omp simd reduction(+ : s, dv)
       for (int64_t d = 0; d < dim; ++d) {
-        const acc_t v = xd[d] + xs[d] + ed[d];
+        const acc_t v = xd[d] + xs[d] + to_acc<kIsa>(ed[d]);
         z[d] = v;
         s += a[d] * leaky(v);
         dv += dout[d] * xs[d];
@@ -201,8 +247,9 @@ struct Gatv2 {
   // `signs` what the source side needs of z: which entries are positive (bit d % 32 of word
   // d / 32).
   static constexpr bool kSavesSigns = true;
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t /*i*/, int64_t h, const acc_t* FASTGNN_RESTRICT z,
-                                      acc_t g, acc_t* FASTGNN_RESTRICT grad_dst,
+  FASTGNN_ALWAYS_INLINE void dst_grad(const acc_t* /*xd*/, int64_t h,
+                                      const acc_t* FASTGNN_RESTRICT z, acc_t g,
+                                      acc_t* FASTGNN_RESTRICT grad_dst,
                                       acc_t* FASTGNN_RESTRICT grad_att,
                                       acc_t* FASTGNN_RESTRICT grad_edge,
                                       uint32_t* FASTGNN_RESTRICT signs) const {
@@ -226,6 +273,7 @@ struct Gatv2 {
   }
 
   // Source side: x_src gets dz (its value gradient is added by the caller).
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE void src_grad(int64_t /*i*/, int64_t h,
                                       const uint32_t* FASTGNN_RESTRICT signs, acc_t g,
                                       acc_t* FASTGNN_RESTRICT grad_key) const {
@@ -276,16 +324,11 @@ struct DotProduct {
   FASTGNN_ALWAYS_INLINE acc_t forward_logit(const acc_t* qi, int64_t j, int64_t e, int64_t h,
                                             acc_t* source) const {
     if (!edge.data) return dot_as_acc<kIsa>(qi, k + (j * heads + h) * dim, dim) * scale;
-    return logit_at(qi, j, e, h, source);
-  }
-
-  // The backward's (feat_t is acc_t there): leaves the key (k[j] + edge) in `z`.
-  FASTGNN_ALWAYS_INLINE acc_t logit(int64_t i, int64_t j, int64_t e, int64_t h,
-                                    acc_t* FASTGNN_RESTRICT z) const {
-    return logit_at(q + (i * heads + h) * dim, j, e, h, z);
+    return logit_at<kIsa>(qi, j, e, h, source);
   }
 
   // <qi, k[j] (+ edge)> * scale, leaving the key in `z`.
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE acc_t logit_at(const acc_t* FASTGNN_RESTRICT qi, int64_t j, int64_t e,
                                        int64_t h, acc_t* FASTGNN_RESTRICT z) const {
     const feat_t* FASTGNN_RESTRICT kj = k + (j * heads + h) * dim;
@@ -294,15 +337,18 @@ struct DotProduct {
     if (ed) {
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < dim; ++d) {
-        z[d] = acc_t(kj[d]) + acc_t(ed[d]);
+        z[d] = to_acc<kIsa>(kj[d]) + to_acc<kIsa>(ed[d]);
+        s += qi[d] * z[d];
+      }
+    } else if constexpr (std::is_same_v<feat_t, acc_t>) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < dim; ++d) {
+        z[d] = kj[d];
         s += qi[d] * z[d];
       }
     } else {
-#pragma omp simd reduction(+ : s)
-      for (int64_t d = 0; d < dim; ++d) {
-        z[d] = acc_t(kj[d]);
-        s += qi[d] * z[d];
-      }
+      as_acc<kIsa, acc_t>(kj, dim, z);
+      s = dot(qi, z, dim);
     }
     return s * scale;
   }
@@ -313,37 +359,39 @@ struct DotProduct {
                                        const acc_t* /*source*/, acc_t* scratch) const {
     const feat_t* vj = v + (j * heads + h) * dim;
     if (!edge.data) return add_scaled_as_acc<kIsa>(out, w, vj, dim);
-    add_scaled_as_acc<kIsa>(out, w, value(j, e, h, scratch), dim);
+    add_scaled_as_acc<kIsa>(out, w, value<kIsa>(j, e, h, scratch), dim);
   }
 
-  // v[j] + edge as acc_t, in `scratch`.
+  // v[j] + edge as acc_t, in `scratch` (or v[j] itself for float features).
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE const acc_t* value(int64_t j, int64_t e, int64_t h,
                                            acc_t* FASTGNN_RESTRICT scratch) const {
     const feat_t* FASTGNN_RESTRICT vj = v + (j * heads + h) * dim;
     const feat_t* FASTGNN_RESTRICT ed = edge.row(e, h);
-    if (!ed) return as_acc<Isa::kBaseline, acc_t>(vj, dim, scratch);
+    if (!ed) return as_acc<kIsa, acc_t>(vj, dim, scratch);
 #pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) scratch[d] = acc_t(vj[d]) + acc_t(ed[d]);
+    for (int64_t d = 0; d < dim; ++d) scratch[d] = to_acc<kIsa>(vj[d]) + to_acc<kIsa>(ed[d]);
     return scratch;
   }
 
-  // The backward's members (the backward converts its inputs: feat_t is acc_t there).
-
-  FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(int64_t i, int64_t j, int64_t e, int64_t h,
+  // The backward's members. The destination's query (`qi`) and `dout` come converted, from
+  // destination() and the caller; keys and values convert here as they are read.
+  template <Isa kIsa>
+  FASTGNN_ALWAYS_INLINE acc_t logit_and_dot(const acc_t* qi, int64_t j, int64_t e, int64_t h,
                                             const acc_t* dout, acc_t* z, acc_t* scratch,
                                             acc_t& value_dot) const {
-    value_dot = dot(dout, value(j, e, h, scratch), dim);
-    return logit(i, j, e, h, z);
+    value_dot = edge.data ? dot(dout, value<kIsa>(j, e, h, scratch), dim)
+                          : dot_as_acc<kIsa>(dout, v + (j * heads + h) * dim, dim);
+    return logit_at<kIsa>(qi, j, e, h, z);
   }
 
-  FASTGNN_ALWAYS_INLINE void dst_grad(int64_t i, int64_t h, const acc_t* z, acc_t g,
+  FASTGNN_ALWAYS_INLINE void dst_grad(const acc_t* qi, int64_t /*h*/, const acc_t* z, acc_t g,
                                       acc_t* grad_q, acc_t* /*att*/, acc_t* grad_edge,
                                       uint32_t* /*signs*/) const {
     const acc_t gs = g * scale;
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) grad_q[d] += gs * z[d];
     if (grad_edge) {
-      const acc_t* qi = q + (i * heads + h) * dim;
 #pragma omp simd
       for (int64_t d = 0; d < dim; ++d) grad_edge[d] = gs * qi[d];
     }
@@ -351,12 +399,11 @@ struct DotProduct {
 
   static constexpr bool kSavesSigns = false;
 
+  // Source side: k gets g scale q[i] (q[i] converted as it is read).
+  template <Isa kIsa>
   FASTGNN_ALWAYS_INLINE void src_grad(int64_t i, int64_t h, const uint32_t* /*signs*/, acc_t g,
                                       acc_t* grad_k) const {
-    const acc_t gs = g * scale;
-    const acc_t* qi = q + (i * heads + h) * dim;
-#pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) grad_k[d] += gs * qi[d];
+    add_scaled_as_acc<kIsa>(grad_k, g * scale, q + (i * heads + h) * dim, dim);
   }
 };
 
@@ -441,10 +488,10 @@ void attention_forward(const Policy& p, const index_t* rowptr, const index_t* co
 }
 
 // Per-destination statistics, gradient outputs, and what the destination pass leaves per
-// (CSR position, head) for the source pass.
-template <typename acc_t>
+// (CSR position, head) for the source pass. grad_out is in the features' dtype (feat_t).
+template <typename acc_t, typename feat_t>
 struct BackwardBuffers {
-  const acc_t* grad_out;  // [T, H, D]
+  const feat_t* grad_out;  // [T, H, D]
   const acc_t* lse;       // [T, H]
   const acc_t* delta;     // [T, H]: <grad_out[i], out[i]> = sum_j alpha_ij c_ij <dOut_i, v_j>
   acc_t* grad_dst;        // x_dst or q, [T, H, D]
@@ -480,14 +527,17 @@ int64_t saved_record_bytes(int64_t sign_words) {
 // terms nearly cancel (sum_j alpha_ij (<dOut_i, v_j> - delta_i) = 0), so float sums over a
 // whole row lose accuracy. The terms of up to kBlockEdges edges are added in acc_t first (at
 // the features' vector width, no conversions), each block's sum then joins the row's doubles.
+// `destination` and `dout` hold a destination's features and grad_out row as acc_t (half ones
+// converted once a row).
 template <typename acc_t>
 struct BackwardScratch {
-  std::vector<acc_t> z, value, block_dst, block_att, block_key, block_value;
+  std::vector<acc_t> z, value, destination, dout, block_dst, block_att, block_key, block_value;
   std::vector<double> row_dst, row_att, row_key, row_value, alpha_sum;
   BackwardScratch(int64_t heads, int64_t dim)
-      : z(dim), value(dim), block_dst(heads * dim), block_att(heads * dim),
-        block_key(heads * dim), block_value(heads * dim), row_dst(heads * dim),
-        row_att(heads * dim), row_key(heads * dim), row_value(heads * dim), alpha_sum(heads) {}
+      : z(dim), value(dim), destination(heads * dim), dout(heads * dim),
+        block_dst(heads * dim), block_att(heads * dim), block_key(heads * dim),
+        block_value(heads * dim), row_dst(heads * dim), row_att(heads * dim),
+        row_key(heads * dim), row_value(heads * dim), alpha_sum(heads) {}
 };
 
 constexpr int64_t kBlockEdges = 16;
@@ -512,9 +562,9 @@ FASTGNN_ALWAYS_INLINE void flush_row(std::vector<double>& sums, acc_t* out) {
 // rather than 1, an error that dominated the x_src bias gradient. Everything the row gave is
 // linear in its alphas, so dividing it by their sum (in double) removes that error: the row's
 // x_dst and att sums, its saved dLogits and alpha c, and its edge-term gradients.
-template <typename acc_t, typename index_t, typename Policy>
+template <typename acc_t, typename index_t, typename Policy, typename feat_t>
 FASTGNN_ALWAYS_INLINE void normalize_row(const Policy& p, const index_t* rowptr, int64_t i,
-                                         const BackwardBuffers<acc_t>& b,
+                                         const BackwardBuffers<acc_t, feat_t>& b,
                                          BackwardScratch<acc_t>& s, double* att_part) {
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t h = 0; h < heads; ++h) {
@@ -547,22 +597,27 @@ FASTGNN_ALWAYS_INLINE void normalize_row(const Policy& p, const index_t* rowptr,
 // Destination pass over CSR rows [begin, end): recomputes each in-edge's logit from the saved
 // log-sum-exp, gives the destination-side gradients, and saves dLogit, alpha c and the signs
 // for the source pass. att_part receives this chunk's share of the att gradient, or is null.
-template <typename acc_t, typename index_t, typename Policy>
+// kIsa: the clone it is compiled for (half rows convert as they are read).
+template <typename acc_t, typename index_t, typename Policy, typename feat_t, Isa kIsa>
 FASTGNN_ALWAYS_INLINE void destination_rows(const Policy& p, const index_t* rowptr,
                                             const index_t* col, const DropoutSpec& drop,
-                                            const BackwardBuffers<acc_t>& b,
+                                            const BackwardBuffers<acc_t, feat_t>& b,
                                             BackwardScratch<acc_t>& s, double* att_part,
                                             int64_t begin, int64_t end) {
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t i = begin; i < end; ++i) {
     std::fill(s.alpha_sum.begin(), s.alpha_sum.end(), 0.0);
+    const acc_t* dst = p.template destination<kIsa>(i, s.destination.data());
+    const acc_t* dout_row =
+        as_acc<kIsa, acc_t>(b.grad_out + i * heads * dim, heads * dim, s.dout.data());
     for (index_t e = rowptr[i]; e < rowptr[i + 1]; ++e) {
       const int64_t j = col[e];
       if (e + kPrefetchAhead < rowptr[i + 1]) p.prefetch_source(col[e + kPrefetchAhead]);
       for (int64_t h = 0; h < heads; ++h) {
-        const acc_t* dout = b.grad_out + (i * heads + h) * dim;
+        const acc_t* dout = dout_row + h * dim;
         acc_t dval;
-        const acc_t logit = p.logit_and_dot(i, j, e, h, dout, s.z.data(), s.value.data(), dval);
+        const acc_t logit = p.template logit_and_dot<kIsa>(dst + h * dim, j, e, h, dout,
+                                                           s.z.data(), s.value.data(), dval);
         // alpha, alpha c and dLogit in double, kept so for both passes: dLogit's two terms
         // nearly cancel, and so do a destination's dLogits (their sum is 0 without dropout).
         const double alpha = std::exp(double(logit) - double(b.lse[i * heads + h]));
@@ -575,7 +630,7 @@ FASTGNN_ALWAYS_INLINE void destination_rows(const Policy& p, const index_t* rowp
         saved[0] = acc_t(g);
         saved[1] = acc_t(wc);
         acc_t* ged = b.grad_edge ? b.grad_edge + p.edge.at(e, h) : nullptr;
-        p.dst_grad(i, h, s.z.data(), acc_t(g), s.block_dst.data() + h * dim,
+        p.dst_grad(dst + h * dim, h, s.z.data(), acc_t(g), s.block_dst.data() + h * dim,
                    s.block_att.data() + h * dim, ged,
                    Policy::kSavesSigns ? b.signs(saved) : nullptr);
         if (Policy::kEdgeInValues && ged) {
@@ -596,12 +651,12 @@ FASTGNN_ALWAYS_INLINE void destination_rows(const Policy& p, const index_t* rowp
 // Source pass over the rows [begin, end) of the transposed CSR (t_rowptr, t_col; the CSR
 // itself for a symmetric graph): row j's out-edge j -> i sits at CSR position t_perm[q], and
 // its saved dLogit and alpha c give the key and value gradients of j, pulled from the
-// destinations (no atomics).
-template <typename acc_t, typename index_t, typename Policy>
+// destinations (no atomics). kIsa: as in destination_rows.
+template <typename acc_t, typename index_t, typename Policy, typename feat_t, Isa kIsa>
 FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
                                        const index_t* t_col, const index_t* t_perm,
-                                       const BackwardBuffers<acc_t>& b, BackwardScratch<acc_t>& s,
-                                       int64_t begin, int64_t end) {
+                                       const BackwardBuffers<acc_t, feat_t>& b,
+                                       BackwardScratch<acc_t>& s, int64_t begin, int64_t end) {
   const int64_t heads = p.heads, dim = p.dim;
   for (int64_t j = begin; j < end; ++j) {
     for (index_t q = t_rowptr[j]; q < t_rowptr[j + 1]; ++q) {
@@ -616,14 +671,12 @@ FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
       const int64_t i = t_col[q], e = t_perm[q];
       for (int64_t h = 0; h < heads; ++h) {
         acc_t* saved = b.record(e, heads, h);
-        p.src_grad(i, h, Policy::kSavesSigns ? b.signs(saved) : nullptr, saved[0],
-                   s.block_key.data() + h * dim);
+        p.template src_grad<kIsa>(i, h, Policy::kSavesSigns ? b.signs(saved) : nullptr,
+                                  saved[0], s.block_key.data() + h * dim);
         const acc_t wc = saved[1];
         if (wc != 0) {
-          const acc_t* dout = b.grad_out + (i * heads + h) * dim;
-          acc_t* FASTGNN_RESTRICT gv = s.block_value.data() + h * dim;
-#pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) gv[d] += wc * dout[d];
+          add_scaled_as_acc<kIsa>(s.block_value.data() + h * dim, wc,
+                                  b.grad_out + (i * heads + h) * dim, dim);
         }
       }
       if ((q + 1 - t_rowptr[j]) % kBlockEdges == 0 || q + 1 == t_rowptr[j + 1]) {
@@ -645,11 +698,11 @@ FASTGNN_ALWAYS_INLINE void source_rows(const Policy& p, const index_t* t_rowptr,
 // The backward: the destination pass over the CSR (unless another one ran), then the source
 // pass over its transpose. Each row is written by one thread, so the result is the same for
 // any thread count.
-template <typename acc_t, typename index_t, typename Policy>
+template <typename acc_t, typename index_t, typename Policy, typename feat_t>
 void attention_backward(const Policy& p, const index_t* rowptr, const index_t* col, int64_t rows,
                         const index_t* t_rowptr, const index_t* t_col, const index_t* t_perm,
                         int64_t sources, int64_t chunk_rows, const DropoutSpec& drop,
-                        const BackwardBuffers<acc_t>& b, bool destination_pass) {
+                        const BackwardBuffers<acc_t, feat_t>& b, bool destination_pass) {
   const int64_t chunks = destination_pass ? (rows + chunk_rows - 1) / chunk_rows : 0;
   const int64_t source_chunks = (sources + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel num_threads(num_threads())
@@ -658,13 +711,15 @@ void attention_backward(const Policy& p, const index_t* rowptr, const index_t* c
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       double* att_part = b.grad_att ? b.grad_att + c * p.heads * p.dim : nullptr;
-      on_best_isa<destination_rows<acc_t, index_t, Policy>>(
+      on_avx2_or_baseline<destination_rows<acc_t, index_t, Policy, feat_t, Isa::kAvx2>,
+                          destination_rows<acc_t, index_t, Policy, feat_t, Isa::kBaseline>>(
           p, rowptr, col, drop, b, scratch, att_part, c * chunk_rows,
           std::min(rows, (c + 1) * chunk_rows));
     }  // the implicit barrier: every edge's dLogit is saved before the source pass reads it
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < source_chunks; ++c) {
-      on_best_isa<source_rows<acc_t, index_t, Policy>>(
+      on_avx2_or_baseline<source_rows<acc_t, index_t, Policy, feat_t, Isa::kAvx2>,
+                          source_rows<acc_t, index_t, Policy, feat_t, Isa::kBaseline>>(
           p, t_rowptr, t_col, t_perm, b, scratch, c * kRowChunk,
           std::min(sources, (c + 1) * kRowChunk));
     }
@@ -764,16 +819,20 @@ struct Grads {
   at::Tensor dst, key, value, att_partial, edge;
 };
 
-// The Graph Transformer's gradient buffers of q, k and v, zeroed, in their (float) dtype.
-Grads dot_product_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+// The Graph Transformer's gradient buffers of q, k and v, zeroed, in the accumulation dtype.
+Grads dot_product_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        at::ScalarType acc) {
+  const auto opts = at::TensorOptions().dtype(acc);
   Grads grads;
-  grads.dst = at::zeros_like(q);
-  grads.key = at::zeros_like(k);
-  grads.value = at::zeros_like(v);
+  grads.dst = at::zeros(q.sizes(), opts);
+  grads.key = at::zeros(k.sizes(), opts);
+  grads.value = at::zeros(v.sizes(), opts);
   return grads;
 }
 
-// destination: the Graph Transformer's destination pass to run instead of the CSR one, or null.
+// make_policy(acc_t{}, index_t{}, feat_t{}) gives the policy over features in `in.read`, which
+// grad_out is read in too. destination: the Graph Transformer's destination pass to run
+// instead of the CSR one, or null (it takes its buffers in the accumulation dtype).
 template <typename MakePolicy>
 void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor& out,
                   const at::Tensor& lse, const c10::optional<at::Tensor>& t_rowptr,
@@ -787,42 +846,47 @@ void run_backward(const Inputs& in, const at::Tensor& grad_out, const at::Tensor
   const bool symmetric = !t_rowptr.has_value();
   TORCH_CHECK(!symmetric || num_src == in.rows, op, ": a symmetric graph must be square");
   if (!symmetric) check_csr(*t_rowptr, *t_col, op);
-  auto gout = as_type(grad_out, in.acc);
+  TORCH_CHECK(!destination || in.read == in.acc, op,
+              ": a destination pass takes features in the accumulation dtype");
+  auto gout = as_type(grad_out, in.read);
   auto lse_c = lse.to(in.acc).contiguous();
   const auto delta = attention_delta_cpu(gout, out);
   auto t_perm_c = t_perm.contiguous();
   const int64_t chunk_rows = std::max<int64_t>(64, (in.rows + 511) / 512);
   dispatch(in, op, [&](auto a, auto i) {
-    using acc_t = decltype(a);
-    using index_t = decltype(i);
-    const auto policy = make_policy(acc_t{}, index_t{});
-    using Policy = std::decay_t<decltype(policy)>;
-    const int64_t sign_words = Policy::kSavesSigns ? (in.dim + 31) / 32 : 0;
-    const int64_t record_bytes = saved_record_bytes<acc_t>(sign_words);
-    auto saved = at::empty({in.col.numel() * in.heads * record_bytes},
-                           at::TensorOptions().dtype(at::kByte));
-    auto ptr = [](at::Tensor& t) { return t.defined() ? t.data_ptr<acc_t>() : nullptr; };
-    double* att = grads.att_partial.defined() ? grads.att_partial.data_ptr<double>() : nullptr;
-    const BackwardBuffers<acc_t> bufs{gout.data_ptr<acc_t>(), lse_c.data_ptr<acc_t>(),
-                                      delta.data_ptr<acc_t>(), ptr(grads.dst), ptr(grads.key),
-                                      ptr(grads.value), att, ptr(grads.edge),
-                                      saved.data_ptr<uint8_t>(), record_bytes, sign_words};
-    if (destination) {  // a Graph Transformer record is its two acc_t: [E, H, 2]
-      TORCH_CHECK(sign_words == 0, op, ": this destination pass saves no signs");
-      DestinationBuffers buffers;  // the features: the caller's to add
-      buffers.grad_out = gout;
-      buffers.lse = lse_c;
-      buffers.delta = delta;
-      buffers.grad_q = grads.dst;
-      buffers.scores = saved.view(in.acc).view({in.col.numel(), in.heads, 2});
-      (*destination)(buffers);
-    }
-    const index_t* rowptr = in.rowptr.data_ptr<index_t>();
-    const index_t* col = in.col.data_ptr<index_t>();
-    attention_backward<acc_t, index_t>(
-        policy, rowptr, col, in.rows, symmetric ? rowptr : t_rowptr->data_ptr<index_t>(),
-        symmetric ? col : t_col->data_ptr<index_t>(), t_perm_c.data_ptr<index_t>(), num_src,
-        chunk_rows, drop, bufs, destination == nullptr);
+    dispatch_read<decltype(a)>(in.read, [&](auto f) {
+      using acc_t = decltype(a);
+      using index_t = decltype(i);
+      using feat_t = decltype(f);
+      const auto policy = make_policy(acc_t{}, index_t{}, feat_t{});
+      using Policy = std::decay_t<decltype(policy)>;
+      const int64_t sign_words = Policy::kSavesSigns ? (in.dim + 31) / 32 : 0;
+      const int64_t record_bytes = saved_record_bytes<acc_t>(sign_words);
+      auto saved = at::empty({in.col.numel() * in.heads * record_bytes},
+                             at::TensorOptions().dtype(at::kByte));
+      auto ptr = [](at::Tensor& t) { return t.defined() ? t.data_ptr<acc_t>() : nullptr; };
+      double* att = grads.att_partial.defined() ? grads.att_partial.data_ptr<double>() : nullptr;
+      const BackwardBuffers<acc_t, feat_t> bufs{
+          gout.data_ptr<feat_t>(), lse_c.data_ptr<acc_t>(), delta.data_ptr<acc_t>(),
+          ptr(grads.dst), ptr(grads.key), ptr(grads.value), att, ptr(grads.edge),
+          saved.data_ptr<uint8_t>(), record_bytes, sign_words};
+      if (destination) {  // a Graph Transformer record is its two acc_t: [E, H, 2]
+        TORCH_CHECK(sign_words == 0, op, ": this destination pass saves no signs");
+        DestinationBuffers buffers;  // the features: the caller's to add
+        buffers.grad_out = gout;
+        buffers.lse = lse_c;
+        buffers.delta = delta;
+        buffers.grad_q = grads.dst;
+        buffers.scores = saved.view(in.acc).view({in.col.numel(), in.heads, 2});
+        (*destination)(buffers);
+      }
+      const index_t* rowptr = in.rowptr.data_ptr<index_t>();
+      const index_t* col = in.col.data_ptr<index_t>();
+      attention_backward<acc_t, index_t>(
+          policy, rowptr, col, in.rows, symmetric ? rowptr : t_rowptr->data_ptr<index_t>(),
+          symmetric ? col : t_col->data_ptr<index_t>(), t_perm_c.data_ptr<index_t>(), num_src,
+          chunk_rows, drop, bufs, destination == nullptr);
+    });
   });
 }
 
@@ -882,10 +946,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
     double dropout, int64_t seed, const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& /*light*/, const c10::optional<at::Tensor>& /*heavy*/,
     int64_t /*heavy_warps*/) {
-  const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_backward");
+  const Inputs in = prepare(rowptr, col, edge_perm, x_dst, x_src, edge_term, "gatv2_backward",
+                            true, {att});
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              x_src.device(), "gatv2_backward");
-  auto xd = as_type(x_dst, in.acc), xs = as_type(x_src, in.acc), a = as_type(att, in.acc);
+  auto xd = as_type(x_dst, in.read), xs = as_type(x_src, in.read), a = as_type(att, in.acc);
   auto opts = at::TensorOptions().dtype(in.acc);
   Grads grads;
   grads.dst = at::zeros(xd.sizes(), opts);
@@ -894,12 +959,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gatv2_backward_cpu(
       at::zeros({att_chunks(in.rows), in.heads, in.dim}, opts.dtype(at::kDouble));
   grads.edge = edge_grad_buffer(in);
   run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, x_src.size(0), drop, grads,
-               "gatv2_backward", [&](auto acc, auto idx) {
+               "gatv2_backward", [&](auto acc, auto idx, auto feat) {
                  using acc_t = decltype(acc);
                  using index_t = decltype(idx);
-                 return Gatv2<acc_t, index_t>{xd.data_ptr<acc_t>(), xs.data_ptr<acc_t>(),
-                                              a.data_ptr<acc_t>(), edge_view<acc_t, index_t>(in),
-                                              acc_t(negative_slope), in.heads, in.dim};
+                 using feat_t = decltype(feat);
+                 return Gatv2<acc_t, index_t, feat_t>{
+                     xd.data_ptr<feat_t>(), xs.data_ptr<feat_t>(), a.data_ptr<acc_t>(),
+                     edge_view<feat_t, index_t>(in), acc_t(negative_slope), in.heads, in.dim};
                });
   const auto type = x_src.scalar_type();
   return {grads.dst.to(type), grads.key.to(type), grads.att_partial.sum(0).to(att.scalar_type()),
@@ -943,20 +1009,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_backw
     const c10::optional<at::Tensor>& seed_tensor, int64_t offset,
     const c10::optional<at::Tensor>& /*light*/, const c10::optional<at::Tensor>& /*heavy*/,
     int64_t /*heavy_warps*/) {
-  const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_backward");
+  const Inputs in = prepare(rowptr, col, edge_perm, q, k, edge_term, "graph_attention_backward",
+                            true, {v});
   const DropoutSpec drop = attention_dropout(dropout, seed, seed_tensor, offset, in.heads,
                                              q.device(), "graph_attention_backward");
-  auto qc = as_type(q, in.acc), kc = as_type(k, in.acc), vc = as_type(v, in.acc);
-  Grads grads = dot_product_grads(qc, kc, vc);
+  auto qc = as_type(q, in.read), kc = as_type(k, in.read), vc = as_type(v, in.read);
+  Grads grads = dot_product_grads(qc, kc, vc, in.acc);
   grads.edge = edge_grad_buffer(in);
   run_backward(in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), drop, grads,
-               "graph_attention_backward", [&](auto acc, auto idx) {
+               "graph_attention_backward", [&](auto acc, auto idx, auto feat) {
                  using acc_t = decltype(acc);
                  using index_t = decltype(idx);
-                 return DotProduct<acc_t, index_t>{qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(),
-                                                   vc.data_ptr<acc_t>(),
-                                                   edge_view<acc_t, index_t>(in), acc_t(scale),
-                                                   in.heads, in.dim};
+                 using feat_t = decltype(feat);
+                 return DotProduct<acc_t, index_t, feat_t>{
+                     qc.data_ptr<feat_t>(), kc.data_ptr<feat_t>(), vc.data_ptr<feat_t>(),
+                     edge_view<feat_t, index_t>(in), acc_t(scale), in.heads, in.dim};
                });
   return {grads.dst.to(q.scalar_type()), grads.key.to(k.scalar_type()),
           grads.value.to(v.scalar_type()),
@@ -975,7 +1042,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_from(
   TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(), op,
               ": v must match k");
   auto qc = as_type(q, in.acc), kc = as_type(k, in.acc), vc = as_type(v, in.acc);
-  Grads grads = dot_product_grads(qc, kc, vc);
+  Grads grads = dot_product_grads(qc, kc, vc, in.acc);
   const DestinationPass with_features = [&](const DestinationBuffers& buffers) {
     DestinationBuffers full = buffers;
     full.q = qc;
@@ -986,7 +1053,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_backward_from(
   const DropoutSpec none = make_dropout(0.0, 0, nullptr, 0, in.heads);
   run_backward(
       in, grad_out, out, lse, t_rowptr, t_col, t_perm, k.size(0), none, grads, op,
-      [&](auto acc, auto idx) {
+      [&](auto acc, auto idx, auto /*feat: acc_t here*/) {
         using acc_t = decltype(acc);
         using index_t = decltype(idx);
         return DotProduct<acc_t, index_t>{qc.data_ptr<acc_t>(), kc.data_ptr<acc_t>(),
