@@ -141,9 +141,15 @@ FASTGNN_ALWAYS_INLINE acc_t dot_and_add_scaled(const feat_t* FASTGNN_RESTRICT do
       std::memcpy(gx + d, &gv, sizeof(gv));
     }
     s = sum_lanes8(sum);
+    for (; d < n; ++d) {  // the tail one by one, as in dot_as_acc
+      const acc_t v = to_acc<kIsa>(dout[d]);
+      s += v * x[d];
+      gx[d] += w * v;
+    }
+    return s;
   }
 #pragma omp simd reduction(+ : s)
-  for (int64_t t = d; t < n; ++t) {
+  for (int64_t t = 0; t < n; ++t) {
     const acc_t v = to_acc<kIsa>(dout[t]);
     s += v * x[t];
     gx[t] += w * v;

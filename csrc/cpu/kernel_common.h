@@ -373,9 +373,13 @@ FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
       sum += av * Vec::load(b + d);
     }
     s = sum_lanes8(sum);
+    // The tail (under 8 values) one by one: as an `omp simd` reduction, GCC vectorises the
+    // bfloat16 one and sums its lanes from the stack on every call, even when it is empty.
+    for (; d < n; ++d) s += a[d] * to_acc<kIsa>(b[d]);
+    return s;
   }
 #pragma omp simd reduction(+ : s)
-  for (int64_t t = d; t < n; ++t) s += a[t] * to_acc<kIsa>(b[t]);
+  for (int64_t t = 0; t < n; ++t) s += a[t] * to_acc<kIsa>(b[t]);
   return s;
 }
 
