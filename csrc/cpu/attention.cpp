@@ -100,6 +100,47 @@ struct Gatv2 {
     return as_acc<kIsa, acc_t>(x_dst + i * heads * dim, heads * dim, buffer);
   }
 
+  // The logit of a half source row `xs` without edge term: 8 values at a time converted as they
+  // are read, the lanes summed as a tree, in the forward and the backward alike (so that the
+  // backward recomputes the forward's logit). `keep` receives the converted row (the forward's
+  // value) or, with kBackward, z = xd + xs; kBackward also gives <dout, xs> in `value_dot`.
+  template <Isa kIsa, bool kBackward>
+  FASTGNN_ALWAYS_INLINE acc_t half_logit(const acc_t* FASTGNN_RESTRICT xd,
+                                         const feat_t* FASTGNN_RESTRICT xs,
+                                         const acc_t* FASTGNN_RESTRICT a,
+                                         acc_t* FASTGNN_RESTRICT keep,
+                                         const acc_t* FASTGNN_RESTRICT dout,
+                                         acc_t* value_dot) const {
+    using Vec = RowVec<feat_t, kIsa>;
+    using V = typename Vec::type;
+    V sum = {}, dsum = {};
+    int64_t d = 0;
+    for (; d + Vec::kLanes <= dim; d += Vec::kLanes) {
+      const V x = Vec::load(xs + d);
+      V xdv, av;
+      std::memcpy(&xdv, xd + d, sizeof(xdv));
+      std::memcpy(&av, a + d, sizeof(av));
+      const V v = xdv + x;
+      std::memcpy(keep + d, kBackward ? &v : &x, sizeof(v));
+      sum += av * (v > 0 ? v : v * slope);
+      if constexpr (kBackward) {
+        V gv;
+        std::memcpy(&gv, dout + d, sizeof(gv));
+        dsum += gv * x;
+      }
+    }
+    acc_t s = sum_lanes8(sum), dv = kBackward ? sum_lanes8(dsum) : acc_t(0);
+    for (; d < dim; ++d) {
+      const acc_t x = to_acc<kIsa>(xs[d]);
+      const acc_t v = xd[d] + x;
+      keep[d] = kBackward ? v : x;
+      s += a[d] * leaky(v);
+      if constexpr (kBackward) dv += dout[d] * x;
+    }
+    if constexpr (kBackward) *value_dot = dv;
+    return s;
+  }
+
   // The forward's logit, from the destination's head-h row `xd` (from destination()). With
   // half features it leaves the source row, converted, in `source` for add_value().
   template <Isa kIsa>
@@ -116,26 +157,7 @@ struct Gatv2 {
     // logits track closely enough (the tree's order put GATv2's fc_dst.bias gradient at 2.15x
     // DGL's float32 error, against the 2x bound of tests/test_dgl_layers.py).
     if constexpr (Vec::kVectorConvert) {
-      if (!ed) {  // whole vectors of 8 converted as read, their lanes summed as a tree
-        typename Vec::type sum = {};
-        int64_t d = 0;
-        for (; d + Vec::kLanes <= dim; d += Vec::kLanes) {
-          const typename Vec::type x = Vec::load(xs + d);
-          if constexpr (kConverts) std::memcpy(source + d, &x, sizeof(x));
-          typename Vec::type xdv, av;
-          std::memcpy(&xdv, xd + d, sizeof(xdv));
-          std::memcpy(&av, a + d, sizeof(av));
-          const typename Vec::type v = xdv + x;
-          sum += av * (v > 0 ? v : v * slope);
-        }
-        s = sum_lanes8(sum);
-        for (; d < dim; ++d) {
-          const acc_t x = to_acc<kIsa>(xs[d]);
-          if constexpr (kConverts) source[d] = x;
-          s += a[d] * leaky(xd[d] + x);
-        }
-        return s;
-      }
+      if (!ed) return half_logit<kIsa, false>(xd, xs, a, source, nullptr, nullptr);
     }
     if (ed) {
 #pragma omp simd reduction(+ : s)
@@ -167,41 +189,6 @@ struct Gatv2 {
     }
   }
 
-  // logit_and_dot for a half source row `xs` without edge term: 8 values at a time, converted
-  // as they are read (no converted copy stored and read back), the lanes summed as a tree.
-  template <Isa kIsa>
-  FASTGNN_ALWAYS_INLINE acc_t half_logit_and_dot(const acc_t* FASTGNN_RESTRICT xd,
-                                                 const feat_t* FASTGNN_RESTRICT xs,
-                                                 const acc_t* FASTGNN_RESTRICT a,
-                                                 const acc_t* FASTGNN_RESTRICT dout,
-                                                 acc_t* FASTGNN_RESTRICT z,
-                                                 acc_t& value_dot) const {
-    using Vec = RowVec<feat_t, kIsa>;
-    using V = typename Vec::type;
-    V sum = {}, dsum = {};
-    int64_t d = 0;
-    for (; d + Vec::kLanes <= dim; d += Vec::kLanes) {
-      const V x = Vec::load(xs + d);
-      V xdv, av, gv;
-      std::memcpy(&xdv, xd + d, sizeof(xdv));
-      std::memcpy(&av, a + d, sizeof(av));
-      std::memcpy(&gv, dout + d, sizeof(gv));
-      const V v = xdv + x;
-      std::memcpy(z + d, &v, sizeof(v));
-      sum += av * (v > 0 ? v : v * slope);
-      dsum += gv * x;
-    }
-    acc_t s = sum_lanes8(sum), dv = sum_lanes8(dsum);
-    for (; d < dim; ++d) {
-      const acc_t x = to_acc<kIsa>(xs[d]);
-      z[d] = xd[d] + x;
-      s += a[d] * leaky(z[d]);
-      dv += dout[d] * x;
-    }
-    value_dot = dv;
-    return s;
-  }
-
   // The backward's members. Destination rows (`xd`, `dout`) come converted, from
   // destination() and the caller; source rows and edge terms convert here as they are read.
   // The backward's logit (leaving z) and <dout, value>, in one pass over the source row.
@@ -216,8 +203,8 @@ struct Gatv2 {
     const feat_t* ed = edge.row(e, h);
     using Vec = RowVec<feat_t, kIsa>;
     if constexpr (Vec::kVectorConvert) {
-      if (!ed) return half_logit_and_dot<kIsa>(xd, x_src + (j * heads + h) * dim, a, dout, z,
-                                               value_dot);
+      if (!ed) return half_logit<kIsa, true>(xd, x_src + (j * heads + h) * dim, a, z, dout,
+                                             &value_dot);
     }
     const acc_t* FASTGNN_RESTRICT xs =
         as_acc<kIsa, acc_t>(x_src + (j * heads + h) * dim, dim, scratch);
@@ -346,9 +333,9 @@ struct DotProduct {
         z[d] = kj[d];
         s += qi[d] * z[d];
       }
-    } else {
+    } else {  // the forward's sum (dot_as_acc), so that the backward recomputes its logit
       as_acc<kIsa, acc_t>(kj, dim, z);
-      s = dot(qi, z, dim);
+      s = dot_as_acc<kIsa>(qi, kj, dim);
     }
     return s * scale;
   }
