@@ -101,10 +101,11 @@ __device__ __forceinline__ void store_packet(T* p, const typename Scalar<T>::acc
   *reinterpret_cast<Packet<T, N>*>(p) = packet;
 }
 
-// The widest packet (4, 2 or 1 scalars) that divides the width and keeps every row of both
-// buffers aligned.
-inline int packet_size(int64_t width, int64_t scalar_bytes, const void* a, const void* b) {
-  for (int n : {4, 2}) {
+// The widest packet (max_scalars, a power of two, down to 2 scalars, else 1) that divides the
+// width and keeps every row of both buffers aligned.
+inline int packet_size(int64_t width, int64_t scalar_bytes, const void* a, const void* b,
+                       int max_scalars = 4) {
+  for (int n = max_scalars; n >= 2; n /= 2) {
     const auto bytes = uintptr_t(n * scalar_bytes);
     if (width % n == 0 && uintptr_t(a) % bytes == 0 && uintptr_t(b) % bytes == 0) return n;
   }
@@ -127,9 +128,16 @@ inline unsigned grid_for(int64_t work, int threads) {
   return unsigned(blocks < (int64_t(1) << 20) ? blocks : (int64_t(1) << 20));
 }
 
-// Calls f(std::integral_constant<int, N>) for a packet size N of 4, 2 or 1 (packet_size()).
-template <typename F>
+// Calls f(std::integral_constant<int, N>) for a packet size N of 4, 2 or 1 (packet_size()),
+// or 8 where kMaxVec allows it (only those callers instantiate their kernels at 8).
+template <int kMaxVec = 4, typename F>
 void dispatch_vec(int vec, F&& f) {
+  if constexpr (kMaxVec >= 8) {
+    if (vec == 8) {
+      f(std::integral_constant<int, 8>{});
+      return;
+    }
+  }
   switch (vec) {
     case 4: f(std::integral_constant<int, 4>{}); break;
     case 2: f(std::integral_constant<int, 2>{}); break;
