@@ -167,11 +167,13 @@ def test_split_rows(dtype, dim, plan, symmetric, monkeypatch):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dim", [8, 32, 128])
+@pytest.mark.parametrize("heads,dim", [(2, 8), (4, 16), (2, 20), (2, 32), (4, 64), (2, 128)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision(dtype, dim, device):
+def test_half_precision(dtype, heads, dim, device):
+    """Half rows at several packed-row shapes (1 to 8 lanes a head), a partial last lane
+    (D = 20) among them."""
     g, _ = random_graph(40, 200, seed=4, device=device)
-    inputs = make_inputs(g, 2, dim, dtype, device, alpha_edge=True)
+    inputs = make_inputs(g, heads, dim, dtype, device, alpha_edge=True)
     ours = forward_and_grads(g, inputs)
     ref_inputs = [t.detach().float().requires_grad_() for t in inputs]
     theirs = forward_and_grads(g, ref_inputs, "reference")

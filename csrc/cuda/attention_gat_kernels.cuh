@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "attention_dropout.h"
 #include "cuda/attention_gat_kernels.h"
@@ -506,7 +507,7 @@ __device__ __forceinline__ V head_sum(V v, unsigned mask, int lanes_per_head) {
 
 // Edges a lane walks at once: enough gathers in flight, within the register budget.
 template <int K>
-constexpr int packed_edges() { return K >= 8 ? 4 : 8; }
+constexpr int packed_edges() { return K >= 16 ? 2 : K >= 8 ? 4 : 8; }
 
 // Forward over destination rows: an online softmax per lane (the lanes of a head see the same
 // logits, so no reduction), rescaled once per U edges.
@@ -749,15 +750,19 @@ struct Launcher {
 };
 
 // Packed rows: K features per lane and a power-of-two number of lanes per head, the whole row
-// within 32 lanes (K = 4, else 8; half rows K = 8 first, so that a lane loads 16 bytes as a
-// float32 lane does at K = 4: 2.4x faster forward on tolokers 4 x 16). False where the row
-// does not fit.
+// within 32 lanes. Float32 takes K = 4, else 8. Half lanes load 16 bytes at least, as a
+// float32 lane does at K = 4: the forward K = 8 (2.4x faster than K = 4 on tolokers 4 x 16),
+// the backward K = 16, which halves the lanes that repeat each edge's scalar work (H200,
+// ogbn-arxiv: 1.31x faster than K = 8 at 4 x 16, 1.44x at 4 x 64; the forward gained nothing
+// at 4 x 64 and lost 12% at 4 x 16). A smaller K never fits where a larger one does not.
+// False where the row does not fit.
 struct PackPlan {
   int k, lanes_per_head, team;
 };
 
-inline bool plan_packed(int64_t heads, int64_t dim, bool half, PackPlan& plan) {
-  for (int k : {half ? 8 : 4, half ? 4 : 8}) {
+inline bool plan_packed(int64_t heads, int64_t dim, bool half, bool backward, PackPlan& plan) {
+  const std::initializer_list<int> half_forward{8}, half_backward{16}, single{4, 8};
+  for (int k : half ? (backward ? half_backward : half_forward) : single) {
     int lanes = 1;
     while (lanes < ceil_div(dim, k)) lanes *= 2;
     if (heads * lanes <= kWarp) {
@@ -773,7 +778,8 @@ void launch(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
   if (rows.num_rows == 0 || p.heads == 0 || p.dim == 0) return;
   PackPlan pack{};
   const bool half = p.type == FloatType::kHalf || p.type == FloatType::kBFloat16;
-  const bool packed = rows.warps_per_row == 1 && plan_packed(p.heads, p.dim, half, pack);
+  const bool packed =
+      rows.warps_per_row == 1 && plan_packed(p.heads, p.dim, half, kBackward, pack);
   const DimPlan plan = plan_dim(p.dim);
   const dim3 grid =
       packed ? dim3(unsigned(ceil_div(rows.num_rows, kWarpsPerBlock * (kWarp / pack.team))))
@@ -792,8 +798,10 @@ void launch(const GatParams& p, const RowSet& rows, cudaStream_t stream) {
         dispatch_plan(plan, launcher);
       else if (pack.k == 4)
         launcher.template packed<4>();
-      else
+      else if (pack.k == 8)
         launcher.template packed<8>();
+      else if constexpr (kBackward && sizeof(T) == 2)
+        launcher.template packed<16>();
       if (a.pieces > 1) {
         const unsigned blocks = unsigned(ceil_div(rows.num_rows * p.heads * p.dim, kMergeThreads));
         if constexpr (kBackward)
