@@ -365,8 +365,10 @@ void minmax_rows(const index_t* rowptr, const index_t* col, const scalar_t* x,
 }
 
 // One slice [f0, f1) of minmax_scatter's features: zeroed, then the rows in order; with `out`
-// (half gradients) the slice is then written to it in their dtype. kIsa: the clone (float16
-// converts by F16C in the AVX2 one).
+// (half gradients) the slice is then written to it in their dtype. A half row's slice is
+// converted once, by vector, before its scatter (converting value by value in the scatter
+// loop made the bfloat16 backward 1.2x and the float16 one 1.03-1.1x slower on tolokers).
+// kIsa: the clone (float16 converts by F16C in the AVX2 one).
 template <typename scalar_t, typename index_t, bool kWeighted, Isa kIsa>
 FASTGNN_ALWAYS_INLINE void scatter_slice(const index_t* arg, const scalar_t* grad_out,
                                          const index_t* col, const scalar_t* weight,
@@ -376,11 +378,20 @@ FASTGNN_ALWAYS_INLINE void scatter_slice(const index_t* arg, const scalar_t* gra
                                          int64_t f1) {
   using acc_t = acc_type<scalar_t>;
   const int64_t span = kWeighted ? width / heads : width;
+  constexpr bool kHalf = !std::is_same_v<acc_t, scalar_t>;
+  std::vector<acc_t> converted(kHalf ? width : 0);  // a half row, indexed by feature
   for (int64_t j = 0; j < num_src; ++j)
     std::fill(grad + j * width + f0, grad + j * width + f1, acc_t(0));
   for (int64_t i = 0; i < rows; ++i) {
     const index_t* a = arg + i * width;
-    const scalar_t* g = grad_out + i * width;
+    const scalar_t* row = grad_out + i * width;
+    const acc_t* g;
+    if constexpr (kHalf) {
+      as_acc<kIsa>(row + f0, f1 - f0, converted.data() + f0);
+      g = converted.data();
+    } else {
+      g = row;
+    }
     if constexpr (kWeighted) {
       for (int64_t h = f0 / span; h * span < f1; ++h) {  // the heads the slice overlaps
         const int64_t lo = std::max(f0, h * span), hi = std::min(f1, (h + 1) * span);
@@ -388,12 +399,12 @@ FASTGNN_ALWAYS_INLINE void scatter_slice(const index_t* arg, const scalar_t* gra
         for (int64_t f = lo; f < hi; ++f) {
           const index_t p = a[f];
           if (p >= 0)
-            grad[int64_t(col[p]) * width + f] += to_acc<kIsa>(g[f]) * to_acc<kIsa>(hw.at(p));
+            grad[int64_t(col[p]) * width + f] += g[f] * to_acc<kIsa>(hw.at(p));
         }
       }
     } else {
       for (int64_t f = f0; f < f1; ++f)
-        if (a[f] >= 0) grad[int64_t(a[f]) * width + f] += to_acc<kIsa>(g[f]);
+        if (a[f] >= 0) grad[int64_t(a[f]) * width + f] += g[f];
     }
   }
   if (out) {
