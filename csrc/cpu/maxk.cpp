@@ -192,16 +192,18 @@ FASTGNN_ALWAYS_INLINE void scatter_add(acc_t* __restrict row, const scalar_t* va
   }
 }
 
-template <int kFixed, typename scalar_t, typename cidx_t, typename acc_t>
-FASTGNN_ALWAYS_INLINE void gather_add(acc_t* __restrict acc, const scalar_t* __restrict dy,
+// acc[m] += w * dy[indices[m]], an FMA in the AVX2 clone kIsa whatever the compiler would
+// contract (so half rows, converted to float first, sum exactly as float32 rows do).
+template <int kFixed, Isa kIsa, typename cidx_t, typename acc_t>
+FASTGNN_ALWAYS_INLINE void gather_add(acc_t* __restrict acc, const acc_t* __restrict dy,
                                       const cidx_t* indices, acc_t w, int64_t k) {
   if constexpr (kFixed > 0) {
     cidx_t c[kFixed];
     std::memcpy(c, indices, sizeof(c));
 #pragma GCC unroll 64
-    for (int m = 0; m < kFixed; ++m) acc[m] += w * acc_t(dy[c[m]]);
+    for (int m = 0; m < kFixed; ++m) acc[m] = mul_add<kIsa>(w, dy[c[m]], acc[m]);
   } else {
-    for (int64_t m = 0; m < k; ++m) acc[m] += w * acc_t(dy[indices[m]]);
+    for (int64_t m = 0; m < k; ++m) acc[m] = mul_add<kIsa>(w, dy[indices[m]], acc[m]);
   }
 }
 
@@ -317,6 +319,47 @@ void sspmm_pull(const index_t* t_rowptr, const index_t* t_col, const acc_type<sc
   });
 }
 
+// One thread's destinations [begin, end) of the push: each gradient row converted once for
+// all its in-edges' samples when it is half (each converted where it was sampled took the
+// float16 backward to 0.68x float32's speed), by F16C in the AVX2 clone kIsa.
+template <int kFixed, typename scalar_t, typename index_t, typename cidx_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void push_rows(const index_t* rowptr, const index_t* col,
+                                     const acc_type<scalar_t>* value, const scalar_t* grad_out,
+                                     const cidx_t* indices, acc_type<scalar_t>* __restrict acc,
+                                     acc_type<scalar_t>* converted, int64_t k, int64_t width,
+                                     int64_t begin, int64_t end) {
+  using acc_t = acc_type<scalar_t>;
+  for (int64_t i = begin; i < end; ++i) {
+    const acc_t* __restrict dy = as_acc<kIsa, acc_t>(grad_out + i * width, width, converted);
+    for_each_in_edge<true>(rowptr, col, value, i, acc, indices, k,
+                           [&](int64_t j, acc_t w) FASTGNN_ALWAYS_INLINE_LAMBDA {
+      gather_add<kFixed, kIsa>(acc + j * k, dy, indices + j * k, w, k);
+    });
+  }
+}
+
+// out[p0, p1) = the team's buffers summed in thread order, written in out's dtype (half: a
+// block at a time, converted by vector in the AVX2 clone kIsa).
+template <typename scalar_t, Isa kIsa>
+FASTGNN_ALWAYS_INLINE void sum_buffers(const acc_type<scalar_t>* buffers, int team,
+                                       int64_t entries, int64_t p0, int64_t p1, scalar_t* out) {
+  using acc_t = acc_type<scalar_t>;
+  constexpr bool kHalf = !std::is_same_v<acc_t, scalar_t>;
+  constexpr int64_t kBlock = 64;
+  acc_t block[kBlock];
+  for (int64_t p = p0; p < p1; p += kBlock) {
+    const int64_t n = std::min(kBlock, p1 - p);
+    acc_t* sum;
+    if constexpr (kHalf) sum = block; else sum = out + p;  // float rows: summed in place
+    for (int64_t q = 0; q < n; ++q) {
+      acc_t s = buffers[p + q];
+      for (int t = 1; t < team; ++t) s += buffers[t * entries + p + q];
+      sum[q] = s;
+    }
+    if constexpr (kHalf) store_as<kIsa>(block, n, out + p);
+  }
+}
+
 // Push (the paper's outer product): per destination i, its gradient row (read once, cache
 // resident) is sampled at each in-neighbour's k columns and added to that neighbour's k
 // entries in a buffer of the thread. Destinations are split into one contiguous range of
@@ -337,7 +380,6 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
     thread = omp_get_thread_num();
     team = omp_get_num_threads();
 #endif
-    acc_t* __restrict acc = buffers + thread * entries;
     std::vector<acc_t> converted(std::is_same_v<scalar_t, acc_t> ? 0 : width);
     // rows whose first edge falls in this thread's share of the edges
     auto first_row_at = [&](int64_t edge) {
@@ -345,22 +387,14 @@ void sspmm_push(const index_t* rowptr, const index_t* col, const acc_type<scalar
     };
     const int64_t begin = first_row_at(edges * thread / team);
     const int64_t end = thread + 1 == team ? rows_dst : first_row_at(edges * (thread + 1) / team);
-    for (int64_t i = begin; i < end; ++i) {
-      // a half gradient row converted once for all its in-edges' samples (each converted where
-      // it was sampled took the float16 backward to 0.68x float32's speed)
-      const acc_t* __restrict dy =
-          as_acc<Isa::kBaseline, acc_t>(grad_out + i * width, width, converted.data());
-      for_each_in_edge<true>(rowptr, col, value, i, acc, indices, k, [&](int64_t j, acc_t w) {
-        gather_add<kFixed>(acc + j * k, dy, indices + j * k, w, k);
-      });
-    }
+    on_avx2_or_baseline<push_rows<kFixed, scalar_t, index_t, cidx_t, Isa::kAvx2>,
+                        push_rows<kFixed, scalar_t, index_t, cidx_t, Isa::kBaseline>>(
+        rowptr, col, value, grad_out, indices, buffers + thread * entries, converted.data(), k,
+        width, begin, end);
 #pragma omp barrier
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < entries; ++p) {
-      acc_t sum = buffers[p];
-      for (int t = 1; t < team; ++t) sum += buffers[t * entries + p];
-      grad_values[p] = scalar_t(sum);
-    }
+    on_avx2_or_baseline<sum_buffers<scalar_t, Isa::kAvx2>, sum_buffers<scalar_t, Isa::kBaseline>>(
+        buffers, team, entries, entries * thread / team, entries * (thread + 1) / team,
+        grad_values);
   }
 }
 
