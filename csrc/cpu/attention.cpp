@@ -327,15 +327,8 @@ struct DotProduct {
         z[d] = to_acc<kIsa>(kj[d]) + to_acc<kIsa>(ed[d]);
         s += qi[d] * z[d];
       }
-    } else if constexpr (std::is_same_v<feat_t, acc_t>) {
-#pragma omp simd reduction(+ : s)
-      for (int64_t d = 0; d < dim; ++d) {
-        z[d] = kj[d];
-        s += qi[d] * z[d];
-      }
     } else {  // the forward's sum (dot_as_acc), so that the backward recomputes its logit
-      as_acc<kIsa, acc_t>(kj, dim, z);
-      s = dot_as_acc<kIsa>(qi, kj, dim);
+      s = dot_as_acc<kIsa, true>(qi, kj, dim, z);
     }
     return s * scale;
   }

@@ -357,11 +357,12 @@ FASTGNN_ALWAYS_INLINE float sum_lanes8(V v) {
 }
 
 // <a, b> with b converted to acc_t as it is read (8 values at a time where
-// AccVec::kVectorConvert, straight into the multiply: no converted copy is stored and read
-// back, the lanes summed as a tree).
-template <Isa kIsa, typename acc_t, typename feat_t>
+// AccVec::kVectorConvert, straight into the multiply, the lanes summed as a tree). With kKeep
+// the converted b is also written to `keep` (for callers that need it as well as the sum).
+template <Isa kIsa, bool kKeep = false, typename acc_t, typename feat_t>
 FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
-                                       const feat_t* FASTGNN_RESTRICT b, int64_t n) {
+                                       const feat_t* FASTGNN_RESTRICT b, int64_t n,
+                                       acc_t* FASTGNN_RESTRICT keep = nullptr) {
   acc_t s = 0;
   int64_t d = 0;
   using Vec = RowVec<feat_t, kIsa>;
@@ -370,16 +371,26 @@ FASTGNN_ALWAYS_INLINE acc_t dot_as_acc(const acc_t* FASTGNN_RESTRICT a,
     for (; d + Vec::kLanes <= n; d += Vec::kLanes) {
       typename Vec::type av;
       std::memcpy(&av, a + d, sizeof(av));
-      sum += av * Vec::load(b + d);
+      const typename Vec::type bv = Vec::load(b + d);
+      if constexpr (kKeep) std::memcpy(keep + d, &bv, sizeof(bv));
+      sum += av * bv;
     }
     s = sum_lanes8(sum);
     // The tail (under 8 values) one by one: as an `omp simd` reduction, GCC vectorises the
     // bfloat16 one and sums its lanes from the stack on every call, even when it is empty.
-    for (; d < n; ++d) s += a[d] * to_acc<kIsa>(b[d]);
+    for (; d < n; ++d) {
+      const acc_t bv = to_acc<kIsa>(b[d]);
+      if constexpr (kKeep) keep[d] = bv;
+      s += a[d] * bv;
+    }
     return s;
   }
 #pragma omp simd reduction(+ : s)
-  for (int64_t t = 0; t < n; ++t) s += a[t] * to_acc<kIsa>(b[t]);
+  for (int64_t t = 0; t < n; ++t) {
+    const acc_t bv = to_acc<kIsa>(b[t]);
+    if constexpr (kKeep) keep[t] = bv;
+    s += a[t] * bv;
+  }
   return s;
 }
 
